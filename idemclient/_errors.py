@@ -1,0 +1,157 @@
+"""Every error idemclient raises, in one tree.
+
+```
+IdemError
+├── InvalidKey                 (also ValueError) a key outside 1..255 of A-Z a-z 0-9 - _ . : ~
+├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
+├── OperationMismatch          (also ValueError) same operation, different request
+├── StoreError                 the local store cannot be used
+│   ├── StoreCorrupt           the file is not a readable SQLite database
+│   ├── ForeignStore           a database, but not an idemclient store
+│   ├── StoreTooNew            written by a newer idemclient (schema version)
+│   └── StoreUnavailable       cannot be opened for writing (read-only, locked, missing dir)
+└── OutcomeError               an operation ended without a final success
+    ├── Rejected               final answer from the server: do not retry (state `failed`)
+    │   └── KeyConflict        HTTP 422: the key was used with a different request
+    ├── NotSent                no attempt reached the server: safe to retry with the same key
+    └── Indeterminate          maybe applied, no final answer: never treat as failed
+        └── ReconcileRequired  maybe applied and older than the server's key retention
+```
+
+An `OutcomeError` carries the `Outcome` (key, operation id, state, attempts, last
+evidence, final response if any). The underlying cause is chained with `raise ... from`,
+never swallowed. `Indeterminate` is deliberately not a kind of `Rejected`: "maybe
+charged" must not be handled as "not charged".
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._outcome import Outcome
+
+__all__ = [
+    "ForeignStore",
+    "IdemError",
+    "Indeterminate",
+    "InvalidKey",
+    "KeyConflict",
+    "NotSent",
+    "OperationMismatch",
+    "OutcomeError",
+    "ReconcileRequired",
+    "Rejected",
+    "RequestNotReplayable",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreTooNew",
+    "StoreUnavailable",
+]
+
+
+class IdemError(Exception):
+    """Root of every error raised by idemclient."""
+
+
+class InvalidKey(IdemError, ValueError):
+    """An idempotency key that the protocol does not allow.
+
+    Raised at the call site, before anything is recorded or sent.
+    """
+
+    def __init__(self, key: object, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        shown = repr(key) if not isinstance(key, str) or len(key) <= 60 else repr(key[:60]) + "..."
+        super().__init__(f"invalid idempotency key {shown}: {reason}")
+
+
+class RequestNotReplayable(IdemError, ValueError):
+    """A request body that cannot be buffered for a retry (too large or unreadable)."""
+
+
+class OperationMismatch(IdemError, ValueError):
+    """The same operation was issued again with a different request.
+
+    Raised before anything is sent: reusing an operation id or key for another request
+    is a bug in the caller, and sending it could apply the wrong payment.
+    """
+
+    def __init__(self, message: str, *, operation_id: str, key: str) -> None:
+        self.operation_id = operation_id
+        self.key = key
+        super().__init__(message)
+
+
+class StoreError(IdemError):
+    """The local store cannot be used. Nothing in it has been changed."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"idemclient store {self.path!r}: {reason}")
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a readable SQLite database. It is left exactly as found."""
+
+
+class ForeignStore(StoreError):
+    """The file is a database that idemclient did not create. It is left as found."""
+
+
+class StoreTooNew(StoreError):
+    """The store was written by a newer version of idemclient."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be opened for writing (permissions, read-only media, locks)."""
+
+
+class OutcomeError(IdemError):
+    """An operation ended without a final success. `outcome` says what is known."""
+
+    def __init__(self, message: str, outcome: Outcome) -> None:
+        self.outcome = outcome
+        super().__init__(message)
+
+    @property
+    def key(self) -> str:
+        return self.outcome.key
+
+    @property
+    def operation_id(self) -> str:
+        return self.outcome.operation_id
+
+    @property
+    def evidence(self) -> str:
+        return self.outcome.evidence
+
+
+class Rejected(OutcomeError):
+    """The server gave a final, non-retryable answer (state `failed`)."""
+
+
+class KeyConflict(Rejected):
+    """HTTP 422: the server holds this key for a different request. A caller bug."""
+
+
+class NotSent(OutcomeError):
+    """No attempt reached the server. Safe to send again later with the same key."""
+
+
+class Indeterminate(OutcomeError):
+    """The request may have been applied and no final answer arrived.
+
+    Do not charge again under a new key. Resume the operation later (same key), or
+    settle it by looking it up on the server.
+    """
+
+
+class ReconcileRequired(Indeterminate):
+    """Maybe applied, and older than the server keeps keys: re-sending could apply twice.
+
+    Settle it by looking it up on the server (by key or end-to-end reference).
+    """

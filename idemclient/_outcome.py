@@ -1,0 +1,67 @@
+"""The states of an operation and the result a caller receives."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import httpx
+
+
+class State(enum.StrEnum):
+    """Where an operation stands. Persisted as these strings."""
+
+    #: recorded, not yet sent
+    PENDING = "pending"
+    #: an attempt holds the lease
+    IN_FLIGHT = "in_flight"
+    #: a final 2xx answer is stored
+    SUCCEEDED = "succeeded"
+    #: a final, non-retryable answer is stored (400, 401, 403, 404, 422, ...)
+    FAILED = "failed"
+    #: no attempt reached the server: safe to send again with the same key
+    NOT_SENT = "not_sent"
+    #: maybe applied, no final answer yet: resume or reconcile, never treat as failed
+    INDETERMINATE = "indeterminate"
+
+    @property
+    def finished(self) -> bool:
+        """A final answer is stored; the operation is never sent again."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({State.SUCCEEDED, State.FAILED})
+UNFINISHED_STATES = tuple(s.value for s in State if s not in _FINISHED)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one logical operation came to.
+
+    `response` is the final answer when there is one (`succeeded` or `failed`). For an
+    answer served from the local store without a network call, `from_store` is true
+    and the body is the stored one (capped; see `Store`). `replayed` is what the server
+    said (`Idempotent-Replayed: true`): another attempt did the work.
+    """
+
+    operation_id: str
+    key: str
+    state: State
+    attempts: int
+    response: httpx.Response | None = None
+    replayed: bool = False
+    from_store: bool = False
+    #: the last thing observed, in words (status line or error), for people and logs
+    evidence: str = ""
+    #: wall-clock time before which the server asked not to be retried (Retry-After)
+    not_before: float | None = None
+    #: whether any attempt may have reached the server and been applied
+    maybe_applied: bool = False
+
+    @property
+    def status_code(self) -> int | None:
+        return None if self.response is None else self.response.status_code
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state is State.SUCCEEDED

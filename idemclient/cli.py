@@ -1,0 +1,13 @@
+"""The `idemclient` command: one click group; each area registers its own commands."""
+
+from __future__ import annotations
+
+import click
+
+from . import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="idemclient")
+def main() -> None:
+    """Safe retries for unsafe HTTP requests."""
