@@ -5,6 +5,9 @@ retried within one total deadline, and outcomes reported honestly: succeeded, fa
 not sent, or indeterminate (maybe applied).
 """
 
+from ._budget import RetryBudget
+from ._client import AsyncClient, Client, aresume, resume, wrap
+from ._clock import Clock, ManualClock, SystemClock, set_testing
 from ._errors import (
     ForeignStore,
     IdemError,
@@ -22,24 +25,59 @@ from ._errors import (
     StoreTooNew,
     StoreUnavailable,
 )
+from ._hooks import AttemptEvent, Hooks, RetryEvent
+from ._keys import DEFAULT_NAMESPACE, derive_key, key_from_identity, new_key, validate_key
+from ._outcome import Outcome, State
+from ._policy import RetryPolicy
+from ._retry_after import parse_retry_after
+from ._store import Durability, OperationRecord, SQLiteStore, Store
+from ._transport import AsyncIdempotentTransport, IdempotentTransport
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
+    "AsyncClient",
+    "AsyncIdempotentTransport",
+    "AttemptEvent",
+    "Client",
+    "Clock",
+    "Durability",
     "ForeignStore",
+    "Hooks",
     "IdemError",
+    "IdempotentTransport",
     "Indeterminate",
     "InvalidKey",
     "KeyConflict",
+    "ManualClock",
     "NotSent",
     "OperationMismatch",
+    "OperationRecord",
+    "Outcome",
     "OutcomeError",
     "ReconcileRequired",
     "Rejected",
     "RequestNotReplayable",
+    "RetryBudget",
+    "RetryEvent",
+    "RetryPolicy",
+    "SQLiteStore",
+    "State",
+    "Store",
     "StoreCorrupt",
     "StoreError",
     "StoreTooNew",
     "StoreUnavailable",
+    "SystemClock",
     "__version__",
+    "aresume",
+    "derive_key",
+    "key_from_identity",
+    "new_key",
+    "parse_retry_after",
+    "resume",
+    "set_testing",
+    "validate_key",
+    "wrap",
 ]

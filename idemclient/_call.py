@@ -1,0 +1,391 @@
+"""One call of one operation: every decision the sync and async transports share.
+
+The transports do the I/O (store, network, sleep); this module decides. A call:
+
+1. turns the request into an `Intent` (key, buffered body, fingerprint) before anything
+   is recorded or sent;
+2. after the store has recorded it and leased it to this call, checks whether it may be
+   sent at all now (`gate`: key retention, the server's not-before time);
+3. for each attempt, cuts the attempt's timeouts to the time left (`prepare`), then
+   classifies what came back (`observe`) and decides: finish, retry after a wait, or
+   stop;
+4. turns where it ended into an `Outcome`, and into the error to raise when the
+   operation has no final answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import httpx
+
+from ._budget import RetryBudget
+from ._classify import AttemptKind, Classification, classify_error, classify_response
+from ._clock import Clock
+from ._errors import (
+    Indeterminate,
+    InvalidKey,
+    NotSent,
+    OutcomeError,
+    ReconcileRequired,
+    RequestNotReplayable,
+)
+from ._hooks import AttemptEvent, Hooks, RetryEvent
+from ._keys import new_key, validate_key
+from ._outcome import Outcome, State
+from ._policy import Decision, RetryPolicy, decide
+from ._retry_after import parse_retry_after
+from ._store import Intent, OperationRecord, Progress, Store
+
+__all__ = ["CALL_OPTIONS", "OUTCOME", "Call", "CallOptions", "Settings"]
+
+#: Request extension through which `Client` passes per-call options to the transport.
+CALL_OPTIONS = "idemclient.call"
+#: Response extension carrying the call's `Outcome`.
+OUTCOME = "idemclient.outcome"
+KEY_HEADER = "Idempotency-Key"
+
+#: A lease outlives the call's deadline by this much, so an owner still finishing its
+#: last attempt is never taken over; a dead owner's lease lapses soon after.
+LEASE_MARGIN = 10.0
+_BUSY_POLL_FIRST = 0.01
+_BUSY_POLL_MAX = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """What a caller says about one operation beyond the HTTP request itself."""
+
+    #: the caller's name for the logical operation (order id, invoice id...)
+    operation_id: str | None = None
+    #: the end-to-end reference the server can be asked about later
+    reference: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a transport needs besides the inner transport; shared by its mounts."""
+
+    store: Store
+    policy: RetryPolicy
+    clock: Clock
+    budget: RetryBudget
+    hooks: Hooks
+    max_request_body: int
+    rng: random.Random
+
+
+def body_from_chunks(chunks: Iterable[bytes], limit: int) -> bytes:
+    """Buffer a request body so that every attempt can send it again, up to `limit`."""
+    parts: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise RequestNotReplayable(
+                f"request body is over max_request_body ({limit} bytes): it must be"
+                " buffered to be sent again with the same key; raise the limit or send less"
+            )
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def buffered_body(request: httpx.Request, limit: int) -> bytes | None:
+    """The body if httpx already holds it in memory, else None (stream it in)."""
+    try:
+        content = request.content
+    except httpx.RequestNotRead:
+        return None
+    return body_from_chunks((content,), limit)
+
+
+def fingerprint(method: str, url: httpx.URL, body: bytes) -> str:
+    """What makes two requests the same operation: method, path and query, body.
+
+    The host is left out on purpose: the same operation resumed against a server that
+    moved (a new port, a renamed host) is still the same operation.
+    """
+    digest = hashlib.sha256()
+    for part in (method.encode(), url.raw_path, body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+class Call:
+    """The decisions of one call. Not thread-safe: one call, one thread or task."""
+
+    def __init__(self, settings: Settings, request: httpx.Request, body: bytes) -> None:
+        self.settings = settings
+        self.request = request
+        self.policy = settings.policy
+        self.clock = settings.clock
+        self.started = self.clock.monotonic()
+        self.deadline = self.started + self.policy.deadline
+        self.intent = self._intent(request, body)
+        self.key = self.intent.key
+        self.attempts_here = 0
+        self.total_attempts = 0
+        self.maybe_applied = False
+        self.evidence = ""
+        self.not_before: float | None = None
+        self.created_at = 0.0
+        self.settled = False
+        self._sending = False
+        self._reconcile = False
+        self._error: BaseException | None = None
+        self._busy_poll = _BUSY_POLL_FIRST
+        request.stream = httpx.ByteStream(body)
+
+    # -- before sending ----------------------------------------------------------------
+
+    def _intent(self, request: httpx.Request, body: bytes) -> Intent:
+        options = request.extensions.get(CALL_OPTIONS)
+        if options is not None and not isinstance(options, CallOptions):
+            raise TypeError(f"request extension {CALL_OPTIONS!r} must be CallOptions")
+        given = request.headers.get(KEY_HEADER)
+        key = validate_key(given) if given is not None else new_key()
+        operation_id = (options.operation_id if options else None) or key
+        if not operation_id or len(operation_id) > 1024:
+            raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
+        url = request.url.copy_with(userinfo=b"") if request.url.userinfo else request.url
+        return Intent(
+            operation_id=operation_id,
+            key=key,
+            key_given=given is not None,
+            method=request.method,
+            url=str(url),
+            headers=tuple(request.headers.multi_items()),
+            body=body,
+            fingerprint=fingerprint(request.method, request.url, body),
+            reference=options.reference if options else None,
+        )
+
+    def lease_until(self) -> float:
+        return self.clock.time() + self.remaining() + LEASE_MARGIN
+
+    def remaining(self) -> float:
+        return self.deadline - self.clock.monotonic()
+
+    def adopt(self, record: OperationRecord) -> None:
+        """Continue from what the store knows (earlier calls, earlier processes)."""
+        self.key = record.key
+        self.request.headers[KEY_HEADER] = record.key
+        self.total_attempts = record.attempts
+        self.maybe_applied = record.maybe_applied
+        self.evidence = record.evidence
+        self.not_before = record.not_before
+        self.created_at = record.created_at
+
+    def busy_wait(self) -> float | None:
+        """Seconds to wait for another owner's lease, or None to give up now."""
+        wait = self._busy_poll
+        if wait >= self.remaining():
+            return None
+        self._busy_poll = min(_BUSY_POLL_MAX, self._busy_poll * 2)
+        return wait
+
+    def gate(self) -> float | Decision:
+        """Before the first attempt: seconds to wait first (0.0 for none), or a stop."""
+        now = self.clock.time()
+        if self.maybe_applied and now - self.created_at > self.policy.key_retention:
+            self._reconcile = True
+            return Decision(
+                "stop",
+                reason=(
+                    f"maybe applied and {now - self.created_at:.0f}s old, past the server's"
+                    f" key retention ({self.policy.key_retention:.0f}s): look it up instead"
+                ),
+            )
+        if self.not_before is not None and self.not_before > now:
+            wait = self.not_before - now
+            if wait > self.policy.max_retry_after or wait >= self.remaining():
+                return Decision(
+                    "stop",
+                    not_before=self.not_before,
+                    reason=f"the server asked for no retry before {self.not_before:.3f}",
+                )
+            return wait
+        return 0.0
+
+    # -- each attempt ------------------------------------------------------------------
+
+    def prepare(self) -> float | None:
+        """Set up the next attempt; its timeout in seconds, or None if time is up."""
+        remaining = self.remaining()
+        if remaining <= 0:
+            return None
+        timeout = min(self.policy.attempt_timeout, remaining)
+        current = self.request.extensions.get("timeout") or {}
+        self.request.extensions["timeout"] = {
+            name: timeout if current.get(name) is None else min(current[name], timeout)
+            for name in ("connect", "read", "write", "pool")
+        }
+        self.attempts_here += 1
+        self.total_attempts += 1
+        self._sending = True
+        self.settings.hooks.attempt(
+            AttemptEvent(
+                operation_id=self.intent.operation_id,
+                key=self.key,
+                method=self.intent.method,
+                url=self.intent.url,
+                attempt=self.total_attempts,
+                timeout=timeout,
+            )
+        )
+        return timeout
+
+    def observe(self, result: httpx.Response | Exception) -> Classification:
+        self._sending = False
+        if isinstance(result, httpx.Response):
+            found = classify_response(
+                result,
+                retry_statuses=self.policy.retry_statuses,
+                follow_server_hints=self.policy.follow_server_hints,
+            )
+            self.evidence = f"HTTP {result.status_code} {result.reason_phrase}".rstrip()
+        else:
+            found = classify_error(result)
+            self.evidence = f"{type(result).__name__}: {result}".rstrip(": ")
+            self._error = result
+        self.maybe_applied = self.maybe_applied or found.maybe_applied
+        return found
+
+    def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
+        now = self.clock.time()
+        server_wait = None if response is None else parse_retry_after(response.headers, now)
+        decision = decide(
+            self.policy,
+            found,
+            attempts=self.attempts_here,
+            remaining=self.remaining(),
+            server_wait=server_wait,
+            now=now,
+            rng=self.settings.rng,
+        )
+        if decision.not_before is not None:
+            self.not_before = decision.not_before
+        if decision.action == "retry":
+            if not self.settings.budget.withdraw(decision.cost):
+                return Decision("stop", reason="the client's retry budget is spent")
+            self.settings.hooks.retry(
+                RetryEvent(
+                    operation_id=self.intent.operation_id,
+                    key=self.key,
+                    attempt=self.total_attempts,
+                    evidence=self.evidence,
+                    wait=decision.wait,
+                    maybe_applied=self.maybe_applied,
+                )
+            )
+        return decision
+
+    # -- the end -------------------------------------------------------------------------
+
+    def unsettled_state(self) -> State:
+        return State.INDETERMINATE if self.maybe_applied else State.NOT_SENT
+
+    def interrupted(self, error: BaseException) -> None:
+        """The call was cut short from outside (cancelled, interrupted, a hook raised)."""
+        # Cut short while an attempt was on the wire: the request may have arrived.
+        self.maybe_applied = self.maybe_applied or self._sending
+        self.evidence = f"interrupted by {type(error).__name__}"
+
+    def progress(self, *, settling: bool = False) -> Progress:
+        """Where this call has got to, for the store. `settling`: the last write."""
+        if settling:
+            self.settled = True
+        return Progress(
+            attempts=self.total_attempts,
+            maybe_applied=self.maybe_applied,
+            evidence=self.evidence,
+            not_before=self.not_before,
+            now=self.clock.time(),
+        )
+
+    def final_state(self, found: Classification) -> State:
+        return State.SUCCEEDED if found.kind is AttemptKind.SUCCEEDED else State.FAILED
+
+    def outcome(
+        self,
+        record: OperationRecord,
+        response: httpx.Response | None,
+        *,
+        from_store: bool = False,
+    ) -> Outcome:
+        replayed = (
+            response is not None
+            and response.headers.get("idempotent-replayed", "").strip().lower() == "true"
+        )
+        outcome = Outcome(
+            operation_id=record.operation_id,
+            key=record.key,
+            state=record.state,
+            attempts=record.attempts,
+            response=response,
+            replayed=replayed,
+            from_store=from_store,
+            evidence=record.evidence,
+            not_before=record.not_before,
+            maybe_applied=record.maybe_applied,
+        )
+        if response is not None:
+            response.extensions[OUTCOME] = outcome
+        if outcome.state is State.SUCCEEDED and not from_store:
+            self.settings.budget.deposit()
+        self.settings.hooks.outcome(outcome)
+        return outcome
+
+    def stored_answer(self, record: OperationRecord) -> httpx.Response:
+        """The final answer of a finished operation, rebuilt from the store."""
+        assert record.response is not None, "a finished operation has a stored response"
+        stored = record.response
+        response = httpx.Response(
+            stored.status_code,
+            headers=list(stored.headers),
+            content=stored.body,
+            request=self.request,
+        )
+        self.outcome(record, response, from_store=True)
+        return response
+
+    def error(self, outcome: Outcome, reason: str) -> OutcomeError:
+        """The exception for an operation that ended without a final answer."""
+        text = (
+            f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.value}"
+            f" after {outcome.attempts} attempt(s): {reason}; last seen: {outcome.evidence}"
+        )
+        error: OutcomeError
+        if outcome.state is State.NOT_SENT:
+            error = NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
+        elif self._reconcile:
+            error = ReconcileRequired(text, outcome)
+        else:
+            error = Indeterminate(
+                text + ". It may have been applied: resume it with the same key, or look it up.",
+                outcome,
+            )
+        if self._error is not None:
+            error.__cause__ = self._error
+        return error
+
+    def busy_outcome(self, record: OperationRecord) -> OutcomeError:
+        outcome = Outcome(
+            operation_id=record.operation_id,
+            key=record.key,
+            state=record.state,
+            attempts=record.attempts,
+            evidence=f"held by {record.lease_owner} until {record.lease_expires}",
+            not_before=record.not_before,
+            maybe_applied=True,
+        )
+        self.settings.hooks.outcome(outcome)
+        return Indeterminate(
+            f"operation {record.operation_id!r} (key {record.key}) is being sent by another"
+            f" caller ({record.lease_owner}) and did not finish within the deadline",
+            outcome,
+        )

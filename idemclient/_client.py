@@ -1,0 +1,413 @@
+"""`Client` and `AsyncClient`, `wrap()` for an existing httpx client, and `resume()`.
+
+A `Client` is an `httpx.Client` whose transports are wrapped, plus methods that speak
+in operations: `post(...)` returns an `Outcome`, and raises when the operation has no
+final answer (`NotSent`, `Indeterminate`) or when the server says the key was used for
+another request (`KeyConflict`). A final refusal (400, 402, 404...) is an answer, and
+comes back as an `Outcome` in state `failed`, like an httpx response with that status.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import httpx
+
+from ._budget import RetryBudget
+from ._call import CALL_OPTIONS, KEY_HEADER, OUTCOME, CallOptions, Settings
+from ._clock import Clock
+from ._errors import KeyConflict, OutcomeError
+from ._hooks import Hooks
+from ._keys import key_from_identity, validate_key
+from ._outcome import Outcome, State
+from ._policy import RetryPolicy
+from ._store import OperationRecord, Store
+from ._transport import (
+    DEFAULT_MAX_REQUEST_BODY,
+    AsyncIdempotentTransport,
+    IdempotentTransport,
+    make_settings,
+)
+
+__all__ = ["AsyncClient", "Client", "aresume", "resume", "wrap"]
+
+HttpxClient = TypeVar("HttpxClient", httpx.Client, httpx.AsyncClient)
+
+StoreArg = Store | str | os.PathLike[str]
+
+
+def wrap(
+    client: HttpxClient,
+    *,
+    store: StoreArg,
+    policy: RetryPolicy | None = None,
+    clock: Clock | None = None,
+    budget: RetryBudget | None = None,
+    hooks: Hooks | None = None,
+    max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
+    rng: random.Random | None = None,
+) -> HttpxClient:
+    """Give an existing httpx client safe retries, in place, and return it.
+
+    Its transport and every mounted transport are wrapped, so its auth, limits,
+    proxies, TLS settings and event hooks stay as they were. Unsafe requests (POST and
+    PATCH by default) get a durable key and retries; others pass straight through.
+    """
+    settings = make_settings(
+        store,
+        policy=policy,
+        clock=clock,
+        budget=budget,
+        hooks=hooks,
+        max_request_body=max_request_body,
+        rng=rng,
+    )
+    _wrap_with(client, settings)
+    return client
+
+
+def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> None:
+    # httpx offers no public way to swap the transports of a built client; `_transport`
+    # and `_mounts` are where httpx 0.27 and 0.28 keep them (pinned in pyproject.toml,
+    # and checked by the tests).
+    if isinstance(client._transport, IdempotentTransport | AsyncIdempotentTransport):
+        raise ValueError("this client is wrapped already")
+    if isinstance(client, httpx.Client):
+        client._transport = IdempotentTransport(client._transport, settings=settings)
+        client._mounts = {
+            pattern: None if mounted is None else IdempotentTransport(mounted, settings=settings)
+            for pattern, mounted in client._mounts.items()
+        }
+    else:
+        client._transport = AsyncIdempotentTransport(client._transport, settings=settings)
+        client._mounts = {
+            pattern: None
+            if mounted is None
+            else AsyncIdempotentTransport(mounted, settings=settings)
+            for pattern, mounted in client._mounts.items()
+        }
+
+
+def settings_of(client: httpx.Client | httpx.AsyncClient) -> Settings:
+    transport = client._transport
+    if not isinstance(transport, IdempotentTransport | AsyncIdempotentTransport):
+        raise TypeError("this httpx client is not wrapped by idemclient.wrap()")
+    return transport.settings
+
+
+def _options(
+    key: str | None,
+    operation_id: str | None,
+    identity: str | Sequence[str] | None,
+    reference: str | None,
+    headers: Any,
+    extensions: Any,
+) -> tuple[httpx.Headers, dict[str, Any]]:
+    """Per-call options to the headers and extensions the transport reads."""
+    if key is not None and identity is not None:
+        raise ValueError("pass key= or identity=, not both: an identity is a way to make a key")
+    if identity is not None:
+        parts = (identity,) if isinstance(identity, str) else tuple(identity)
+        key = key_from_identity(*parts)
+    merged = httpx.Headers(headers)
+    if key is not None:
+        merged[KEY_HEADER] = validate_key(key)
+    elif KEY_HEADER in merged:
+        validate_key(merged[KEY_HEADER])
+    extended = dict(extensions or {})
+    extended[CALL_OPTIONS] = CallOptions(operation_id=operation_id, reference=reference)
+    return merged, extended
+
+
+def _outcome(response: httpx.Response) -> Outcome:
+    outcome = response.extensions.get(OUTCOME)
+    if not isinstance(outcome, Outcome):  # pragma: no cover - the transport always sets it
+        raise RuntimeError("the response carries no idemclient outcome")
+    if outcome.state is State.FAILED and response.status_code == 422:
+        raise KeyConflict(
+            f"the server refused key {outcome.key} of operation {outcome.operation_id!r}"
+            " (HTTP 422): it holds this key for a different request. This is a bug in the"
+            " caller: a key must never be reused for another request.",
+            outcome,
+        )
+    return outcome
+
+
+def _resume_request(
+    client: httpx.Client | httpx.AsyncClient, record: OperationRecord
+) -> httpx.Request:
+    headers = httpx.Headers(list(record.headers))
+    headers[KEY_HEADER] = record.key
+    return client.build_request(
+        record.method,
+        record.url,
+        headers=headers,
+        content=record.body,
+        extensions={
+            CALL_OPTIONS: CallOptions(operation_id=record.operation_id, reference=record.reference)
+        },
+    )
+
+
+def _stored_outcome(record: OperationRecord) -> Outcome:
+    return Outcome(
+        operation_id=record.operation_id,
+        key=record.key,
+        state=record.state,
+        attempts=record.attempts,
+        evidence=record.evidence,
+        not_before=record.not_before,
+        maybe_applied=record.maybe_applied,
+        from_store=True,
+    )
+
+
+def resume(client: httpx.Client, *, limit: int | None = None) -> list[Outcome]:
+    """Finish the unfinished operations of a wrapped client's store, oldest first.
+
+    Each is sent again with its original key, method, URL and body; the live client
+    supplies credentials (which are never stored). Returns one `Outcome` per operation,
+    including those that are still not sent or indeterminate, and those another process
+    is sending right now (state `in_flight`).
+    """
+    settings = settings_of(client)
+    outcomes = []
+    for record in settings.store.unfinished(limit=limit):
+        try:
+            response = client.send(_resume_request(client, record))
+        except OutcomeError as exc:
+            outcomes.append(exc.outcome)
+            continue
+        response.close()
+        outcomes.append(_resumed_outcome(response, record))
+    return outcomes
+
+
+async def aresume(client: httpx.AsyncClient, *, limit: int | None = None) -> list[Outcome]:
+    """`resume` for an async client."""
+    settings = settings_of(client)
+    records = await anyio.to_thread.run_sync(lambda: settings.store.unfinished(limit=limit))
+    outcomes = []
+    for record in records:
+        try:
+            response = await client.send(_resume_request(client, record))
+        except OutcomeError as exc:
+            outcomes.append(exc.outcome)
+            continue
+        await response.aclose()
+        outcomes.append(_resumed_outcome(response, record))
+    return outcomes
+
+
+def _resumed_outcome(response: httpx.Response, record: OperationRecord) -> Outcome:
+    outcome = response.extensions.get(OUTCOME)
+    return outcome if isinstance(outcome, Outcome) else _stored_outcome(record)
+
+
+class _Common:
+    """What `Client` and `AsyncClient` share besides I/O."""
+
+    settings: Settings
+
+    def _init_settings(
+        self,
+        store: StoreArg,
+        policy: RetryPolicy | None,
+        clock: Clock | None,
+        budget: RetryBudget | None,
+        hooks: Hooks | None,
+        max_request_body: int,
+        rng: random.Random | None,
+    ) -> None:
+        self._owns_store = isinstance(store, str | os.PathLike)
+        self.settings = make_settings(
+            store,
+            policy=policy,
+            clock=clock,
+            budget=budget,
+            hooks=hooks,
+            max_request_body=max_request_body,
+            rng=rng,
+        )
+
+    @property
+    def store(self) -> Store:
+        return self.settings.store
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.settings.policy
+
+    def operation(self, operation_id: str) -> Outcome | None:
+        """What the store knows of an operation, without any network call."""
+        record = self.settings.store.get(operation_id)
+        return None if record is None else _stored_outcome(record)
+
+    def _close_store(self) -> None:
+        if self._owns_store:
+            self.settings.store.close()
+
+
+class Client(_Common):
+    """An httpx client whose unsafe requests are durable operations.
+
+    `store` is a path to the SQLite store (created with mode 0600) or a `Store`.
+    Everything else that `httpx.Client` takes (base_url, auth, headers, timeout,
+    limits, verify, transport, mounts...) may be passed as keyword arguments, or pass
+    an `httpx.Client` you built as `http`.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: StoreArg,
+        policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        budget: RetryBudget | None = None,
+        hooks: Hooks | None = None,
+        max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
+        rng: random.Random | None = None,
+        http: httpx.Client | None = None,
+        **httpx_options: Any,
+    ) -> None:
+        if http is not None and httpx_options:
+            raise TypeError("pass either http= or httpx options, not both")
+        self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
+        self.http = http if http is not None else httpx.Client(**httpx_options)
+        _wrap_with(self.http, self.settings)
+
+    def request(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        key: str | None = None,
+        operation_id: str | None = None,
+        identity: str | Sequence[str] | None = None,
+        reference: str | None = None,
+        headers: Any = None,
+        extensions: Any = None,
+        **kwargs: Any,
+    ) -> Outcome:
+        """Run one operation to its outcome.
+
+        - `key`: use this idempotency key as given (never replaced).
+        - `identity`: derive the key from a natural identity (uuid5), e.g.
+          ``("invoice-7", "charge")``: the same identity gives the same key anywhere.
+        - `operation_id`: your name for the operation; issuing it again returns the
+          stored final answer without a network call, or resumes it with its key.
+        - `reference`: the end-to-end reference, kept for reconciliation.
+
+        Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
+        Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
+        """
+        merged, extended = _options(key, operation_id, identity, reference, headers, extensions)
+        response = self.http.request(method, url, headers=merged, extensions=extended, **kwargs)
+        return _outcome(response)
+
+    def post(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        return self.request("POST", url, **kwargs)
+
+    def patch(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        return self.request("PATCH", url, **kwargs)
+
+    def put(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        """PUT, as an operation only if the policy's `methods` include it."""
+        return self.request("PUT", url, **kwargs)
+
+    def delete(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        """DELETE, as an operation only if the policy's `methods` include it."""
+        return self.request("DELETE", url, **kwargs)
+
+    def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        """A plain GET (safe; no key, no store)."""
+        return self.http.get(url, **kwargs)
+
+    def resume(self, *, limit: int | None = None) -> list[Outcome]:
+        """Finish every unfinished operation in the store (see `idemclient.resume`)."""
+        return resume(self.http, limit=limit)
+
+    def close(self) -> None:
+        self.http.close()
+        self._close_store()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncClient(_Common):
+    """The async `Client` (asyncio or trio, through httpx)."""
+
+    def __init__(
+        self,
+        *,
+        store: StoreArg,
+        policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        budget: RetryBudget | None = None,
+        hooks: Hooks | None = None,
+        max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
+        rng: random.Random | None = None,
+        http: httpx.AsyncClient | None = None,
+        **httpx_options: Any,
+    ) -> None:
+        if http is not None and httpx_options:
+            raise TypeError("pass either http= or httpx options, not both")
+        self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
+        self.http = http if http is not None else httpx.AsyncClient(**httpx_options)
+        _wrap_with(self.http, self.settings)
+
+    async def request(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        key: str | None = None,
+        operation_id: str | None = None,
+        identity: str | Sequence[str] | None = None,
+        reference: str | None = None,
+        headers: Any = None,
+        extensions: Any = None,
+        **kwargs: Any,
+    ) -> Outcome:
+        """See `Client.request`."""
+        merged, extended = _options(key, operation_id, identity, reference, headers, extensions)
+        response = await self.http.request(
+            method, url, headers=merged, extensions=extended, **kwargs
+        )
+        return _outcome(response)
+
+    async def post(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        return await self.request("POST", url, **kwargs)
+
+    async def patch(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        return await self.request("PATCH", url, **kwargs)
+
+    async def put(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        return await self.request("PUT", url, **kwargs)
+
+    async def delete(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
+        return await self.request("DELETE", url, **kwargs)
+
+    async def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.http.get(url, **kwargs)
+
+    async def resume(self, *, limit: int | None = None) -> list[Outcome]:
+        return await aresume(self.http, limit=limit)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        self._close_store()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

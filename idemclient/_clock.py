@@ -1,0 +1,96 @@
+"""Time, injected: wall time for records shared across processes, monotonic time for
+deadlines, and sleeping. Tests pass a `ManualClock` so that nothing really sleeps."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol, runtime_checkable
+
+import anyio
+import anyio.lowlevel
+
+__all__ = ["Clock", "ManualClock", "SystemClock", "set_testing"]
+
+_testing = False
+
+
+def set_testing(testing: bool) -> None:
+    """Switch off real sleeping for every `SystemClock` (for test suites).
+
+    Deadlines still run on real time, and the bounded attempt counts still apply, so
+    a retry loop under test finishes at once instead of waiting out its backoff.
+    """
+    global _testing
+    _testing = testing
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def time(self) -> float:
+        """Seconds since the epoch (stored in records; compared across processes)."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (deadlines)."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    async def asleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0 and not _testing:
+            time.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        if seconds > 0 and not _testing:
+            await anyio.sleep(seconds)
+
+
+class ManualClock:
+    """A clock that moves only when told to, or when something sleeps on it.
+
+    Sleeping advances both wall and monotonic time at once and records the request in
+    `sleeps`, so a test can check every wait without waiting.
+    """
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._lock = threading.Lock()
+        self._wall = start
+        self._mono = 0.0
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        with self._lock:
+            return self._wall
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a clock does not go back")
+        with self._lock:
+            self._wall += seconds
+            self._mono += seconds
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+        self.advance(max(0.0, seconds))
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+        await anyio.lowlevel.checkpoint()

@@ -1,0 +1,167 @@
+"""The retry policy: an immutable value, and the pure decision of what to do next.
+
+Backoff is exponential with full jitter. Before retry number ``n`` (1 for the first
+retry) the client waits a uniformly random time in
+
+    [0, min(max_backoff, initial_backoff * backoff_factor ** (n - 1))]
+
+and never less than what the server asked for with `Retry-After` (the server's wait is
+a floor that jitter never shortens). The exponential ceiling is tenacity's
+`wait_exponential`; the jitter is drawn from an injectable `random.Random`.
+
+One total deadline covers every attempt and every sleep. A wait that would end past the
+deadline is not slept: the client stops at once and records the server's not-before
+time, so a later resume honours it. It never retries early.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Literal
+
+import tenacity
+
+from ._classify import AttemptKind, Classification
+
+__all__ = ["Decision", "RetryPolicy", "backoff_ceiling", "decide"]
+
+_DEFAULT_RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+_DEFAULT_METHODS = frozenset({"POST", "PATCH"})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How hard to try, and for how long. Change it with `dataclasses.replace`.
+
+    Every bound has a finite default: a payment client must not retry forever.
+    """
+
+    #: attempts per call, the first one included
+    max_attempts: int = 8
+    #: one deadline, in seconds, over every attempt and every sleep of a call
+    deadline: float = 60.0
+    #: the first backoff ceiling, in seconds
+    initial_backoff: float = 0.25
+    #: each retry multiplies the backoff ceiling by this
+    backoff_factor: float = 2.0
+    #: the backoff ceiling never grows past this, in seconds
+    max_backoff: float = 20.0
+    #: a server wait (Retry-After) longer than this stops the call at once instead
+    max_retry_after: float = 60.0
+    #: the timeout of one attempt (each is also cut to the time left before the deadline)
+    attempt_timeout: float = 30.0
+    #: statuses worth another attempt with the same key
+    retry_statuses: frozenset[int] = _DEFAULT_RETRY_STATUSES
+    #: the unsafe methods that get a key; others pass straight through
+    methods: frozenset[str] = _DEFAULT_METHODS
+    #: obey `Stripe-Should-Retry` / `x-should-retry` over the status table
+    follow_server_hints: bool = False
+    #: how long the server keeps keys; an operation that may have been applied and is
+    #: older than this is never re-sent automatically (it could apply twice)
+    key_retention: float = 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[bool, str]] = [
+            (self.max_attempts >= 1, "max_attempts must be at least 1"),
+            (_positive(self.deadline), "deadline must be a positive number of seconds"),
+            (_non_negative(self.initial_backoff), "initial_backoff must be >= 0"),
+            (
+                math.isfinite(self.backoff_factor) and self.backoff_factor >= 1,
+                "backoff_factor must be >= 1",
+            ),
+            (_non_negative(self.max_backoff), "max_backoff must be >= 0"),
+            (_non_negative(self.max_retry_after), "max_retry_after must be >= 0"),
+            (_positive(self.attempt_timeout), "attempt_timeout must be positive"),
+            (_positive(self.key_retention), "key_retention must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"RetryPolicy: {message}")
+        object.__setattr__(self, "retry_statuses", frozenset(self.retry_statuses))
+        object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
+
+    def replace(self, **changes: object) -> RetryPolicy:
+        """A copy with `changes` applied (validated like a new policy)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _non_negative(value: float) -> bool:
+    return math.isfinite(value) and value >= 0
+
+
+def backoff_ceiling(policy: RetryPolicy, retry_number: int) -> float:
+    """The top of the jitter window before retry `retry_number` (1-based)."""
+    strategy = tenacity.wait_exponential(
+        multiplier=policy.initial_backoff, exp_base=policy.backoff_factor, max=policy.max_backoff
+    )
+    return strategy(_AttemptNumber(retry_number))  # type: ignore[arg-type]  # reads attempt_number only
+
+
+@dataclass(frozen=True, slots=True)
+class _AttemptNumber:
+    """The one field of tenacity's `RetryCallState` that its wait strategies read."""
+
+    attempt_number: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do after an attempt that did not end the operation."""
+
+    action: Literal["retry", "stop"]
+    #: seconds to sleep before the next attempt (retry only)
+    wait: float = 0.0
+    #: the server's not-before time (wall clock), when its wait decided the stop
+    not_before: float | None = None
+    #: why, in words, for the record and the logs
+    reason: str = ""
+    #: tokens to take from the retry budget (retry only)
+    cost: int = field(default=0)
+
+
+def decide(
+    policy: RetryPolicy,
+    classification: Classification,
+    *,
+    attempts: int,
+    remaining: float,
+    server_wait: float | None,
+    now: float,
+    rng: random.Random,
+) -> Decision:
+    """Retry or stop, after `attempts` attempts of this call with `remaining` seconds left.
+
+    Pure apart from the jitter drawn from `rng`.
+    """
+    if not classification.retry:
+        return Decision("stop", reason=f"{classification.kind} is not retried")
+    not_before = None if server_wait is None else now + server_wait
+    if attempts >= policy.max_attempts:
+        return Decision(
+            "stop", not_before=not_before, reason=f"{attempts} attempts made (max_attempts)"
+        )
+    if server_wait is not None and server_wait > policy.max_retry_after:
+        return Decision(
+            "stop",
+            not_before=not_before,
+            reason=f"server asked to wait {server_wait:.3f}s, over max_retry_after",
+        )
+    wait = rng.uniform(0.0, backoff_ceiling(policy, attempts))
+    if server_wait is not None:
+        wait = max(wait, server_wait)
+    if wait >= remaining:
+        return Decision(
+            "stop",
+            not_before=not_before,
+            reason=f"a wait of {wait:.3f}s does not fit the {remaining:.3f}s left of the deadline",
+        )
+    # Timeouts and dropped connections cost more: they tie up the server longest.
+    cost = 10 if classification.kind is AttemptKind.MAYBE_APPLIED else 5
+    return Decision("retry", wait=wait, not_before=not_before, reason="retry", cost=cost)

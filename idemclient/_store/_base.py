@@ -1,0 +1,201 @@
+"""What a store holds and the interface every store backend offers."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .._outcome import State
+
+__all__ = [
+    "Begin",
+    "Claim",
+    "Durability",
+    "Intent",
+    "OperationRecord",
+    "Progress",
+    "Store",
+    "StoredResponse",
+]
+
+Headers = tuple[tuple[str, str], ...]
+
+
+class Durability(enum.StrEnum):
+    """How much of the store survives a power loss (all levels survive a process crash).
+
+    - `FULL`: every commit is flushed to disk (fsync) before it returns.
+    - `INTENT` (default): the intent (key, request) is flushed before the first byte is
+      sent; outcomes are not. A lost outcome costs one replayed request after a power
+      loss, answered from the server's stored response under the same key.
+    - `BUFFERED`: nothing is flushed; the operating system writes it out later. A power
+      loss can forget the last operations' keys; re-issued with a natural identity
+      (`identity=`), they get the same key back anyway. Survives process crashes.
+    """
+
+    FULL = "full"
+    INTENT = "intent"
+    BUFFERED = "buffered"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A final answer as stored. Bodies over the store's cap are kept as a hash only."""
+
+    status_code: int
+    headers: Headers
+    body: bytes
+    body_sha256: str
+    body_size: int
+
+    @property
+    def body_omitted(self) -> bool:
+        return self.body_size != len(self.body)
+
+    @classmethod
+    def of(cls, status_code: int, headers: Headers, body: bytes) -> StoredResponse:
+        """A whole response; the store decides how much of the body to keep."""
+        return cls(status_code, headers, body, hashlib.sha256(body).hexdigest(), len(body))
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An operation about to be sent for the first time (or registered for later)."""
+
+    operation_id: str
+    key: str
+    #: the caller chose the key; it is never replaced by a stored one
+    key_given: bool
+    method: str
+    url: str
+    headers: Headers
+    body: bytes
+    #: sha256 over method, path and query, and body: same operation, same request
+    fingerprint: str
+    reference: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a call has got to: written with each retry and at the end."""
+
+    attempts: int
+    maybe_applied: bool
+    #: the last thing observed, in words
+    evidence: str
+    #: the server's not-before time (wall clock), if it gave one
+    not_before: float | None
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    operation_id: str
+    key: str
+    method: str
+    url: str
+    headers: Headers
+    body: bytes
+    fingerprint: str
+    reference: str | None
+    state: State
+    attempts: int
+    maybe_applied: bool
+    evidence: str
+    not_before: float | None
+    lease_owner: str | None
+    lease_expires: float | None
+    response: StoredResponse | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+
+class Claim(enum.Enum):
+    #: the intent was recorded now, with the lease held by the caller
+    CREATED = "created"
+    #: the operation existed, was unfinished, and the caller now holds its lease
+    CLAIMED = "claimed"
+    #: the operation has a final answer; nothing is to be sent
+    FINISHED = "finished"
+    #: another owner holds a live lease
+    BUSY = "busy"
+
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    claim: Claim
+    record: OperationRecord
+
+
+class Store(Protocol):
+    """Durable operations, shared safely by threads and processes.
+
+    Leases: an owner may send an operation only while it holds a live lease, taken by
+    one conditional write; a lease whose owner died is taken over when it expires (or
+    at once when the owner is a dead process on this host).
+    """
+
+    @property
+    def path(self) -> str: ...
+
+    def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
+        """Record `intent` durably and lease it to `owner`, or find the operation.
+
+        Raises `OperationMismatch` when the operation (or the key) exists for another
+        request.
+        """
+        ...
+
+    def claim(self, operation_id: str, *, owner: str, now: float, lease_until: float) -> Begin:
+        """Lease an existing unfinished operation to `owner` if nobody live holds it."""
+        ...
+
+    def record_attempt(
+        self, operation_id: str, *, owner: str, progress: Progress, lease_until: float
+    ) -> bool:
+        """Note an attempt that will be retried and extend the lease. False if lost."""
+        ...
+
+    def finish(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        state: State,
+        progress: Progress,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        """Store where the call left the operation and release the lease."""
+        ...
+
+    def register(self, intents: Iterable[Intent], *, now: float) -> int:
+        """Record many pending operations in one transaction; returns how many were new."""
+        ...
+
+    def get(self, operation_id: str) -> OperationRecord | None: ...
+
+    def get_by_key(self, key: str) -> OperationRecord | None: ...
+
+    def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
+        """Operations without a final answer, oldest first."""
+        ...
+
+    def operations(
+        self, *, states: Iterable[State] | None = None, limit: int | None = None
+    ) -> Sequence[OperationRecord]: ...
+
+    def counts(self) -> dict[State, int]: ...
+
+    def reap(self, *, now: float, batch: int = 10_000) -> int:
+        """Delete finished operations older than the retention; never unfinished ones."""
+        ...
+
+    def purge(self, operation_ids: Iterable[str]) -> int:
+        """Delete these finished operations. Unfinished ones are refused, not deleted."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,193 @@
+"""The SQLite store's file: recognising it, creating it privately, and migrating it.
+
+A file is ours when its SQLite header carries idemclient's application id. Anything
+else (not SQLite, damaged, another program's database, a newer schema) raises an error
+naming the file, and the file is left exactly as it was found.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+
+import sqlite_utils
+
+from .._errors import ForeignStore, StoreCorrupt, StoreTooNew, StoreUnavailable
+
+__all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "open_database"]
+
+APPLICATION_ID = 0x49444D43  # "IDMC"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEADER_SIZE = 100
+
+
+def _v1(db: sqlite_utils.Database) -> None:
+    operations = db.table("operations")
+    operations.create(
+        {
+            "id": str,
+            "key": str,
+            "method": str,
+            "url": str,
+            "headers": str,  # JSON pairs, secrets removed
+            "body": bytes,
+            "fingerprint": str,
+            "reference": str,
+            "state": str,
+            "attempts": int,
+            "maybe_applied": int,
+            "evidence": str,
+            "not_before": float,
+            "lease_owner": str,
+            "lease_expires": float,
+            "status_code": int,
+            "response_headers": str,
+            "response_body": bytes,
+            "response_sha256": str,
+            "response_size": int,
+            "created_at": float,
+            "updated_at": float,
+            "finished_at": float,
+        },
+        pk="id",
+        not_null={
+            "key",
+            "method",
+            "url",
+            "headers",
+            "body",
+            "fingerprint",
+            "state",
+            "attempts",
+            "maybe_applied",
+            "evidence",
+            "created_at",
+            "updated_at",
+        },
+        defaults={"attempts": 0, "maybe_applied": 0, "evidence": ""},
+    )
+    operations.create_index(["key"], index_name="operations_key", unique=True)
+    # Partial indexes (sqlite-utils has no syntax for them): the unfinished operations
+    # stay fast to find among millions of finished ones, and reaping reads only the
+    # finished ones.
+    db.execute(
+        "CREATE INDEX operations_unfinished ON operations (created_at) WHERE finished_at IS NULL"
+    )
+    db.execute(
+        "CREATE INDEX operations_finished ON operations (finished_at) WHERE finished_at IS NOT NULL"
+    )
+    db.execute(
+        "CREATE INDEX operations_reference ON operations (reference) WHERE reference IS NOT NULL"
+    )
+
+
+Migration = Callable[[sqlite_utils.Database], None]
+
+#: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
+MIGRATIONS: Sequence[Migration] = (_v1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def open_database(
+    path: str, *, busy_timeout: float, migrations: Sequence[Migration] = MIGRATIONS
+) -> sqlite3.Connection:
+    """Open (creating with mode 0600 if absent) and migrate the store at `path`."""
+    in_memory = path == ":memory:"
+    if not in_memory:
+        _create_or_check_header(path)
+    try:
+        conn = sqlite3.connect(
+            path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(path, f"cannot be opened: {exc}") from exc
+    try:
+        _check_and_migrate(conn, path, in_memory, migrations)
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        raise StoreUnavailable(path, f"cannot be used: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreCorrupt(path, f"is damaged: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _create_or_check_header(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StoreUnavailable(path, f"cannot be created: {exc.strerror}") from exc
+    else:
+        os.close(fd)
+        return
+    try:
+        with open(path, "rb") as existing:
+            header = existing.read(_HEADER_SIZE)
+    except IsADirectoryError as exc:
+        raise StoreUnavailable(path, "is a directory, not a store file") from exc
+    except OSError as exc:
+        raise StoreUnavailable(path, f"cannot be read: {exc.strerror}") from exc
+    if not header:
+        return  # created empty (by us, before a crash): nothing to lose
+    if not header.startswith(_SQLITE_MAGIC):
+        raise StoreCorrupt(path, "is not a SQLite database (wrong file header)")
+    if len(header) < _HEADER_SIZE:
+        raise StoreCorrupt(path, "is truncated: shorter than a SQLite header")
+
+
+def _check_and_migrate(
+    conn: sqlite3.Connection, path: str, in_memory: bool, migrations: Sequence[Migration]
+) -> None:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if app_id == 0:
+        (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if tables:
+            raise ForeignStore(
+                path, "is a SQLite database that idemclient did not create (no application id)"
+            )
+    elif app_id != APPLICATION_ID:
+        raise ForeignStore(
+            path,
+            f"belongs to another program (application id {app_id:#010x},"
+            f" idemclient's is {APPLICATION_ID:#010x})",
+        )
+    latest = len(migrations)
+    if version > latest:
+        raise StoreTooNew(
+            path, f"has schema version {version}; this idemclient understands up to {latest}"
+        )
+    if not in_memory:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":
+            raise StoreUnavailable(path, f"cannot use write-ahead logging (journal mode {mode!r})")
+    # Prove that we can write before anything relies on it (read-only files and media).
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("ROLLBACK")
+    _migrate(conn, migrations)
+
+
+def _migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
+    db = sqlite_utils.Database(conn)
+    for version, step in enumerate(migrations, start=1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read again under the write lock: another process may have migrated.
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            if current >= version:
+                conn.execute("ROLLBACK")
+                continue
+            step(db)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {version}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise

@@ -1,0 +1,497 @@
+"""The SQLite store: one private file per application, in WAL mode.
+
+The schema and its migrations are made with sqlite-utils (see `_schema`); the hot path
+(begin, finish) is a few prepared statements on the same connection, because
+sqlite-utils' conveniences introspect the table on every call and that would cost more
+than the rest of a request. One connection is shared by the threads of a process,
+behind a lock; processes share the file through SQLite's own locking.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import Any
+
+from .._errors import OperationMismatch, StoreCorrupt, StoreUnavailable
+from .._outcome import State
+from ._base import (
+    Begin,
+    Claim,
+    Durability,
+    Headers,
+    Intent,
+    OperationRecord,
+    Progress,
+    StoredResponse,
+)
+from ._owners import owner_is_dead
+from ._schema import open_database
+
+__all__ = ["DEFAULT_SECRET_HEADERS", "SQLiteStore"]
+
+#: Never written to a store, in requests or responses. On resume, the live client
+#: supplies its credentials again.
+DEFAULT_SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+)
+#: Not part of the request's meaning; recomputed when the request is rebuilt.
+_TRANSIENT_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "idempotency-key"}
+)
+
+_COLUMNS = (
+    "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
+    " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
+    " response_headers, response_body, response_sha256, response_size, created_at,"
+    " updated_at, finished_at"
+)
+_INSERT = (
+    "INSERT INTO operations (id, key, method, url, headers, body, fingerprint, reference,"
+    " state, attempts, maybe_applied, evidence, lease_owner, lease_expires, created_at,"
+    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, ?, ?, ?)"
+    " ON CONFLICT DO NOTHING"
+)
+_SELECT = f"SELECT {_COLUMNS} FROM operations"
+_UNFINISHED = "finished_at IS NULL"
+
+
+class SQLiteStore:
+    """The default `Store`: a local SQLite file, created with mode 0600.
+
+    `durability` trades power-loss safety for speed (see `Durability`). Response bodies
+    longer than `max_stored_body` bytes keep only their size and sha256. Finished
+    operations older than `retention` seconds are reaped; unfinished ones never are.
+    Header names in `secret_headers` are never written (Authorization, Cookie,
+    Proxy-Authorization, Set-Cookie and X-Api-Key always included).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability | str = Durability.INTENT,
+        max_stored_body: int = 16 * 1024,
+        retention: float = 7 * 24 * 3600.0,
+        secret_headers: Collection[str] = (),
+        busy_timeout: float = 30.0,
+    ) -> None:
+        if max_stored_body < 0:
+            raise ValueError("max_stored_body must be >= 0")
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._path = os.fspath(path)
+        self.durability = Durability(durability)
+        self.max_stored_body = max_stored_body
+        self.retention = retention
+        self.secret_headers = DEFAULT_SECRET_HEADERS | {h.lower() for h in secret_headers}
+        self._lock = threading.RLock()
+        self._conn = open_database(self._path, busy_timeout=busy_timeout)
+        self._synchronous: str | None = None
+        self._closed = False
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self._path!r}, durability={self.durability.value!r})"
+
+    # -- writing ---------------------------------------------------------------------
+
+    def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
+        headers = _dump_headers(self._redact(intent.headers))
+        with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
+            # Admission in one statement: a row written means this call owns the
+            # operation, exactly as the server admits a key.
+            cursor = conn.execute(
+                _INSERT,
+                (
+                    intent.operation_id,
+                    intent.key,
+                    intent.method,
+                    intent.url,
+                    headers,
+                    intent.body,
+                    intent.fingerprint,
+                    intent.reference,
+                    State.IN_FLIGHT.value,
+                    owner,
+                    lease_until,
+                    now,
+                    now,
+                ),
+            )
+            if cursor.rowcount == 1:
+                return Begin(Claim.CREATED, self._fetch(conn, intent.operation_id))
+        with self._use(durable=self.durability is Durability.FULL) as conn, _transaction(conn):
+            record = self._find_for(conn, intent)
+            if record.state.finished:
+                return Begin(Claim.FINISHED, record)
+            return self._claim_locked(conn, record, owner=owner, now=now, lease_until=lease_until)
+
+    def claim(self, operation_id: str, *, owner: str, now: float, lease_until: float) -> Begin:
+        with self._use(durable=self.durability is Durability.FULL) as conn, _transaction(conn):
+            record = self._fetch(conn, operation_id)
+            if record.state.finished:
+                return Begin(Claim.FINISHED, record)
+            return self._claim_locked(conn, record, owner=owner, now=now, lease_until=lease_until)
+
+    def record_attempt(
+        self, operation_id: str, *, owner: str, progress: Progress, lease_until: float
+    ) -> bool:
+        with self._use(durable=self.durability is Durability.FULL) as conn:
+            cursor = conn.execute(
+                "UPDATE operations SET attempts = ?, maybe_applied = max(maybe_applied, ?),"
+                " evidence = ?, not_before = ?, lease_expires = ?, updated_at = ?"
+                " WHERE id = ? AND lease_owner = ? AND finished_at IS NULL",
+                (
+                    progress.attempts,
+                    int(progress.maybe_applied),
+                    progress.evidence,
+                    progress.not_before,
+                    lease_until,
+                    progress.now,
+                    operation_id,
+                    owner,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    def finish(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        state: State,
+        progress: Progress,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        response_values: tuple[Any, ...] = (None, None, None, None, None)
+        if response is not None:
+            response_values = (
+                response.status_code,
+                _dump_headers(self._redact(response.headers)),
+                # Over the cap, only the size and hash are kept: the table must not
+                # become a blob store.
+                response.body if response.body_size <= self.max_stored_body else b"",
+                response.body_sha256,
+                response.body_size,
+            )
+        now = progress.now
+        finished_at = now if state.finished else None
+        # A final answer ends any wait the server asked for.
+        not_before = None if state.finished else progress.not_before
+        # A final answer is recorded whoever holds the lease: the server answers the
+        # same under this key to everyone. Giving up only counts while we own it.
+        guard = "finished_at IS NULL" if state.finished else "lease_owner = ?"
+        guard_args: tuple[Any, ...] = () if state.finished else (owner,)
+        with self._use(durable=self.durability is Durability.FULL) as conn:
+            conn.execute(
+                "UPDATE operations SET state = ?, attempts = ?,"
+                " maybe_applied = max(maybe_applied, ?), evidence = ?, not_before = ?,"
+                " lease_owner = NULL, lease_expires = NULL, status_code = ?,"
+                " response_headers = ?, response_body = ?, response_sha256 = ?,"
+                " response_size = ?, updated_at = ?, finished_at = ?"
+                f" WHERE id = ? AND {guard}",
+                (
+                    state.value,
+                    progress.attempts,
+                    int(progress.maybe_applied),
+                    progress.evidence,
+                    not_before,
+                    *response_values,
+                    now,
+                    finished_at,
+                    operation_id,
+                    *guard_args,
+                ),
+            )
+            return self._fetch(conn, operation_id)
+
+    def register(self, intents: Iterable[Intent], *, now: float) -> int:
+        intents = list(intents)
+        rows = [
+            (
+                i.operation_id,
+                i.key,
+                i.method,
+                i.url,
+                _dump_headers(self._redact(i.headers)),
+                i.body,
+                i.fingerprint,
+                i.reference,
+                State.PENDING.value,
+                None,
+                None,
+                now,
+                now,
+            )
+            for i in intents
+        ]
+        durable = self.durability is not Durability.BUFFERED
+        with self._use(durable=durable) as conn, _transaction(conn):
+            before = conn.total_changes
+            conn.executemany(_INSERT, rows)
+            created = conn.total_changes - before
+            if created != len(rows):
+                # Some existed already: each must be the same request, or nothing is
+                # recorded (the transaction rolls back).
+                for intent in intents:
+                    self._find_for(conn, intent)
+            return created
+
+    def reap(self, *, now: float, batch: int = 10_000) -> int:
+        cutoff = now - self.retention
+        with self._use(durable=False) as conn:
+            cursor = conn.execute(
+                "DELETE FROM operations WHERE id IN (SELECT id FROM operations"
+                " WHERE finished_at IS NOT NULL AND finished_at < ? LIMIT ?)",
+                (cutoff, batch),
+            )
+            return cursor.rowcount
+
+    def purge(self, operation_ids: Iterable[str]) -> int:
+        ids = list(operation_ids)
+        with self._use(durable=self.durability is Durability.FULL) as conn, _transaction(conn):
+            for operation_id in ids:
+                record = self._fetch(conn, operation_id)
+                if not record.state.finished:
+                    raise ValueError(
+                        f"operation {operation_id!r} is {record.state.value}, not finished:"
+                        " resume or settle it first; nothing was purged"
+                    )
+            before = conn.total_changes
+            conn.executemany("DELETE FROM operations WHERE id = ?", [(i,) for i in ids])
+            return conn.total_changes - before
+
+    # -- reading ---------------------------------------------------------------------
+
+    def get(self, operation_id: str) -> OperationRecord | None:
+        with self._use() as conn:
+            row = conn.execute(f"{_SELECT} WHERE id = ?", (operation_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def get_by_key(self, key: str) -> OperationRecord | None:
+        with self._use() as conn:
+            row = conn.execute(f"{_SELECT} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _record(row)
+
+    def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
+        with self._use() as conn:
+            rows = conn.execute(
+                f"{_SELECT} WHERE {_UNFINISHED} ORDER BY created_at LIMIT ?",
+                (-1 if limit is None else limit,),
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def operations(
+        self, *, states: Iterable[State] | None = None, limit: int | None = None
+    ) -> Sequence[OperationRecord]:
+        where, args = "", []
+        if states is not None:
+            wanted = [State(s).value for s in states]
+            where = f" WHERE state IN ({', '.join('?' for _ in wanted)})"
+            args = list(wanted)
+        with self._use() as conn:
+            rows = conn.execute(
+                f"{_SELECT}{where} ORDER BY created_at LIMIT ?",
+                (*args, -1 if limit is None else limit),
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def counts(self) -> dict[State, int]:
+        with self._use() as conn:
+            rows = conn.execute("SELECT state, count(*) FROM operations GROUP BY state")
+            found = {State(state): n for state, n in rows}
+        return {state: found.get(state, 0) for state in State}
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- inside the lock -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _use(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, with the fsync level this commit needs, and
+        SQLite's errors turned into ours (naming the file)."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailable(self._path, "is closed")
+            synchronous = "FULL" if durable else "NORMAL"
+            try:
+                if synchronous != self._synchronous:
+                    self._conn.execute(f"PRAGMA synchronous = {synchronous}")
+                    self._synchronous = synchronous
+                yield self._conn
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(self._path, f"cannot be used: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                raise StoreCorrupt(self._path, f"is damaged: {exc}") from exc
+
+    def _fetch(self, conn: sqlite3.Connection, operation_id: str) -> OperationRecord:
+        row = conn.execute(f"{_SELECT} WHERE id = ?", (operation_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no operation {operation_id!r} in {self._path!r}")
+        return _record(row)
+
+    def _find_for(self, conn: sqlite3.Connection, intent: Intent) -> OperationRecord:
+        """The stored operation matching `intent`, which must be the same request."""
+        row = conn.execute(
+            f"{_SELECT} WHERE id = ? OR key = ? ORDER BY id = ? DESC LIMIT 1",
+            (intent.operation_id, intent.key, intent.operation_id),
+        ).fetchone()
+        if row is None:  # deleted between the insert and this read: a purge raced us
+            raise KeyError(f"operation {intent.operation_id!r} vanished from {self._path!r}")
+        record = _record(row)
+        if record.operation_id != intent.operation_id:
+            raise OperationMismatch(
+                f"key {intent.key!r} already belongs to operation {record.operation_id!r};"
+                f" it cannot be used for operation {intent.operation_id!r}",
+                operation_id=intent.operation_id,
+                key=intent.key,
+            )
+        if intent.key_given and record.key != intent.key:
+            raise OperationMismatch(
+                f"operation {intent.operation_id!r} was recorded with key {record.key!r},"
+                f" not {intent.key!r}; a recorded key is never replaced",
+                operation_id=intent.operation_id,
+                key=intent.key,
+            )
+        if record.fingerprint != intent.fingerprint:
+            raise OperationMismatch(
+                f"operation {intent.operation_id!r} (key {record.key!r}) was recorded for"
+                f" {record.method} {record.url} with another body; refusing to send a"
+                " different request under it",
+                operation_id=intent.operation_id,
+                key=record.key,
+            )
+        return record
+
+    def _claim_locked(
+        self,
+        conn: sqlite3.Connection,
+        record: OperationRecord,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+    ) -> Begin:
+        holder = record.lease_owner
+        live = (
+            holder is not None
+            and record.lease_expires is not None
+            and record.lease_expires > now
+            and not owner_is_dead(holder)
+        )
+        if live:
+            return Begin(Claim.BUSY, record)
+        # Conditional on the holder we just read: the takeover is one guarded write.
+        cursor = conn.execute(
+            "UPDATE operations SET state = ?, lease_owner = ?, lease_expires = ?,"
+            " updated_at = ? WHERE id = ? AND finished_at IS NULL AND lease_owner IS ?",
+            (State.IN_FLIGHT.value, owner, lease_until, now, record.operation_id, holder),
+        )
+        if cursor.rowcount != 1:
+            return Begin(Claim.BUSY, record)
+        return Begin(Claim.CLAIMED, self._fetch(conn, record.operation_id))
+
+    def _redact(self, headers: Headers) -> Headers:
+        secret = self.secret_headers
+        return tuple(
+            (name, value)
+            for name, value in headers
+            if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
+        )
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _dump_headers(headers: Headers) -> str:
+    return json.dumps([list(pair) for pair in headers], separators=(",", ":"))
+
+
+def _load_headers(text: str | None) -> Headers:
+    if not text:
+        return ()
+    return tuple((str(name), str(value)) for name, value in json.loads(text))
+
+
+def _record(row: tuple[Any, ...]) -> OperationRecord:
+    (
+        operation_id,
+        key,
+        method,
+        url,
+        headers,
+        body,
+        fingerprint,
+        reference,
+        state,
+        attempts,
+        maybe_applied,
+        evidence,
+        not_before,
+        lease_owner,
+        lease_expires,
+        status_code,
+        response_headers,
+        response_body,
+        response_sha256,
+        response_size,
+        created_at,
+        updated_at,
+        finished_at,
+    ) = row
+    response = None
+    if status_code is not None:
+        response = StoredResponse(
+            status_code=status_code,
+            headers=_load_headers(response_headers),
+            body=bytes(response_body or b""),
+            body_sha256=response_sha256 or "",
+            body_size=response_size or 0,
+        )
+    return OperationRecord(
+        operation_id=operation_id,
+        key=key,
+        method=method,
+        url=url,
+        headers=_load_headers(headers),
+        body=bytes(body),
+        fingerprint=fingerprint,
+        reference=reference,
+        state=State(state),
+        attempts=attempts,
+        maybe_applied=bool(maybe_applied),
+        evidence=evidence,
+        not_before=not_before,
+        lease_owner=lease_owner,
+        lease_expires=lease_expires,
+        response=response,
+        created_at=created_at,
+        updated_at=updated_at,
+        finished_at=finished_at,
+    )
