@@ -144,10 +144,16 @@ def _create_or_check_header(path: str) -> None:
 def _check_and_migrate(
     conn: sqlite3.Connection, path: str, in_memory: bool, migrations: Sequence[Migration]
 ) -> None:
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if app_id == 0:
+    # One read transaction, so that all three come from the same snapshot: another
+    # process may be creating the store right now.
+    conn.execute("BEGIN")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
         (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    finally:
+        conn.execute("COMMIT")
+    if app_id == 0:
         if tables:
             raise ForeignStore(
                 path, "is a SQLite database that idemclient did not create (no application id)"

@@ -1,0 +1,471 @@
+"""The SQLite store: durability, privacy, leases, retention, and refusing what is not ours."""
+
+import hashlib
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+
+from idemclient import (
+    Durability,
+    ForeignStore,
+    OperationMismatch,
+    SQLiteStore,
+    State,
+    StoreCorrupt,
+    StoreTooNew,
+    StoreUnavailable,
+)
+from idemclient._store import Claim, Progress, StoredResponse, new_owner
+from idemclient._store._schema import APPLICATION_ID, SCHEMA_VERSION, open_database
+
+from .conftest import NOW, make_intent
+
+
+def progress(attempts: int = 1, *, now: float = NOW, applied: bool = True) -> Progress:
+    return Progress(
+        attempts=attempts, maybe_applied=applied, evidence="HTTP 201", not_before=None, now=now
+    )
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- the file --------------------------------------------------------------------------
+
+
+def test_store_file_is_private_and_in_wal_mode(store: SQLiteStore, store_path: Path) -> None:
+    store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    for path in (store_path, Path(f"{store_path}-wal"), Path(f"{store_path}-shm")):
+        assert path.exists(), path
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def traced(store: SQLiteStore) -> list[str]:
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    return statements
+
+
+@pytest.mark.parametrize(
+    ("durability", "intent_fsynced", "outcome_fsynced"),
+    [
+        (Durability.FULL, True, True),
+        (Durability.INTENT, True, False),  # the default
+        (Durability.BUFFERED, False, False),
+    ],
+)
+def test_durability_levels_decide_which_commits_are_fsynced(
+    store_path: Path, durability: Durability, intent_fsynced: bool, outcome_fsynced: bool
+) -> None:
+    with SQLiteStore(store_path, durability=durability) as store:
+        statements = traced(store)
+        owner = new_owner()
+        store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+        insert = next(i for i, s in enumerate(statements) if s.startswith("INSERT"))
+        pragmas = [s for s in statements[:insert] if "synchronous" in s]
+        # In WAL mode, synchronous=FULL syncs the log at each commit; NORMAL does not.
+        level_at_insert = pragmas[-1] if pragmas else "PRAGMA synchronous = NORMAL"
+        assert level_at_insert.endswith("FULL") is intent_fsynced
+        statements.clear()
+        store.finish("op-1", owner=owner, state=State.SUCCEEDED, progress=progress())
+        pragmas = [s for s in statements if "synchronous" in s]
+        level_at_finish = pragmas[-1] if pragmas else level_at_insert
+        assert level_at_finish.endswith("FULL") is outcome_fsynced
+
+
+def test_default_durability_is_intent(store: SQLiteStore) -> None:
+    assert store.durability is Durability.INTENT
+
+
+def test_secret_headers_are_never_written(store_path: Path) -> None:
+    secrets = {
+        "Authorization": "Bearer sk_live_authorization_secret",
+        "Cookie": "session=cookie_secret",
+        "Proxy-Authorization": "Basic proxy_secret",
+        "X-Api-Key": "api_key_secret",
+        "X-Partner-Signature": "user_named_secret",
+    }
+    with SQLiteStore(store_path, secret_headers={"x-partner-signature"}) as store:
+        intent = make_intent(headers=(("Content-Type", "application/json"), *secrets.items()))
+        owner = new_owner()
+        store.begin(intent, owner=owner, now=NOW, lease_until=NOW + 60)
+        response = StoredResponse.of(
+            201, (("Set-Cookie", "sid=set_cookie_secret"), ("X-Request-Id", "req_1")), b"{}"
+        )
+        record = store.finish(
+            "op-1", owner=owner, state=State.SUCCEEDED, progress=progress(), response=response
+        )
+        assert dict(record.headers) == {"Content-Type": "application/json"}
+        assert record.response is not None
+        assert dict(record.response.headers) == {"X-Request-Id": "req_1"}
+    raw = b"".join(
+        p.read_bytes() for p in store_path.parent.iterdir() if p.name.startswith("ops.db")
+    )
+    assert b"req_1" in raw  # the check below looks at the right bytes
+    for value in [*secrets.values(), "set_cookie_secret"]:
+        assert value.encode() not in raw, value
+
+
+def test_response_bodies_over_the_cap_keep_only_size_and_hash(store_path: Path) -> None:
+    with SQLiteStore(store_path, max_stored_body=10) as store:
+        for op, body in (("small", b"0123456789"), ("large", b"0123456789A")):
+            owner = new_owner()
+            store.begin(make_intent(op, f"key-{op}"), owner=owner, now=NOW, lease_until=NOW + 9)
+            record = store.finish(
+                op,
+                owner=owner,
+                state=State.SUCCEEDED,
+                progress=progress(),
+                response=StoredResponse.of(201, (), body),
+            )
+            assert record.response is not None
+            assert record.response.body_size == len(body)
+            assert record.response.body_sha256 == hashlib.sha256(body).hexdigest()
+            assert record.response.body == (body if op == "small" else b"")
+            assert record.response.body_omitted is (op == "large")
+
+
+# -- files that are not ours -----------------------------------------------------------
+
+
+def test_random_bytes_are_refused_and_left_alone(store_path: Path) -> None:
+    store_path.write_bytes(os.urandom(4096))
+    before = digest(store_path)
+    with pytest.raises(StoreCorrupt, match="not a SQLite database") as caught:
+        SQLiteStore(store_path)
+    assert str(store_path) in str(caught.value)
+    assert digest(store_path) == before
+
+
+def test_another_programs_database_is_refused_and_left_alone(store_path: Path) -> None:
+    with sqlite3.connect(store_path) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total INTEGER)")
+        conn.execute("INSERT INTO invoices VALUES (1, 100)")
+    before = digest(store_path)
+    with pytest.raises(ForeignStore, match="did not create"):
+        SQLiteStore(store_path)
+    assert digest(store_path) == before
+
+
+def test_a_database_with_another_application_id_is_refused(store_path: Path) -> None:
+    with sqlite3.connect(store_path) as conn:
+        conn.execute("PRAGMA application_id = 1234")
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(ForeignStore, match="another program"):
+        SQLiteStore(store_path)
+
+
+def test_a_truncated_store_is_refused_and_left_alone(store_path: Path) -> None:
+    with SQLiteStore(store_path) as store:
+        owner = new_owner()
+        for n in range(200):
+            store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW, lease_until=NOW)
+    with sqlite3.connect(store_path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = store_path.read_bytes()
+    store_path.write_bytes(data[: len(data) // 3])
+    for suffix in ("-wal", "-shm"):
+        Path(f"{store_path}{suffix}").unlink(missing_ok=True)
+    before = digest(store_path)
+    with pytest.raises(StoreCorrupt), SQLiteStore(store_path) as store:
+        store.unfinished()
+    assert digest(store_path) == before
+
+
+def test_a_header_shorter_than_sqlite_is_refused(store_path: Path) -> None:
+    store_path.write_bytes(b"SQLite format 3\x00" + b"\x00" * 10)
+    with pytest.raises(StoreCorrupt, match="truncated"):
+        SQLiteStore(store_path)
+
+
+def test_a_store_from_a_newer_idemclient_is_refused(store_path: Path) -> None:
+    SQLiteStore(store_path).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreTooNew, match=f"schema version {SCHEMA_VERSION + 1}"):
+        SQLiteStore(store_path)
+
+
+def test_an_empty_file_becomes_a_store(store_path: Path) -> None:
+    store_path.touch()
+    with SQLiteStore(store_path) as store:
+        assert store.unfinished() == []
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="directory"):
+        SQLiteStore(tmp_path)
+
+
+def test_a_missing_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="cannot be created"):
+        SQLiteStore(tmp_path / "missing" / "ops.db")
+
+
+def test_migrations_run_in_order_once(store_path: Path) -> None:
+    SQLiteStore(store_path).close()  # at the current version
+    applied: list[int] = []
+
+    def add_column(db: sqlite_utils.Database) -> None:
+        applied.append(2)
+        db.table("operations").add_column("note", str)
+
+    from idemclient._store._schema import MIGRATIONS
+
+    steps = (*MIGRATIONS, add_column)
+    for _ in range(2):
+        open_database(str(store_path), busy_timeout=1, migrations=steps).close()
+    assert applied == [2]
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(steps)
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(operations)")]
+    assert "note" in columns
+
+
+def test_a_failed_migration_changes_nothing(store_path: Path) -> None:
+    SQLiteStore(store_path).close()
+    before = digest(store_path)
+
+    def broken(db: sqlite_utils.Database) -> None:
+        db.table("operations").add_column("half_done", str)
+        raise RuntimeError("migration bug")
+
+    from idemclient._store._schema import MIGRATIONS
+
+    with pytest.raises(RuntimeError, match="migration bug"):
+        open_database(str(store_path), busy_timeout=1, migrations=(*MIGRATIONS, broken))
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(operations)")]
+    assert "half_done" not in columns
+    del before  # the WAL may be checkpointed; what matters is the schema above
+
+
+# -- admission, leases, mismatches -----------------------------------------------------
+
+
+def test_begin_admits_once_then_finds(store: SQLiteStore) -> None:
+    first, second = new_owner(), new_owner()
+    begun = store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+    assert begun.claim is Claim.CREATED
+    assert begun.record.state is State.IN_FLIGHT
+    assert begun.record.lease_owner == first
+    again = store.begin(make_intent(), owner=second, now=NOW + 1, lease_until=NOW + 61)
+    assert again.claim is Claim.BUSY  # the first owner's lease is live
+    after = store.begin(make_intent(), owner=second, now=NOW + 61, lease_until=NOW + 121)
+    assert after.claim is Claim.CLAIMED  # expired: taken over
+    assert after.record.lease_owner == second
+
+
+def test_a_finished_operation_is_never_claimed(store: SQLiteStore) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish(
+        "op-1",
+        owner=owner,
+        state=State.SUCCEEDED,
+        progress=progress(),
+        response=StoredResponse.of(201, (), b"{}"),
+    )
+    again = store.begin(make_intent(), owner=new_owner(), now=NOW + 999, lease_until=NOW + 1999)
+    assert again.claim is Claim.FINISHED
+    assert store.claim("op-1", owner=new_owner(), now=NOW, lease_until=NOW).claim is Claim.FINISHED
+
+
+def test_a_dead_local_owner_is_taken_over_at_once(store: SQLiteStore) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead_pid = int(child.stdout)
+    live = new_owner()
+    host, _pid, token, n = live.split(":")
+    dead = f"{host}:{dead_pid}:{token}:{n}"
+    store.begin(make_intent(), owner=dead, now=NOW, lease_until=NOW + 3600)
+    taken = store.claim("op-1", owner=live, now=NOW + 1, lease_until=NOW + 60)
+    assert taken.claim is Claim.CLAIMED
+    assert taken.record.lease_owner == live
+
+
+def test_another_hosts_owner_is_respected_until_expiry(store: SQLiteStore) -> None:
+    store.begin(make_intent(), owner="elsewhere:1:abc:1", now=NOW, lease_until=NOW + 60)
+    assert store.claim("op-1", owner=new_owner(), now=NOW + 59, lease_until=NOW).claim is Claim.BUSY
+
+
+def test_same_operation_with_another_body_is_refused(store: SQLiteStore) -> None:
+    store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    with pytest.raises(OperationMismatch, match="another body"):
+        store.begin(
+            make_intent(body=b'{"amount":999}'), owner=new_owner(), now=NOW, lease_until=NOW
+        )
+
+
+def test_a_key_cannot_move_to_another_operation(store: SQLiteStore) -> None:
+    store.begin(make_intent("op-1", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    with pytest.raises(OperationMismatch, match="already belongs"):
+        store.begin(make_intent("op-2", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW)
+
+
+def test_a_given_key_never_replaces_a_recorded_one(store: SQLiteStore) -> None:
+    store.begin(make_intent("op-1", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    with pytest.raises(OperationMismatch, match="never replaced"):
+        store.begin(make_intent("op-1", "key-2"), owner=new_owner(), now=NOW, lease_until=NOW)
+    # A minted key (not given) yields to the recorded one: same operation, same key.
+    found = store.begin(
+        make_intent("op-1", "fresh", key_given=False),
+        owner=new_owner(),
+        now=NOW + 61,
+        lease_until=NOW + 99,
+    )
+    assert found.record.key == "key-1"
+
+
+def test_giving_up_only_counts_while_holding_the_lease(store: SQLiteStore) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+    record = store.finish("op-1", owner=first, state=State.NOT_SENT, progress=progress())
+    assert record.state is State.IN_FLIGHT
+    assert record.lease_owner == second
+    assert not store.record_attempt("op-1", owner=first, progress=progress(), lease_until=NOW)
+
+
+def test_a_final_answer_is_recorded_whoever_holds_the_lease(store: SQLiteStore) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+    record = store.finish(
+        "op-1",
+        owner=first,
+        state=State.SUCCEEDED,
+        progress=progress(),
+        response=StoredResponse.of(201, (), b"{}"),
+    )
+    assert record.state is State.SUCCEEDED
+    assert record.lease_owner is None
+
+
+def test_maybe_applied_never_goes_back(store: SQLiteStore) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.record_attempt("op-1", owner=owner, progress=progress(applied=True), lease_until=NOW)
+    record = store.finish(
+        "op-1", owner=owner, state=State.NOT_SENT, progress=progress(applied=False)
+    )
+    assert record.maybe_applied is True
+
+
+# -- registering, listing, reaping -----------------------------------------------------
+
+
+def test_register_records_all_rows_in_one_transaction(store: SQLiteStore) -> None:
+    intents = [make_intent(f"op-{n}", f"key-{n}") for n in range(50)]
+    assert store.register(intents, now=NOW) == 50
+    assert store.register(intents, now=NOW) == 0  # the same file again: nothing new
+    assert store.counts()[State.PENDING] == 50
+    changed = [
+        *intents[:10],
+        make_intent("op-10", "key-10", body=b"{}"),
+        make_intent("op-new", "key-new"),
+    ]
+    with pytest.raises(OperationMismatch):
+        store.register(changed, now=NOW)
+    assert store.get("op-new") is None  # nothing of the failed registration was kept
+    assert store.counts()[State.PENDING] == 50
+
+
+def test_unfinished_operations_use_the_partial_index(store: SQLiteStore) -> None:
+    plan = store._conn.execute(
+        "EXPLAIN QUERY PLAN SELECT id FROM operations WHERE finished_at IS NULL ORDER BY created_at"
+    ).fetchall()
+    assert any("operations_unfinished" in str(row) for row in plan), plan
+
+
+def test_unfinished_lists_oldest_first_and_skips_finished(store: SQLiteStore) -> None:
+    owner = new_owner()
+    for n in range(3):
+        store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW + n, lease_until=NOW)
+    store.finish(
+        "op-1",
+        owner=owner,
+        state=State.FAILED,
+        progress=progress(),
+        response=StoredResponse.of(400, (), b""),
+    )
+    assert [r.operation_id for r in store.unfinished()] == ["op-0", "op-2"]
+    assert [r.operation_id for r in store.unfinished(limit=1)] == ["op-0"]
+
+
+def test_reap_drops_old_finished_operations_only(store_path: Path) -> None:
+    with SQLiteStore(store_path, retention=100) as store:
+        owner = new_owner()
+        for n, state in enumerate([State.SUCCEEDED, State.FAILED, State.INDETERMINATE]):
+            store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW, lease_until=NOW)
+            store.finish(
+                f"op-{n}",
+                owner=owner,
+                state=state,
+                progress=progress(),
+                response=StoredResponse.of(200, (), b"") if state.finished else None,
+            )
+        assert store.reap(now=NOW + 50) == 0  # within retention
+        assert store.reap(now=NOW + 101) == 2
+        assert [r.operation_id for r in store.operations()] == ["op-2"]  # unfinished kept
+
+
+def test_purge_refuses_unfinished_operations(store: SQLiteStore) -> None:
+    owner = new_owner()
+    store.begin(make_intent("a", "ka"), owner=owner, now=NOW, lease_until=NOW)
+    store.begin(make_intent("b", "kb"), owner=owner, now=NOW, lease_until=NOW)
+    store.finish(
+        "a",
+        owner=owner,
+        state=State.SUCCEEDED,
+        progress=progress(),
+        response=StoredResponse.of(201, (), b""),
+    )
+    with pytest.raises(ValueError, match="not finished"):
+        store.purge(["a", "b"])
+    assert store.get("a") is not None  # nothing purged
+    assert store.purge(["a"]) == 1
+    assert store.get("a") is None
+
+
+def test_a_closed_store_says_so(store_path: Path) -> None:
+    store = SQLiteStore(store_path)
+    store.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        store.get("x")
+
+
+OPEN = """
+import sys
+from idemclient import SQLiteStore
+SQLiteStore(sys.argv[1]).close()
+"""
+
+
+def test_processes_creating_one_store_at_once_all_succeed(tmp_path: Path) -> None:
+    # Regression: a process reading the header while another created the schema saw
+    # tables without an application id and called the file foreign.
+    for round_ in range(3):
+        path = tmp_path / f"race-{round_}.db"
+        children = [
+            subprocess.Popen([sys.executable, "-c", OPEN, str(path)], stderr=subprocess.PIPE)
+            for _ in range(6)
+        ]
+        results = [(c.communicate(timeout=60)[1], c.returncode) for c in children]
+        assert [err for err, code in results if code != 0] == []
