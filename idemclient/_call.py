@@ -40,7 +40,7 @@ from ._policy import Decision, RetryPolicy, decide
 from ._retry_after import parse_retry_after
 from ._store import Intent, OperationRecord, Progress, Store
 
-__all__ = ["CALL_OPTIONS", "OUTCOME", "Call", "CallOptions", "Settings"]
+__all__ = ["CALL_OPTIONS", "OUTCOME", "Call", "CallOptions", "Settings", "intent_for"]
 
 #: Request extension through which `Client` passes per-call options to the transport.
 CALL_OPTIONS = "idemclient.call"
@@ -115,6 +115,31 @@ def fingerprint(method: str, url: httpx.URL, body: bytes) -> str:
     return digest.hexdigest()
 
 
+def intent_for(request: httpx.Request, body: bytes) -> Intent:
+    """The intent a request stands for. A caller that registers operations ahead of
+    sending them (a batch) builds them here too, so the fingerprints agree."""
+    options = request.extensions.get(CALL_OPTIONS)
+    if options is not None and not isinstance(options, CallOptions):
+        raise TypeError(f"request extension {CALL_OPTIONS!r} must be CallOptions")
+    given = request.headers.get(KEY_HEADER)
+    key = validate_key(given) if given is not None else new_key()
+    operation_id = (options.operation_id if options else None) or key
+    if not operation_id or len(operation_id) > 1024:
+        raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
+    url = request.url.copy_with(userinfo=b"") if request.url.userinfo else request.url
+    return Intent(
+        operation_id=operation_id,
+        key=key,
+        key_given=given is not None,
+        method=request.method,
+        url=str(url),
+        headers=tuple(request.headers.multi_items()),
+        body=body,
+        fingerprint=fingerprint(request.method, request.url, body),
+        reference=options.reference if options else None,
+    )
+
+
 class Call:
     """The decisions of one call. Not thread-safe: one call, one thread or task."""
 
@@ -125,7 +150,7 @@ class Call:
         self.clock = settings.clock
         self.started = self.clock.monotonic()
         self.deadline = self.started + self.policy.deadline
-        self.intent = self._intent(request, body)
+        self.intent = intent_for(request, body)
         self.key = self.intent.key
         self.attempts_here = 0
         self.total_attempts = 0
@@ -141,28 +166,6 @@ class Call:
         request.stream = httpx.ByteStream(body)
 
     # -- before sending ----------------------------------------------------------------
-
-    def _intent(self, request: httpx.Request, body: bytes) -> Intent:
-        options = request.extensions.get(CALL_OPTIONS)
-        if options is not None and not isinstance(options, CallOptions):
-            raise TypeError(f"request extension {CALL_OPTIONS!r} must be CallOptions")
-        given = request.headers.get(KEY_HEADER)
-        key = validate_key(given) if given is not None else new_key()
-        operation_id = (options.operation_id if options else None) or key
-        if not operation_id or len(operation_id) > 1024:
-            raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
-        url = request.url.copy_with(userinfo=b"") if request.url.userinfo else request.url
-        return Intent(
-            operation_id=operation_id,
-            key=key,
-            key_given=given is not None,
-            method=request.method,
-            url=str(url),
-            headers=tuple(request.headers.multi_items()),
-            body=body,
-            fingerprint=fingerprint(request.method, request.url, body),
-            reference=options.reference if options else None,
-        )
 
     def lease_until(self) -> float:
         return self.clock.time() + self.remaining() + LEASE_MARGIN

@@ -8,12 +8,18 @@
 | 429, 503                                          | THROTTLED      | yes   | no            |
 | 500, 502, 504                                     | SERVER_ERROR   | yes   | yes           |
 | 422                                               | KEY_CONFLICT   | no    | no (final)    |
+| 401, 407                                          | UNAUTHENTICATED| no    | no            |
 | any other status                                  | REJECTED       | no    | no (final)    |
 | connect error or timeout, pool timeout, proxy     | NOT_SENT       | yes   | no            |
 | TLS verification failure, bad URL scheme, request |                |       |               |
 |   httpx could not write at all                    | UNSENDABLE     | no    | no            |
 | write/read error or timeout, peer dropped         | MAYBE_APPLIED  | yes   | yes           |
 | anything else raised by the transport             | UNKNOWN        | no    | yes           |
+
+401 and 407 are not answers about the payment but about the credentials: the server
+refuses them before any processing. The operation ends `not_sent` (fix the credentials
+and resume with the same key) rather than `failed`, so that a wrong token does not mark
+a whole batch as finally refused.
 
 A server that says explicitly whether to retry (`Stripe-Should-Retry`, `x-should-retry`)
 overrides the retry column when the policy asks for it. Everything here is pure.
@@ -38,6 +44,7 @@ class AttemptKind(enum.StrEnum):
     THROTTLED = "throttled"
     SERVER_ERROR = "server_error"
     KEY_CONFLICT = "key_conflict"
+    UNAUTHENTICATED = "unauthenticated"
     REJECTED = "rejected"
     NOT_SENT = "not_sent"
     UNSENDABLE = "unsendable"
@@ -72,6 +79,7 @@ _BY_KIND = dict(
         _row(AttemptKind.THROTTLED, retry=True, maybe_applied=False),
         _row(AttemptKind.SERVER_ERROR, retry=True, maybe_applied=True),
         _row(AttemptKind.KEY_CONFLICT, retry=False, maybe_applied=False),
+        _row(AttemptKind.UNAUTHENTICATED, retry=False, maybe_applied=False),
         _row(AttemptKind.REJECTED, retry=False, maybe_applied=False),
         _row(AttemptKind.NOT_SENT, retry=True, maybe_applied=False),
         _row(AttemptKind.UNSENDABLE, retry=False, maybe_applied=False),
@@ -109,6 +117,8 @@ def classify_response(
         kind = AttemptKind.THROTTLED
     elif status == 422:
         kind = AttemptKind.KEY_CONFLICT
+    elif status in (401, 407):
+        kind = AttemptKind.UNAUTHENTICATED
     elif status >= 500:
         kind = AttemptKind.SERVER_ERROR
     else:

@@ -202,6 +202,18 @@ def test_a_final_refusal_is_an_answer_not_an_exception(client: Client, psp: Fake
     assert len(psp.requests) == 1
 
 
+def test_a_refused_credential_ends_not_sent_so_the_operation_can_be_resent(
+    client: Client, psp: FakePSP
+) -> None:
+    psp.script = [status(401)]
+    with pytest.raises(NotSent, match="HTTP 401"):
+        client.post("/v1/payments", json=PAYMENT, operation_id="op")
+    assert len(psp.requests) == 1  # not retried: the same token would be refused again
+    outcome = client.post("/v1/payments", json=PAYMENT, operation_id="op")  # fixed token
+    assert outcome.succeeded
+    assert psp.keys[0] == psp.keys[1]
+
+
 def test_422_is_a_loud_key_conflict(client: Client, psp: FakePSP) -> None:
     psp.script = [status(422)]
     with pytest.raises(KeyConflict, match="different request") as caught:

@@ -29,7 +29,8 @@ def response(status: int, **headers: str) -> httpx.Response:
         (501, AttemptKind.SERVER_ERROR, False, True, True),  # not in the table: final
         (422, AttemptKind.KEY_CONFLICT, False, False, True),  # key reused: client bug
         (400, AttemptKind.REJECTED, False, False, True),
-        (401, AttemptKind.REJECTED, False, False, True),
+        (401, AttemptKind.UNAUTHENTICATED, False, False, False),  # refused before processing
+        (407, AttemptKind.UNAUTHENTICATED, False, False, False),
         (402, AttemptKind.REJECTED, False, False, True),
         (403, AttemptKind.REJECTED, False, False, True),
         (404, AttemptKind.REJECTED, False, False, True),
