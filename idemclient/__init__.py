@@ -9,6 +9,7 @@ from ._budget import RetryBudget
 from ._client import AsyncClient, Client, aresume, resume, wrap
 from ._clock import Clock, ManualClock, SystemClock, set_testing
 from ._errors import (
+    BatchInvalid,
     ForeignStore,
     IdemError,
     Indeterminate,
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncClient",
     "AsyncIdempotentTransport",
     "AttemptEvent",
+    "BatchInvalid",
     "Client",
     "Clock",
     "Durability",

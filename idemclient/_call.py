@@ -63,6 +63,8 @@ class CallOptions:
     operation_id: str | None = None
     #: the end-to-end reference the server can be asked about later
     reference: str | None = None
+    #: callbacks for this call only, beside the client's
+    hooks: Hooks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,9 @@ class Call:
         self.started = self.clock.monotonic()
         self.deadline = self.started + self.policy.deadline
         self.intent = intent_for(request, body)
+        options = request.extensions.get(CALL_OPTIONS)
+        self.call_hooks = options.hooks if isinstance(options, CallOptions) else None
+        self.last_status: int | None = None
         self.key = self.intent.key
         self.attempts_here = 0
         self.total_attempts = 0
@@ -230,16 +235,17 @@ class Call:
         self.attempts_here += 1
         self.total_attempts += 1
         self._sending = True
-        self.settings.hooks.attempt(
-            AttemptEvent(
-                operation_id=self.intent.operation_id,
-                key=self.key,
-                method=self.intent.method,
-                url=self.intent.url,
-                attempt=self.total_attempts,
-                timeout=timeout,
-            )
+        event = AttemptEvent(
+            operation_id=self.intent.operation_id,
+            key=self.key,
+            method=self.intent.method,
+            url=self.intent.url,
+            attempt=self.total_attempts,
+            timeout=timeout,
         )
+        self.settings.hooks.attempt(event)
+        if self.call_hooks is not None:
+            self.call_hooks.attempt(event, log=False)
         return timeout
 
     def observe(self, result: httpx.Response | Exception) -> Classification:
@@ -251,6 +257,7 @@ class Call:
                 follow_server_hints=self.policy.follow_server_hints,
             )
             self.evidence = f"HTTP {result.status_code} {result.reason_phrase}".rstrip()
+            self.last_status = result.status_code
         else:
             found = classify_error(result)
             self.evidence = f"{type(result).__name__}: {result}".rstrip(": ")
@@ -275,16 +282,17 @@ class Call:
         if decision.action == "retry":
             if not self.settings.budget.withdraw(decision.cost):
                 return Decision("stop", reason="the client's retry budget is spent")
-            self.settings.hooks.retry(
-                RetryEvent(
-                    operation_id=self.intent.operation_id,
-                    key=self.key,
-                    attempt=self.total_attempts,
-                    evidence=self.evidence,
-                    wait=decision.wait,
-                    maybe_applied=self.maybe_applied,
-                )
+            event = RetryEvent(
+                operation_id=self.intent.operation_id,
+                key=self.key,
+                attempt=self.total_attempts,
+                evidence=self.evidence,
+                wait=decision.wait,
+                maybe_applied=self.maybe_applied,
             )
+            self.settings.hooks.retry(event)
+            if self.call_hooks is not None:
+                self.call_hooks.retry(event, log=False)
         return decision
 
     # -- the end -------------------------------------------------------------------------
@@ -335,13 +343,19 @@ class Call:
             evidence=record.evidence,
             not_before=record.not_before,
             maybe_applied=record.maybe_applied,
+            last_status=response.status_code if response is not None else self.last_status,
         )
         if response is not None:
             response.extensions[OUTCOME] = outcome
         if outcome.state is State.SUCCEEDED and not from_store:
             self.settings.budget.deposit()
-        self.settings.hooks.outcome(outcome)
+        self._tell_outcome(outcome)
         return outcome
+
+    def _tell_outcome(self, outcome: Outcome) -> None:
+        self.settings.hooks.outcome(outcome)
+        if self.call_hooks is not None:
+            self.call_hooks.outcome(outcome, log=False)
 
     def stored_answer(self, record: OperationRecord) -> httpx.Response:
         """The final answer of a finished operation, rebuilt from the store."""
@@ -386,7 +400,7 @@ class Call:
             not_before=record.not_before,
             maybe_applied=True,
         )
-        self.settings.hooks.outcome(outcome)
+        self._tell_outcome(outcome)
         return Indeterminate(
             f"operation {record.operation_id!r} (key {record.key}) is being sent by another"
             f" caller ({record.lease_owner}) and did not finish within the deadline",

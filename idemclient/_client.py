@@ -104,6 +104,7 @@ def _options(
     operation_id: str | None,
     identity: str | Sequence[str] | None,
     reference: str | None,
+    hooks: Hooks | None,
     headers: Any,
     extensions: Any,
 ) -> tuple[httpx.Headers, dict[str, Any]]:
@@ -119,7 +120,9 @@ def _options(
     elif KEY_HEADER in merged:
         validate_key(merged[KEY_HEADER])
     extended = dict(extensions or {})
-    extended[CALL_OPTIONS] = CallOptions(operation_id=operation_id, reference=reference)
+    extended[CALL_OPTIONS] = CallOptions(
+        operation_id=operation_id, reference=reference, hooks=hooks
+    )
     return merged, extended
 
 
@@ -289,6 +292,7 @@ class Client(_Common):
         operation_id: str | None = None,
         identity: str | Sequence[str] | None = None,
         reference: str | None = None,
+        hooks: Hooks | None = None,
         headers: Any = None,
         extensions: Any = None,
         **kwargs: Any,
@@ -301,11 +305,14 @@ class Client(_Common):
         - `operation_id`: your name for the operation; issuing it again returns the
           stored final answer without a network call, or resumes it with its key.
         - `reference`: the end-to-end reference, kept for reconciliation.
+        - `hooks`: callbacks for this call only, beside the client's.
 
         Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
-        merged, extended = _options(key, operation_id, identity, reference, headers, extensions)
+        merged, extended = _options(
+            key, operation_id, identity, reference, hooks, headers, extensions
+        )
         response = self.http.request(method, url, headers=merged, extensions=extended, **kwargs)
         return _outcome(response)
 
@@ -373,12 +380,15 @@ class AsyncClient(_Common):
         operation_id: str | None = None,
         identity: str | Sequence[str] | None = None,
         reference: str | None = None,
+        hooks: Hooks | None = None,
         headers: Any = None,
         extensions: Any = None,
         **kwargs: Any,
     ) -> Outcome:
         """See `Client.request`."""
-        merged, extended = _options(key, operation_id, identity, reference, headers, extensions)
+        merged, extended = _options(
+            key, operation_id, identity, reference, hooks, headers, extensions
+        )
         response = await self.http.request(
             method, url, headers=merged, extensions=extended, **kwargs
         )

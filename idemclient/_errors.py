@@ -5,6 +5,7 @@ IdemError
 ├── InvalidKey                 (also ValueError) a key outside 1..255 of A-Z a-z 0-9 - _ . : ~
 ├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
 ├── OperationMismatch          (also ValueError) same operation, different request
+├── BatchInvalid               (also ValueError) a batch file with problems; nothing sent
 ├── StoreError                 the local store cannot be used
 │   ├── StoreCorrupt           the file is not a readable SQLite database
 │   ├── ForeignStore           a database, but not an idemclient store
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from ._outcome import Outcome
 
 __all__ = [
+    "BatchInvalid",
     "ForeignStore",
     "IdemError",
     "Indeterminate",
@@ -79,10 +81,36 @@ class OperationMismatch(IdemError, ValueError):
     is a bug in the caller, and sending it could apply the wrong payment.
     """
 
-    def __init__(self, message: str, *, operation_id: str, key: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation_id: str,
+        key: str,
+        conflicts: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.operation_id = operation_id
         self.key = key
+        #: for a registration of many operations: (operation id, reason) of each one
+        self.conflicts = conflicts or ((operation_id, message),)
         super().__init__(message)
+
+
+class BatchInvalid(IdemError, ValueError):
+    """A batch file that cannot be submitted. Nothing was recorded and nothing was sent.
+
+    `problems` lists each as (row number, reason); row 0 is the file itself (its
+    header, its encoding). Data rows are numbered from 1, in file order.
+    """
+
+    def __init__(self, source: str, problems: list[tuple[int, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        shown = "\n".join(
+            f"  {'file' if row == 0 else f'row {row}'}: {reason}" for row, reason in problems[:50]
+        )
+        more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
+        super().__init__(f"{source}: {len(problems)} problem(s); nothing was sent:\n{shown}{more}")
 
 
 class StoreError(IdemError):

@@ -48,48 +48,56 @@ class RetryEvent:
 
 @dataclass(frozen=True, slots=True)
 class Hooks:
+    """Callbacks for a client (every call) or for one call (`Client.request(hooks=...)`).
+
+    Log records are written once per event, whichever hooks are set.
+    """
+
     on_attempt: Callable[[AttemptEvent], None] | None = None
     on_retry: Callable[[RetryEvent], None] | None = None
     on_outcome: Callable[[Outcome], None] | None = None
 
-    def attempt(self, event: AttemptEvent) -> None:
-        logger.debug(
-            "attempt %d of %s %s (key %s, timeout %.3fs)",
-            event.attempt,
-            event.method,
-            event.url,
-            event.key,
-            event.timeout,
-        )
+    def attempt(self, event: AttemptEvent, *, log: bool = True) -> None:
+        if log:
+            logger.debug(
+                "attempt %d of %s %s (key %s, timeout %.3fs)",
+                event.attempt,
+                event.method,
+                event.url,
+                event.key,
+                event.timeout,
+            )
         if self.on_attempt is not None:
             self.on_attempt(event)
 
-    def retry(self, event: RetryEvent) -> None:
-        logger.info(
-            "retrying operation %s (key %s) in %.3fs after attempt %d: %s",
-            event.operation_id,
-            event.key,
-            event.wait,
-            event.attempt,
-            event.evidence,
-        )
+    def retry(self, event: RetryEvent, *, log: bool = True) -> None:
+        if log:
+            logger.info(
+                "retrying operation %s (key %s) in %.3fs after attempt %d: %s",
+                event.operation_id,
+                event.key,
+                event.wait,
+                event.attempt,
+                event.evidence,
+            )
         if self.on_retry is not None:
             self.on_retry(event)
 
-    def outcome(self, outcome: Outcome) -> None:
-        level = (
-            logging.WARNING
-            if outcome.state in (State.INDETERMINATE, State.NOT_SENT)
-            else logging.INFO
-        )
-        logger.log(
-            level,
-            "operation %s (key %s) %s after %d attempt(s): %s",
-            outcome.operation_id,
-            outcome.key,
-            outcome.state.value,
-            outcome.attempts,
-            outcome.evidence,
-        )
+    def outcome(self, outcome: Outcome, *, log: bool = True) -> None:
+        if log:
+            level = (
+                logging.WARNING
+                if outcome.state in (State.INDETERMINATE, State.NOT_SENT)
+                else logging.INFO
+            )
+            logger.log(
+                level,
+                "operation %s (key %s) %s after %d attempt(s): %s",
+                outcome.operation_id,
+                outcome.key,
+                outcome.state.value,
+                outcome.attempts,
+                outcome.evidence,
+            )
         if self.on_outcome is not None:
             self.on_outcome(outcome)

@@ -57,6 +57,8 @@ class Outcome:
     not_before: float | None = None
     #: whether any attempt may have reached the server and been applied
     maybe_applied: bool = False
+    #: the HTTP status of the last answer seen, final or not (None if none arrived)
+    last_status: int | None = None
 
     @property
     def status_code(self) -> int | None:

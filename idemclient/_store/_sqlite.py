@@ -240,9 +240,22 @@ class SQLiteStore:
             created = conn.total_changes - before
             if created != len(rows):
                 # Some existed already: each must be the same request, or nothing is
-                # recorded (the transaction rolls back).
+                # recorded (the transaction rolls back). Every conflict is named.
+                conflicts = []
                 for intent in intents:
-                    self._find_for(conn, intent)
+                    try:
+                        self._find_for(conn, intent)
+                    except OperationMismatch as exc:
+                        conflicts.append((intent.operation_id, str(exc)))
+                if conflicts:
+                    first = conflicts[0][0]
+                    raise OperationMismatch(
+                        f"{len(conflicts)} operation(s) were recorded before for other"
+                        f" requests; nothing was registered. First: {conflicts[0][1]}",
+                        operation_id=first,
+                        key=next(i.key for i in intents if i.operation_id == first),
+                        conflicts=tuple(conflicts),
+                    )
             return created
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:

@@ -1,0 +1,180 @@
+"""`idemclient ops`: see and finish what a store holds."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from ._client import Client
+from ._errors import StoreError
+from ._outcome import State
+from ._store import OperationRecord, SQLiteStore
+
+__all__ = ["ops"]
+
+_STORE = click.option(
+    "--store",
+    default="idemclient.db",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The local store of operations.",
+)
+
+
+@click.group()
+def ops() -> None:
+    """See and finish the operations a store holds."""
+
+
+def _open(store: Path) -> SQLiteStore:
+    if not store.exists():
+        _fail(f"no store at {store}")
+    try:
+        return SQLiteStore(store)
+    except StoreError as exc:
+        _fail(str(exc))
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@ops.command("list")
+@_STORE
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice([s.value for s in State]),
+    help="Only these states (repeatable). [default: all]",
+)
+@click.option("--unfinished", is_flag=True, help="Only operations without a final answer.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+def list_command(store: Path, states: tuple[str, ...], unfinished: bool, limit: int) -> None:
+    """One line per operation, oldest first, and a count per state."""
+    with _open(store) as opened:
+        if unfinished:
+            records = opened.unfinished(limit=limit)
+        else:
+            chosen = [State(s) for s in states] if states else None
+            records = opened.operations(states=chosen, limit=limit)
+        for record in records:
+            click.echo(
+                f"{record.operation_id}  {record.state.value:<13} attempts={record.attempts:<2}"
+                f" ref={record.reference or '-'}  {record.method} {record.url}"
+                f"  updated {_when(record.updated_at)}  {record.evidence}"
+            )
+        counts = opened.counts()
+    click.echo(", ".join(f"{state.value} {n}" for state, n in counts.items()), err=True)
+
+
+@ops.command("show")
+@_STORE
+@click.argument("operation_id")
+def show_command(store: Path, operation_id: str) -> None:
+    """Everything the store holds about one operation (no secrets are ever stored)."""
+    with _open(store) as opened:
+        record = opened.get(operation_id) or opened.get_by_key(operation_id)
+    if record is None:
+        _fail(f"no operation {operation_id!r} in {store}")
+    for name, value in _fields(record):
+        click.echo(f"{name:>14}: {value}")
+
+
+def _fields(record: OperationRecord) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = [
+        ("operation", record.operation_id),
+        ("key", record.key),
+        ("state", record.state.value),
+        ("reference", record.reference or "-"),
+        ("request", f"{record.method} {record.url}"),
+        ("body", record.body.decode("utf-8", "replace")[:500]),
+        ("attempts", record.attempts),
+        ("maybe applied", record.maybe_applied),
+        ("evidence", record.evidence or "-"),
+        ("not before", _when(record.not_before)),
+        (
+            "lease",
+            f"{record.lease_owner} until {_when(record.lease_expires)}"
+            if record.lease_owner
+            else "-",
+        ),
+        ("created", _when(record.created_at)),
+        ("updated", _when(record.updated_at)),
+        ("finished", _when(record.finished_at)),
+    ]
+    if record.response is not None:
+        body = record.response.body.decode("utf-8", "replace")[:500]
+        if record.response.body_omitted:
+            body = f"({record.response.body_size} bytes, sha256 {record.response.body_sha256})"
+        rows += [("status", record.response.status_code), ("response", body)]
+    return rows
+
+
+@ops.command("resume")
+@_STORE
+@click.option("--token", required=True, envvar="IDEMCLIENT_TOKEN", help="Bearer token.")
+@click.option("--limit", default=None, type=click.IntRange(min=1))
+def resume_command(store: Path, token: str, limit: int | None) -> None:
+    """Finish unfinished operations with their original keys, after a crash.
+
+    Exit 0 when every one is settled now, 3 when some are still unsettled, 4 when some
+    were refused.
+    """
+    if not store.exists():
+        _fail(f"no store at {store}")
+    try:
+        client = Client(store=store, headers={"Authorization": f"Bearer {token}"})
+    except StoreError as exc:
+        _fail(str(exc))
+    with client:
+        outcomes = client.resume(limit=limit)
+    for outcome in outcomes:
+        click.echo(f"{outcome.operation_id}  {outcome.state.value:<13} {outcome.evidence}")
+    states = {o.state for o in outcomes}
+    click.echo(f"resumed {len(outcomes)} operation(s)", err=True)
+    if states - {State.SUCCEEDED, State.FAILED}:
+        sys.exit(3)
+    sys.exit(4 if State.FAILED in states else 0)
+
+
+@ops.command("purge")
+@_STORE
+@click.option(
+    "--older-than",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Purge finished operations older than this many days.",
+)
+@click.argument("operation_ids", nargs=-1)
+def purge_command(store: Path, older_than: float | None, operation_ids: tuple[str, ...]) -> None:
+    """Delete finished operations (by id, or by age). Unfinished ones are never deleted."""
+    if (older_than is None) == (not operation_ids):
+        _fail("give operation ids or --older-than, not both and not neither")
+    with _open(store) as opened:
+        try:
+            if operation_ids:
+                purged = opened.purge(operation_ids)
+            else:
+                assert older_than is not None
+                cutoff = datetime.datetime.now(datetime.UTC).timestamp() - older_than * 86400
+                finished = [
+                    r.operation_id
+                    for r in opened.operations(states=[State.SUCCEEDED, State.FAILED])
+                    if r.finished_at is not None and r.finished_at < cutoff
+                ]
+                purged = opened.purge(finished)
+        except (ValueError, KeyError) as exc:
+            _fail(str(exc).strip("'\""))
+    click.echo(f"purged {purged} finished operation(s)")

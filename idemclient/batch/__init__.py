@@ -1,0 +1,24 @@
+"""Batch payouts: a file of rows, each paid exactly once however often it is submitted.
+
+batch = read_batch("payroll-2026-11.csv")
+with Client(base_url=..., headers=..., store="idemclient.db") as client:
+    report = submit(batch, client, concurrency=8)
+report.write("report.csv")
+"""
+
+from ._report import ExitCode, Report, ReportRow
+from ._rows import AmountFormat, Batch, PayoutRow, read_batch
+from ._run import BatchProgress, asubmit, submit
+
+__all__ = [
+    "AmountFormat",
+    "Batch",
+    "BatchProgress",
+    "ExitCode",
+    "PayoutRow",
+    "Report",
+    "ReportRow",
+    "asubmit",
+    "read_batch",
+    "submit",
+]

@@ -1,0 +1,265 @@
+"""Running a batch: derive every row's key, register all rows at once, then send them
+with bounded concurrency through an idemclient client.
+
+Each row's key comes from its natural identity (namespace, batch reference, row
+reference, operation, value date), so the same file run again, on any machine, finds
+the same keys: rows already finished are answered from the store without a network
+call, unfinished ones are resumed with their keys, and the server deduplicates the
+rest. A run may be killed at any moment; running it again finishes the file.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+import httpx
+
+from .._call import CALL_OPTIONS, KEY_HEADER, OUTCOME, CallOptions, intent_for
+from .._client import AsyncClient, Client
+from .._errors import BatchInvalid, OperationMismatch, OutcomeError
+from .._hooks import Hooks, RetryEvent
+from .._keys import DEFAULT_NAMESPACE, key_from_identity
+from .._outcome import Outcome, State
+from .._store import Intent, Store
+from ._report import Report, ReportRow
+from ._rows import Batch, PayoutRow
+
+__all__ = ["BatchProgress", "asubmit", "submit"]
+
+#: Answers that are about the credentials, not the row: stop starting new rows.
+_REFUSED_CREDENTIALS = frozenset({401, 407})
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """Live counts while a batch runs (given to `on_progress`)."""
+
+    total: int
+    done: int
+    succeeded: int
+    replayed: int
+    retrying: int
+    indeterminate: int
+    not_sent: int
+    failed: int
+
+
+class _Tracker:
+    """Counts as rows finish and retry; tells `on_progress`, one change at a time."""
+
+    def __init__(self, total: int, on_progress: Callable[[BatchProgress], None] | None) -> None:
+        self._lock = threading.Lock()
+        self._on_progress = on_progress
+        self._total = total
+        self._states: dict[str, int] = {}
+        self._replayed = 0
+        self._retrying: set[str] = set()
+        self.credentials_refused = False
+
+    def hooks(self, key: str) -> Hooks:
+        def retrying(_event: RetryEvent) -> None:
+            with self._lock:
+                self._retrying.add(key)
+                self._tell()
+
+        return Hooks(on_retry=retrying)
+
+    def finished(self, key: str, outcome: Outcome) -> None:
+        with self._lock:
+            self._retrying.discard(key)
+            state = outcome.state.value
+            self._states[state] = self._states.get(state, 0) + 1
+            self._replayed += outcome.replayed or outcome.from_store
+            if outcome.last_status in _REFUSED_CREDENTIALS:
+                self.credentials_refused = True
+            self._tell()
+
+    def _tell(self) -> None:
+        if self._on_progress is None:
+            return
+        states = self._states
+        self._on_progress(
+            BatchProgress(
+                total=self._total,
+                done=sum(states.values()),
+                succeeded=states.get("succeeded", 0),
+                replayed=self._replayed,
+                retrying=len(self._retrying),
+                indeterminate=states.get("indeterminate", 0),
+                not_sent=states.get("not_sent", 0) + states.get("pending", 0),
+                failed=states.get("failed", 0),
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    path: str
+    operation: str
+    namespace: uuid.UUID
+
+    def key(self, batch: Batch, row: PayoutRow) -> str:
+        return key_from_identity(
+            batch.reference,
+            row.reference,
+            self.operation,
+            row.value_date.isoformat(),
+            namespace=self.namespace,
+        )
+
+    def request(
+        self, http: httpx.Client | httpx.AsyncClient, key: str, row: PayoutRow, hooks: Hooks | None
+    ) -> httpx.Request:
+        return http.build_request(
+            "POST",
+            self.path,
+            json=row.payload(),
+            headers={KEY_HEADER: key},
+            extensions={
+                CALL_OPTIONS: CallOptions(operation_id=key, reference=row.reference, hooks=hooks)
+            },
+        )
+
+    def intents(self, http: httpx.Client | httpx.AsyncClient, batch: Batch) -> list[Intent]:
+        intents = []
+        for row in batch.rows:
+            request = self.request(http, self.key(batch, row), row, None)
+            intents.append(intent_for(request, request.content))
+        return intents
+
+
+def _register(store: Store, batch: Batch, intents: list[Intent], now: float) -> None:
+    """All rows in one transaction, or none (a row changed since it was first sent)."""
+    try:
+        store.register(intents, now=now)
+    except OperationMismatch as exc:
+        row_of = {
+            intent.operation_id: row.number for intent, row in zip(intents, batch.rows, strict=True)
+        }
+        problems = [
+            (
+                row_of.get(operation_id, 0),
+                "was submitted before with different content under the same key"
+                " (same batch, reference, operation and value date); the first submission"
+                " stands: use a new reference for a new payment",
+            )
+            for operation_id, _reason in exc.conflicts
+        ]
+        raise BatchInvalid(batch.source, problems) from exc
+
+
+def _row_report(row: PayoutRow, outcome: Outcome) -> ReportRow:
+    return ReportRow.of(row.number, row.reference, outcome)
+
+
+def _unstarted(store: Store, key: str) -> Outcome:
+    record = store.get(key)
+    assert record is not None, "every row was registered before sending"
+    return Outcome(
+        operation_id=record.operation_id,
+        key=record.key,
+        state=record.state if record.state is not State.PENDING else State.NOT_SENT,
+        attempts=record.attempts,
+        evidence=record.evidence or "not started: the server refused the credentials",
+        maybe_applied=record.maybe_applied,
+        from_store=True,
+    )
+
+
+def submit(
+    batch: Batch,
+    client: Client,
+    *,
+    path: str = "/v1/payouts",
+    operation: str = "payout",
+    namespace: uuid.UUID = DEFAULT_NAMESPACE,
+    concurrency: int = 8,
+    on_progress: Callable[[BatchProgress], None] | None = None,
+) -> Report:
+    """Submit every row of `batch` through `client`; return the per-row report.
+
+    Raises `BatchInvalid` (nothing sent) if a row was submitted before with different
+    content. Rows end in any state; `Report.exit_code` says what to do next.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    plan = _Plan(path, operation, namespace)
+    intents = plan.intents(client.http, batch)
+    _register(client.store, batch, intents, client.settings.clock.time())
+    tracker = _Tracker(len(intents), on_progress)
+
+    def send(row: PayoutRow, key: str) -> ReportRow:
+        if tracker.credentials_refused:
+            outcome = _unstarted(client.store, key)
+        else:
+            outcome = _send(client.http, plan.request(client.http, key, row, tracker.hooks(key)))
+        tracker.finished(key, outcome)
+        return _row_report(row, outcome)
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="idemclient-batch") as pool:
+        futures = [
+            pool.submit(send, row, intent.operation_id)
+            for row, intent in zip(batch.rows, intents, strict=True)
+        ]
+        rows = tuple(future.result() for future in futures)
+    return Report(batch=batch.reference, rows=rows)
+
+
+def _send(http: httpx.Client, request: httpx.Request) -> Outcome:
+    try:
+        response = http.send(request)
+    except OutcomeError as exc:
+        return exc.outcome
+    response.close()
+    outcome = response.extensions[OUTCOME]
+    assert isinstance(outcome, Outcome)
+    return outcome
+
+
+async def asubmit(
+    batch: Batch,
+    client: AsyncClient,
+    *,
+    path: str = "/v1/payouts",
+    operation: str = "payout",
+    namespace: uuid.UUID = DEFAULT_NAMESPACE,
+    concurrency: int = 8,
+    on_progress: Callable[[BatchProgress], None] | None = None,
+) -> Report:
+    """`submit` for an `AsyncClient`."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    plan = _Plan(path, operation, namespace)
+    intents = plan.intents(client.http, batch)
+    now = client.settings.clock.time()
+    await anyio.to_thread.run_sync(lambda: _register(client.store, batch, intents, now))
+    tracker = _Tracker(len(intents), on_progress)
+    limiter = anyio.CapacityLimiter(concurrency)
+    results: dict[int, ReportRow] = {}
+
+    async def send(index: int, row: PayoutRow, key: str) -> None:
+        async with limiter:
+            if tracker.credentials_refused:
+                outcome = await anyio.to_thread.run_sync(_unstarted, client.store, key)
+            else:
+                request = plan.request(client.http, key, row, tracker.hooks(key))
+                try:
+                    response = await client.http.send(request)
+                except OutcomeError as exc:
+                    outcome = exc.outcome
+                else:
+                    await response.aclose()
+                    outcome = response.extensions[OUTCOME]
+            tracker.finished(key, outcome)
+            results[index] = _row_report(row, outcome)
+
+    async with anyio.create_task_group() as group:
+        for index, (row, intent) in enumerate(zip(batch.rows, intents, strict=True)):
+            group.start_soon(send, index, row, intent.operation_id)
+    return Report(batch=batch.reference, rows=tuple(results[i] for i in range(len(results))))
