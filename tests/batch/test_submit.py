@@ -46,11 +46,13 @@ def test_every_row_is_paid_once_with_its_natural_key(tmp_path: Path) -> None:
     with make_client(psp, tmp_path / "s.db") as client:
         report = submit(batch, client, concurrency=4)
     assert report.exit_code is ExitCode.OK
-    assert len(psp.effects) == 30 and set(psp.effects.values()) == {1}
+    assert len(psp.effects) == 30
+    assert set(psp.effects.values()) == {1}
     first = report.rows[0]
     assert first.key == key_from_identity("payroll-2026-11", "E0000", "payout", "2026-11-30")
     assert (first.row, first.ref, first.state, first.http_status) == (1, "E0000", "succeeded", 201)
-    assert first.resource_id is not None and first.resource_id.startswith("pay_")
+    assert first.resource_id is not None
+    assert first.resource_id.startswith("pay_")
     bodies = [json.loads(r.content) for r in psp.requests]
     assert {b["reference"] for b in bodies} == {f"E{i:04d}" for i in range(30)}
     assert all(r.url.path == "/v1/payouts" for r in psp.requests)
@@ -75,7 +77,8 @@ def test_the_same_file_from_another_machine_is_deduplicated_by_the_server(tmp_pa
     with make_client(psp, tmp_path / "b.db") as second:  # a fresh store: no shared state
         report = submit(make_batch(), second)
     assert all(row.replayed for row in report.rows)
-    assert len(psp.effects) == 30 and set(psp.effects.values()) == {1}
+    assert len(psp.effects) == 30
+    assert set(psp.effects.values()) == {1}
 
 
 def test_a_row_changed_after_submission_is_refused_before_sending(tmp_path: Path) -> None:
@@ -179,6 +182,8 @@ async def test_async_submit(tmp_path: Path) -> None:
         report = await asubmit(make_batch(25), client, concurrency=5)
         again = await asubmit(make_batch(25), client, concurrency=5)
         assert client.store.counts()[State.SUCCEEDED] == 25
-    assert report.exit_code is ExitCode.OK and again.exit_code is ExitCode.OK
-    assert len(psp.effects) == 25 and set(psp.effects.values()) == {1}
+    assert report.exit_code is ExitCode.OK
+    assert again.exit_code is ExitCode.OK
+    assert len(psp.effects) == 25
+    assert set(psp.effects.values()) == {1}
     assert [r.ref for r in report.rows] == [f"E{i:04d}" for i in range(25)]
