@@ -340,13 +340,12 @@ def next_step(recovery_point: str | None, *, declined: bool = False) -> Step:
     A payment declined by external system 1 skips external system 2: there is nothing
     to settle, and Handler3 records the decline as the final answer.
     """
-    point = None if recovery_point is None else Phase(recovery_point)
-    if point == Phase.H2_DONE and declined:
-        return Step.HANDLER3
     try:
-        return _NEXT[point]
-    except KeyError:
+        point = None if recovery_point is None else Phase(recovery_point)
+        step = _NEXT[point]
+    except (ValueError, KeyError):
         raise ValueError(f"{recovery_point!r} is not a recovery point") from None
+    return Step.HANDLER3 if point is Phase.H2_DONE and declined else step
 
 
 def render_retry_after(value: float | str | datetime) -> str:
