@@ -173,8 +173,11 @@ class Core:
             result = self._dispatch(request, action)
         except Problem as problem:
             result = problem.response()
-        if isinstance(action, Delay) and isinstance(result, ServerResponse):
-            result = dataclasses.replace(result, delay=action.seconds)
+        if isinstance(result, ServerResponse):
+            if isinstance(action, Delay):
+                result = dataclasses.replace(result, delay=action.seconds)
+            elif isinstance(action, Crash) and action.after is Phase.FINISHED:
+                return DropConnection("injected drop after the request was handled")
         return result
 
     def _dispatch(
@@ -416,7 +419,7 @@ class Core:
             **common, status=final.status, response_code=code, response_body=body
         ):
             return _in_flight(resource.id), False
-        _checkpoint(work, Phase.FINISHED)
+        # Phase.FINISHED (apply-then-drop) is applied by `handle` to whatever is answered.
         headers = (("content-type", content_type), _location(work.kind, resource.id))
         return ServerResponse(code, headers, body), True
 

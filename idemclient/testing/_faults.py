@@ -11,8 +11,10 @@ fault, so scripts play out in the order they were written. The actions:
   than the client's read timeout, the client sees a timeout for a request that was
   applied.
 - `Crash`: stop after the given phase has committed and break the connection, leaving
-  the row started with its lease held, as a dead worker would. `Crash(FINISHED)` is
-  apply-then-drop: everything committed, response stored, connection broken.
+  the row started with its lease held, as a dead worker would. A request that never
+  reaches that phase (a replay, a 409) is answered normally. `Crash(FINISHED)` is
+  apply-then-drop: the request is handled in full (committed, response stored), then
+  the connection is broken instead of answering; it applies to any request.
 
 `Gate` is not scripted by path: it holds one external call until a test releases it,
 which is how a test keeps a request in flight while another one arrives.
@@ -79,7 +81,9 @@ class _Scripted:
 
     def matches(self, *, path: str, key: str | None, phased: bool) -> bool:
         # A crash needs phases to crash between; only resource-creating POSTs have them.
-        if isinstance(self.action, Crash) and not phased:
+        # A drop (a crash after everything) can cut any answer, a look-up's or a replay's.
+        crash = isinstance(self.action, Crash) and self.action.after is not Phase.FINISHED
+        if crash and not phased:
             return False
         if self.path is not None and self.path != path:
             return False

@@ -220,3 +220,22 @@ def test_a_scripted_body_is_sent_as_given(inproc: Env) -> None:
     response = inproc.client().get("/v1/payments", params={"reference": BODY["reference"]})
     assert (response.status_code, response.text) == (200, "plain")
     assert response.headers["content-type"] == "text/plain"
+
+
+def test_a_drop_cuts_any_answer_including_a_replay_or_a_look_up(env: Env) -> None:
+    first = env.post("k-cut")
+    env.control.drop(key="k-cut")
+    with pytest.raises(httpx.RemoteProtocolError):
+        env.post("k-cut")
+    env.control.drop(path="/v1/payments")
+    with pytest.raises(httpx.RemoteProtocolError):
+        env.client().get("/v1/payments", params={"idempotency_key": "k-cut"})
+    assert env.post("k-cut").content == first.content
+
+
+def test_a_crash_at_a_phase_the_request_never_reaches_changes_nothing(env: Env) -> None:
+    first = env.post("k-never")
+    env.control.crash("H1_DONE", key="k-never")
+    replay = env.post("k-never")  # a replay runs no phase: answered normally
+    assert replay.content == first.content
+    assert env.server.pending_faults() == 0  # and the script was used up
