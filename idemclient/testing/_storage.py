@@ -48,8 +48,9 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
   PRIMARY KEY (client, key)
 ) WITHOUT ROWID;
 -- The recovery worker looks only at unfinished rows: keep that search small and fast.
+-- Ordered by age (oldest first), with locked_at inside so the index alone answers.
 CREATE INDEX IF NOT EXISTS idempotency_keys_unfinished
-  ON idempotency_keys (locked_at) WHERE state = 'started';
+  ON idempotency_keys (created_at, locked_at) WHERE state = 'started';
 CREATE INDEX IF NOT EXISTS idempotency_keys_created ON idempotency_keys (created_at);
 
 CREATE TABLE IF NOT EXISTS resources (
