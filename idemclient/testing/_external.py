@@ -123,8 +123,13 @@ class ExternalSystem:
         gate = self._take_gate()
         if gate is not None:
             gate.pass_through()
-        known = self._storage.external_lookup(system=self.number, key=key)
-        declined = known is None and self._take_decline()
+        # Only a new instruction can be declined; look the key up only when a decline
+        # is actually queued, so the common path stays one statement.
+        declined = (
+            self._declines > 0
+            and self._storage.external_lookup(system=self.number, key=key) is None
+            and self._take_decline()
+        )
         record, _ = self._storage.external_apply(
             system=self.number,
             key=key,
