@@ -55,8 +55,10 @@ __all__ = ["Core"]
 
 logger = logging.getLogger("idemclient.testing")
 
-#: path segment -> (resource kind, id prefix)
-KINDS = {"payments": ("payment", "pay"), "payouts": ("payout", "po")}
+#: collection (path segment) -> resource kind
+KINDS = {"payments": "payment", "payouts": "payout"}
+#: resource kind -> id prefix
+ID_PREFIXES = {"payment": "pay", "payout": "po"}
 _COLLECTION = re.compile(r"/v1/(payments|payouts)")
 _ITEM = re.compile(r"/v1/(payments|payouts)/([^/]+)")
 # In flight: come back soon. The owner usually finishes well inside a second; a lease
@@ -185,7 +187,7 @@ class Core:
     ) -> ServerResponse | DropConnection:
         client = parse_bearer(request.header_values("authorization"))
         if (collection := _COLLECTION.fullmatch(request.path)) is not None:
-            kind = KINDS[collection.group(1)][0]
+            kind = KINDS[collection.group(1)]
             if request.method == "POST":
                 crash = action.after if isinstance(action, Crash) else None
                 return self._create(request, client, kind, crash)
@@ -196,10 +198,10 @@ class Core:
             if request.method != "GET":
                 raise _method_not_allowed("GET")
             rows = self.storage.find_resources(
-                client=client, kind=KINDS[item.group(1)][0], resource_id=item.group(2)
+                client=client, kind=KINDS[item.group(1)], resource_id=item.group(2)
             )
             if not rows:
-                raise _not_found(KINDS[item.group(1)][0])
+                raise _not_found(KINDS[item.group(1)])
             return _json_response(200, resource_json(rows[0]))
         raise Problem(404, "no-such-route", "Not found", f"nothing is served at {request.path}")
 
@@ -308,7 +310,7 @@ class Core:
     def _resume(self, row: KeyRow, owner: str, crash: Phase | None) -> _Work:
         payment, _ = parse_payment(row.request_body)
         resource = None if row.resource_id is None else self.storage.resource(row.resource_id)
-        kind = KINDS[row.endpoint.rsplit("/", 1)[-1]][0]
+        kind = _kind_of(row.endpoint)
         return _Work(
             row.client,
             row.key,
@@ -379,7 +381,7 @@ class Core:
             _checkpoint(work, point)
 
     def _new_resource(self, work: _Work, now: float) -> ResourceRow:
-        prefix = KINDS[work.kind + "s"][1]
+        prefix = ID_PREFIXES[work.kind]
         return ResourceRow(
             id=f"{prefix}_{secrets.token_hex(12)}",
             kind=work.kind,
@@ -520,6 +522,11 @@ class Core:
         return self.storage.reap(created_before=self.clock.now() - self.key_ttl)
 
 
+def _kind_of(endpoint: str) -> str:
+    """The resource kind a stored endpoint (/v1/payments, /v1/payouts) creates."""
+    return KINDS[endpoint.rsplit("/", 1)[-1]]
+
+
 def _key_hint(request: ServerRequest) -> str | None:
     """The key as written, for matching fault scripts (validation happens later)."""
     raw = request.header("idempotency-key")
@@ -555,7 +562,7 @@ def _replay(row: KeyRow) -> ServerResponse:
     content_type = PROBLEM_CONTENT_TYPE if row.response_code >= 400 else JSON_CONTENT_TYPE
     headers: list[tuple[str, str]] = [("content-type", content_type)]
     if row.resource_id is not None:
-        headers.append(_location(KINDS[row.endpoint.rsplit("/", 1)[-1]][0], row.resource_id))
+        headers.append(_location(_kind_of(row.endpoint), row.resource_id))
     headers.append(("idempotent-replayed", "true"))
     return ServerResponse(row.response_code, tuple(headers), row.response_body)
 
