@@ -61,7 +61,10 @@ def test_state_in_a_database_file_survives_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "psp.sqlite3"
     with spawn(db=db) as first_server:
         original = _post(first_server.url, "k-file")
+        assert Path(f"{db}-wal").exists()  # WAL mode, written to
     assert first_server.process.returncode == 0
+    # A clean shutdown closed the database: SQLite checkpointed and removed the WAL.
+    assert not Path(f"{db}-wal").exists()
     with spawn(db=db) as second_server:
         replay = _post(second_server.url, "k-file")
     assert replay.headers["idempotent-replayed"] == "true"
