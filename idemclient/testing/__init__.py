@@ -12,7 +12,7 @@ Use it in-process (`ReferenceServer().transport` in any httpx client, sync or as
 """
 
 from ._asgi import ReferenceApp
-from ._clock import Clock, ManualClock, SystemClock
+from ._clock import ServerClock
 from ._external import ExternalMode
 from ._faults import Gate
 from ._live import LiveServer, SpawnedServer, serve, spawn
@@ -24,24 +24,22 @@ from ._server import ReferenceServer
 from ._transport import ReferenceTransport
 
 __all__ = [
-    "Clock",
     "DropConnection",
     "ExternalMode",
     "Gate",
     "KeyRecord",
     "LedgerEntry",
     "LiveServer",
-    "ManualClock",
     "Phase",
     "RecoveryReport",
     "ReferenceApp",
     "ReferenceServer",
     "ReferenceTransport",
     "SandboxClient",
+    "ServerClock",
     "ServerRequest",
     "ServerResponse",
     "SpawnedServer",
-    "SystemClock",
     "serve",
     "spawn",
 ]

@@ -18,8 +18,8 @@ from types import FrameType
 
 import click
 
+from .._clock import SystemClock
 from ._asgi import ReferenceApp
-from ._clock import SystemClock
 from ._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
 
 __all__ = ["server"]

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from ._clock import Clock
+from ._clock import ServerClock
 from ._external import ExternalDown, ExternalSystem, ExternalTimeout
 from ._faults import Action, Answer, Crash, Delay, FaultPlan
 from ._messages import DropConnection, ServerRequest, ServerResponse, json_bytes
@@ -145,7 +145,7 @@ class Core:
         self,
         *,
         storage: Storage,
-        clock: Clock,
+        clock: ServerClock,
         faults: FaultPlan,
         externals: tuple[ExternalSystem, ExternalSystem],
         lease: float,
@@ -210,7 +210,7 @@ class Core:
         if answer.retry_after is not None:
             headers.append(("retry-after", render_retry_after(answer.retry_after)))
         if answer.retry_after_date_in is not None:
-            when = datetime.fromtimestamp(self.clock.now() + answer.retry_after_date_in, UTC)
+            when = datetime.fromtimestamp(self.clock.time() + answer.retry_after_date_in, UTC)
             headers.append(("retry-after", render_retry_after(when)))
         if answer.retry_after_ms is not None:
             headers.append(("retry-after-ms", str(answer.retry_after_ms)))
@@ -263,7 +263,7 @@ class Core:
         payment, canonical = parse_payment(request.body)
         digest = request_hash(request.method, request.path, canonical)
         owner = secrets.token_hex(8)
-        now = self.clock.now()
+        now = self.clock.time()
         owned, row = self.storage.admit(
             client=client,
             key=key,
@@ -334,7 +334,7 @@ class Core:
         while True:
             declined = work.resource is not None and work.resource.status == "declined"
             step = next_step(work.point, declined=declined)
-            now = self.clock.now()
+            now = self.clock.time()
             common: dict[str, Any] = {
                 "client": work.client,
                 "key": work.key,
@@ -465,7 +465,7 @@ class Core:
         resource = work.resource
         assert resource is not None
         if not self.storage.release(
-            client=work.client, key=work.key, owner=work.owner, now=self.clock.now()
+            client=work.client, key=work.key, owner=work.owner, now=self.clock.time()
         ):
             return _in_flight(resource.id)
         location = _location(work.kind, resource.id)
@@ -490,7 +490,7 @@ class Core:
 
     def recover_once(self, *, limit: int = 100) -> RecoveryReport:
         """Sweep started rows whose lease expired or was released, and resume each once."""
-        now = self.clock.now()
+        now = self.clock.time()
         stale_before = now - self.lease
         candidates = self.storage.stale_keys(stale_before=stale_before, limit=limit)
         resumed = finished = 0
@@ -519,7 +519,7 @@ class Core:
 
     def reap_once(self) -> int:
         """Drop finished keys older than the TTL. Returns how many."""
-        return self.storage.reap(created_before=self.clock.now() - self.key_ttl)
+        return self.storage.reap(created_before=self.clock.time() - self.key_ttl)
 
 
 def _kind_of(endpoint: str) -> str:

@@ -24,7 +24,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from ._clock import Clock
+from ._clock import ServerClock
 from ._faults import Gate
 from ._storage import ExternalRecord, Storage
 
@@ -57,7 +57,7 @@ class _Failure:
 class ExternalSystem:
     """One simulated external system. Thread-safe."""
 
-    def __init__(self, number: int, storage: Storage, clock: Clock) -> None:
+    def __init__(self, number: int, storage: Storage, clock: ServerClock) -> None:
         self.number = number
         self._storage = storage
         self._clock = clock
@@ -137,7 +137,7 @@ class ExternalSystem:
             outcome="declined" if declined else "approved",
             reference=f"ext{self.number}_{key[:24]}",
             amount=amount,
-            now=self._clock.now(),
+            now=self._clock.time(),
         )
         if failure is ExternalMode.APPLY_THEN_TIMEOUT:
             raise ExternalTimeout(f"external system {self.number} applied, then went silent")

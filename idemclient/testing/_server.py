@@ -15,7 +15,8 @@ from types import TracebackType
 
 import httpx
 
-from ._clock import Clock, ManualClock
+from .._clock import ManualClock
+from ._clock import ServerClock
 from ._control import handle_control
 from ._core import Core
 from ._external import ExternalMode, ExternalSystem
@@ -46,12 +47,12 @@ class ReferenceServer:
         self,
         *,
         db: str | os.PathLike[str] = ":memory:",
-        clock: Clock | None = None,
+        clock: ServerClock | None = None,
         lease: float = DEFAULT_LEASE,
         key_ttl: float = DEFAULT_KEY_TTL,
         sandbox: bool = True,
     ) -> None:
-        self._clock: Clock = clock if clock is not None else ManualClock()
+        self._clock: ServerClock = clock if clock is not None else ManualClock()
         self._storage = Storage(db)
         self._faults = FaultPlan()
         self._externals = (
@@ -77,7 +78,7 @@ class ReferenceServer:
     # -- serving -------------------------------------------------------------------------
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> ServerClock:
         return self._clock
 
     @property
@@ -184,7 +185,7 @@ class ReferenceServer:
 
     def now(self) -> float:
         """The server's current time (seconds since the epoch)."""
-        return self._clock.now()
+        return self._clock.time()
 
     def advance(self, seconds: float) -> float:
         """Move the server's clock forward; returns the new now."""

@@ -18,7 +18,7 @@ from typing import Protocol
 import anyio.to_thread
 import httpx
 
-from ._clock import Clock
+from ._clock import ServerClock
 from ._messages import DropConnection, ServerRequest, ServerResponse
 
 __all__ = ["ReferenceTransport"]
@@ -26,7 +26,7 @@ __all__ = ["ReferenceTransport"]
 
 class _Server(Protocol):
     @property
-    def clock(self) -> Clock: ...
+    def clock(self) -> ServerClock: ...
 
     def handle(self, request: ServerRequest) -> ServerResponse | DropConnection: ...
 
