@@ -188,9 +188,9 @@ def test_keys_are_per_client_on_the_server(env: Env) -> None:
 
 def test_a_missing_token_ends_not_sent(env: Env) -> None:
     extra = {} if env.transport is None else {"transport": env.transport}
-    with Client(store=env.store, clock=env.clock, base_url=env.url, **extra) as anonymous:
-        with pytest.raises(NotSent, match="401"):
-            anonymous.post("/v1/payments", json=PAYMENT)
+    anonymous = Client(store=env.store, clock=env.clock, base_url=env.url, **extra)
+    with anonymous, pytest.raises(NotSent, match="401"):
+        anonymous.post("/v1/payments", json=PAYMENT)
     assert env.server.ledger() == ()
 
 
