@@ -74,6 +74,14 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 256))
 @click.option("--deadline", default=60.0, show_default=True, type=click.FloatRange(min=0.1))
 @click.option("--max-attempts", default=8, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "--timeout",
+    "attempt_timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.01),
+    help="Seconds one attempt may take (also cut to what is left of --deadline).",
+)
 @click.option("--report", callback=_report_path, help="Write a per-row report (.csv or .json).")
 def submit_command(
     file: Path,
@@ -92,6 +100,7 @@ def submit_command(
     concurrency: int,
     deadline: float,
     max_attempts: int,
+    attempt_timeout: float,
     report: str | None,
 ) -> None:
     """Submit FILE (CSV with a header) row by row.
@@ -113,7 +122,9 @@ def submit_command(
         _fail(str(exc), ExitCode.BAD_INPUT)
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror}", ExitCode.BAD_INPUT)
-    policy = RetryPolicy(deadline=deadline, max_attempts=max_attempts)
+    policy = RetryPolicy(
+        deadline=deadline, max_attempts=max_attempts, attempt_timeout=attempt_timeout
+    )
     try:
         client = Client(
             store=store,
