@@ -183,7 +183,7 @@ def _fail(message: str, code: ExitCode) -> NoReturn:
 
 
 class _ProgressView:
-    """A progress bar on a terminal; plain lines (every 5%) anywhere else."""
+    """A progress bar on a terminal; plain lines (every 10%) anywhere else."""
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -207,7 +207,7 @@ class _ProgressView:
         if self._bar is not None:
             self._bar.update(progress.done - done_before, progress)
             return
-        step = progress.done * 20 // max(1, self.total)
+        step = progress.done * 10 // max(1, self.total)
         if step != self._printed_step and (progress.done != done_before or progress.done == 0):
             self._printed_step = step
             click.echo(f"[{progress.done}/{progress.total}] {_counts(progress)}", err=True)
