@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench clean
+.PHONY: test lint typecheck unit demo bench bench-quick clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -27,6 +27,19 @@ unit: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+
+# The peers measured beside idemclient, and wrk to load the reference server.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py --json bench-results/results.json
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py --quick --json bench-results/quick.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

@@ -134,7 +134,8 @@ class SQLiteStore:
             group = list(self._queue)
             self._queue.clear()
         try:
-            with _transaction(conn):
+            # Alone, the insert is its own transaction; together, they share one.
+            with _transaction(conn) if len(group) > 1 else contextlib.nullcontext():
                 for ticket in group:
                     cursor = conn.execute(
                         _INSERT,
@@ -221,13 +222,13 @@ class SQLiteStore:
         guard = "finished_at IS NULL" if state.finished else "lease_owner = ?"
         guard_args: tuple[Any, ...] = () if state.finished else (owner,)
         with self._use(durable=self.durability is Durability.FULL) as conn:
-            conn.execute(
+            rows = conn.execute(
                 "UPDATE operations SET state = ?, attempts = ?,"
                 " maybe_applied = max(maybe_applied, ?), evidence = ?, not_before = ?,"
                 " lease_owner = NULL, lease_expires = NULL, status_code = ?,"
                 " response_headers = ?, response_body = ?, response_sha256 = ?,"
                 " response_size = ?, updated_at = ?, finished_at = ?"
-                f" WHERE id = ? AND {guard}",
+                f" WHERE id = ? AND {guard} RETURNING {_COLUMNS}",
                 (
                     state.value,
                     progress.attempts,
@@ -240,8 +241,10 @@ class SQLiteStore:
                     operation_id,
                     *guard_args,
                 ),
-            )
-            return self._fetch(conn, operation_id)
+            ).fetchall()  # drained: the statement, and so its transaction, ends here
+            # Not updated (a final answer was there first, or the lease moved on): the
+            # stored record is the truth.
+            return _record(rows[0]) if rows else self._fetch(conn, operation_id)
 
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         intents = list(intents)

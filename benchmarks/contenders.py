@@ -1,0 +1,180 @@
+"""The contenders: one unsafe POST each, the way their users would write it.
+
+Every contender sends the same request (a JSON body and an `Idempotency-Key`, made once
+per logical operation) over one keep-alive connection to the same server. Only
+idemclient persists the key; the peers keep it in memory, which is what they offer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import stamina
+import tenacity
+from httpx_retries import Retry, RetryTransport
+
+import idemclient
+
+BODY = {"amount": 1250, "currency": "EUR", "reference": "bench"}
+HEADERS = {"Authorization": "Bearer bench-merchant"}
+
+Send = Callable[[], None]
+ASend = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Contender:
+    name: str
+    send: Send
+    close: Callable[[], None]
+
+
+@dataclass
+class AsyncContender:
+    name: str
+    send: ASend
+    close: Callable[[], Awaitable[None]]
+
+
+def _key() -> dict[str, str]:
+    return {"Idempotency-Key": str(uuid.uuid4())}
+
+
+def _check(response: httpx.Response) -> None:
+    if response.status_code >= 300:
+        raise RuntimeError(f"benchmark request failed: {response.status_code} {response.text}")
+
+
+def plain_httpx(url: str, path: str) -> Contender:
+    http = httpx.Client(base_url=url, headers=HEADERS)
+
+    def send() -> None:
+        _check(http.post(path, json=BODY, headers=_key()))
+
+    return Contender("httpx", send, http.close)
+
+
+def httpx_retries(url: str, path: str) -> Contender:
+    retry = Retry(total=8, allowed_methods=["POST"], backoff_factor=0.25)
+    http = httpx.Client(base_url=url, headers=HEADERS, transport=RetryTransport(retry=retry))
+
+    def send() -> None:
+        _check(http.post(path, json=BODY, headers=_key()))
+
+    return Contender("httpx-retries", send, http.close)
+
+
+def tenacity_httpx(url: str, path: str) -> Contender:
+    http = httpx.Client(base_url=url, headers=HEADERS)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(8),
+        wait=tenacity.wait_random_exponential(multiplier=0.25, max=20),
+        retry=tenacity.retry_if_exception_type(httpx.TransportError),
+        reraise=True,
+    )
+
+    def send() -> None:
+        headers = _key()  # once per operation, outside the retry loop
+        for attempt in retrying:
+            with attempt:
+                _check(http.post(path, json=BODY, headers=headers))
+
+    return Contender("tenacity+httpx", send, http.close)
+
+
+def stamina_httpx(url: str, path: str) -> Contender:
+    http = httpx.Client(base_url=url, headers=HEADERS)
+
+    def send() -> None:
+        headers = _key()
+        for attempt in stamina.retry_context(on=httpx.TransportError, attempts=8):
+            with attempt:
+                _check(http.post(path, json=BODY, headers=headers))
+
+    return Contender("stamina+httpx", send, http.close)
+
+
+def idem(url: str, path: str, store: Path, durability: str) -> Contender:
+    client = idemclient.Client(
+        base_url=url,
+        headers=HEADERS,
+        store=idemclient.SQLiteStore(store, durability=durability),
+    )
+
+    def send() -> None:
+        outcome = client.post(path, json=BODY)
+        if outcome.status_code is None or outcome.status_code >= 300:
+            raise RuntimeError(f"benchmark request failed: {outcome}")
+
+    def close() -> None:
+        client.close()
+        client.store.close()
+
+    return Contender(f"idemclient[{durability}]", send, close)
+
+
+def sync_contenders(url: str, path: str, workdir: Path) -> list[Contender]:
+    return [
+        plain_httpx(url, path),
+        httpx_retries(url, path),
+        tenacity_httpx(url, path),
+        stamina_httpx(url, path),
+        *(idem(url, path, workdir / f"{d}.db", d) for d in ("full", "intent", "buffered")),
+    ]
+
+
+def async_plain(url: str, path: str) -> AsyncContender:
+    http = httpx.AsyncClient(base_url=url, headers=HEADERS)
+
+    async def send() -> None:
+        _check(await http.post(path, json=BODY, headers=_key()))
+
+    return AsyncContender("httpx", send, http.aclose)
+
+
+def async_tenacity(url: str, path: str) -> AsyncContender:
+    http = httpx.AsyncClient(base_url=url, headers=HEADERS)
+
+    async def send() -> None:
+        headers = _key()
+        async for attempt in tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(8),
+            wait=tenacity.wait_random_exponential(multiplier=0.25, max=20),
+            retry=tenacity.retry_if_exception_type(httpx.TransportError),
+            reraise=True,
+        ):
+            with attempt:
+                _check(await http.post(path, json=BODY, headers=headers))
+
+    return AsyncContender("tenacity+httpx", send, http.aclose)
+
+
+def async_idem(url: str, path: str, store: Path, durability: str) -> AsyncContender:
+    client = idemclient.AsyncClient(
+        base_url=url,
+        headers=HEADERS,
+        store=idemclient.SQLiteStore(store, durability=durability),
+    )
+
+    async def send() -> None:
+        outcome = await client.post(path, json=BODY)
+        if outcome.status_code is None or outcome.status_code >= 300:
+            raise RuntimeError(f"benchmark request failed: {outcome}")
+
+    async def close() -> None:
+        await client.aclose()
+        client.store.close()
+
+    return AsyncContender(f"idemclient[{durability}]", send, close)
+
+
+def async_contenders(url: str, path: str, workdir: Path) -> list[AsyncContender]:
+    return [
+        async_plain(url, path),
+        async_tenacity(url, path),
+        *(async_idem(url, path, workdir / f"a-{d}.db", d) for d in ("intent", "buffered")),
+    ]

@@ -1,0 +1,97 @@
+"""The store at size: listing unfinished operations among a million finished ones, and
+reopening a store after its process was killed mid-write."""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from idemclient import SQLiteStore, State
+
+UNFINISHED = 1_000
+
+
+def fill(path: Path, finished: int) -> None:
+    """Write rows straight into a new store: building a million through the client would
+    measure the client, not the index."""
+    with SQLiteStore(path) as store:
+        conn = store._conn
+        conn.execute("BEGIN IMMEDIATE")
+        done, open_ = State.SUCCEEDED.value, State.INDETERMINATE.value
+        rows = (
+            (
+                f"op-{n}", f"key-{n}", "POST", "http://psp.test/v1/payments", "[]", b"{}",
+                "f" * 64, None, done if n >= UNFINISHED else open_,
+                1, 1, "HTTP 201 Created", 1_800_000_000.0 + n, 1_800_000_000.0 + n,
+                None if n < UNFINISHED else 1_800_000_000.0 + n,
+            )
+            for n in range(finished + UNFINISHED)
+        )  # fmt: skip
+        conn.executemany(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
+            " finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+        conn.execute("COMMIT")
+
+
+WRITER = """
+import sys, time
+from idemclient import SQLiteStore
+from idemclient._store import new_owner
+from idemclient._store._base import Intent
+store = SQLiteStore(sys.argv[1])
+print("ready", flush=True)
+n = 0
+while True:  # until SIGKILL
+    n += 1
+    intent = Intent(f"crash-{n}", f"crash-key-{n}", False, "POST", "http://x/", (), b"{}", "f" * 64)
+    store.begin(intent, owner=new_owner(), now=time.time(), lease_until=time.time() + 60)
+"""
+
+
+def reopen_after_kill(path: Path) -> float:
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout is not None
+    writer.stdout.readline()
+    time.sleep(0.5)  # let it write for a while (benchmark, not a test)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    started = time.perf_counter()
+    with SQLiteStore(path) as store:
+        store.unfinished(limit=1)
+    return time.perf_counter() - started
+
+
+def run(work: Path, finished: int) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "big.db"
+    fill(path, finished)
+    with SQLiteStore(path) as store:
+        timings = []
+        for _ in range(20):
+            began = time.perf_counter()
+            found = store.unfinished()
+            timings.append(time.perf_counter() - began)
+        assert len(found) == UNFINISHED
+    reopen = [reopen_after_kill(path) for _ in range(3)]
+    return {
+        "finished_rows": finished,
+        "unfinished_rows": UNFINISHED,
+        "list_unfinished_ms": statistics.median(timings) * 1000,
+        "reopen_after_kill_ms": statistics.median(reopen) * 1000,
+        "file_mb": path.stat().st_size / 1e6,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(Path(sys.argv[1]), int(sys.argv[2]))))
