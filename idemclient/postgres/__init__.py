@@ -10,7 +10,7 @@
 Needs the `postgres` extra: ``pip install 'idemclient[postgres]'``.
 """
 
-from .._store._open import INSTALL_POSTGRES
+from .._store._open import INSTALL_POSTGRES as _INSTALL
 
 try:
     import psycopg  # noqa: F401  (imported to fail early, with the message below)
@@ -18,7 +18,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         f"idemclient.postgres needs psycopg 3 and psycopg-pool ({exc}); install them"
-        f" with: {INSTALL_POSTGRES}"
+        f" with: {_INSTALL}"
     ) from exc
 
 from .._store._postgres import DEFAULT_SCHEMA, PostgresStore
