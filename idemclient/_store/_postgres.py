@@ -106,6 +106,7 @@ class PostgresStore:
         if not schema or len(schema.encode()) > 63:
             raise ValueError("schema must be 1..63 bytes (a PostgreSQL identifier)")
         self._where = _display(url)
+        self._quoted = sql.Identifier(schema).as_string()
         self.schema = schema
         self.durability = Durability(durability)
         self.max_stored_body = max_stored_body
@@ -121,7 +122,6 @@ class PostgresStore:
         # pool's background reconnection loop.
         try:
             with psycopg.connect(url, **connect_args) as conn:
-                self._quoted = sql.Identifier(schema).as_string(conn)
                 self.identity: StoreIdentity = open_schema(conn, schema, where=self._where)
                 setting = conn.execute("SHOW synchronous_commit").fetchone()
         except StoreError:
@@ -404,12 +404,9 @@ class PostgresStore:
     def _translate(self, error: psycopg.Error) -> StoreError:
         if isinstance(error, errors.UndefinedTable | errors.UndefinedColumn):
             return StoreCorrupt(
-                self._where, f"the tables in schema {self._quoted_or_name()} changed: {error}"
+                self._where, f"the tables in schema {self._quoted} changed: {error}"
             )
         return StoreUnavailable(self._where, f"cannot be used: {error}".strip())
-
-    def _quoted_or_name(self) -> str:
-        return getattr(self, "_quoted", self.schema)
 
     # -- inside a transaction --------------------------------------------------------
 
