@@ -8,7 +8,6 @@ machine, not a reason to skip.
 
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +20,6 @@ from idemclient import SQLiteStore, Store
 from idemclient.postgres import PostgresStore
 
 from .cluster import Cluster, ClusterError
-
-_names = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
@@ -46,10 +43,30 @@ def pg_shared_url(pg_cluster: Cluster) -> str:
     return pg_cluster.create_database("shared")
 
 
+@pytest.fixture(scope="session")
+def _pg_fresh_database(pg_cluster: Cluster) -> str:
+    return pg_cluster.create_database("fresh")
+
+
 @pytest.fixture
-def pg_url(pg_cluster: Cluster) -> str:
-    """A fresh, empty database: for tests of the default schema and of whole clients."""
-    return pg_cluster.create_database(f"test_{next(_names)}")
+def pg_url(_pg_fresh_database: str) -> str:
+    """An empty database: for tests of the default schema and of whole clients.
+
+    One database emptied before each test: creating one per test costs a quarter of a
+    second each.
+    """
+    with psycopg.connect(_pg_fresh_database, autocommit=True) as conn:
+        schemas = [
+            name
+            for (name,) in conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%'"
+                " AND nspname != 'information_schema'"
+            )
+        ]
+        for name in schemas:
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+        conn.execute("CREATE SCHEMA public")
+    return _pg_fresh_database
 
 
 @pytest.fixture

@@ -136,6 +136,21 @@ def test_another_request_under_the_same_operation_is_refused_with_its_order(
     assert b"1999" in record_kept.body
 
 
+def test_posting_the_same_request_later_sends_the_recorded_operation(
+    shop: str, client: Client, psp: FakePSP
+) -> None:
+    with psycopg.connect(shop) as conn, conn.transaction():
+        record(conn, client, identity=("order-42", "charge"), operation_id=None)
+    recorded = client.store.operations()[0]
+    # The same arguments through the ordinary call: the fingerprints agree, so it is
+    # the recorded operation, sent with its key, not a second one.
+    outcome = client.post("/v1/payments", json=PAYMENT, identity=("order-42", "charge"))
+    assert (outcome.operation_id, outcome.key) == (recorded.operation_id, recorded.key)
+    assert outcome.state is State.SUCCEEDED
+    assert len(client.store.operations()) == 1
+    assert dict(psp.effects) == {recorded.key: 1}
+
+
 def test_send_pending_after_another_host_finished_it_makes_no_request(
     shop: str, client: Client, psp: FakePSP
 ) -> None:
