@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import subprocess
@@ -100,7 +101,10 @@ class Cluster:
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         command = [os.path.join(self.bindir, args[0]), *args[1:]]
         if self.user is not None:
-            command = ["runuser", "-u", self.user.pw_name, "--", *command]
+            if shutil.which("runuser") is not None:
+                command = ["runuser", "-u", self.user.pw_name, "--", *command]
+            else:  # su needs a shell: the server's user may have nologin as its own
+                command = ["su", self.user.pw_name, "-s", "/bin/sh", "-c", shlex.join(command)]
         done = subprocess.run(
             command, capture_output=True, text=True, check=False, timeout=120, cwd=self.folder
         )
