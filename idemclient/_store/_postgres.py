@@ -23,6 +23,7 @@ module until a PostgreSQL store is asked for (see `_open`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -83,6 +84,9 @@ class PostgresStore:
     `durability`, `max_stored_body`, `retention` and `secret_headers` mean what they
     mean for `SQLiteStore`. `max_connections` bounds the pool of connections this
     store opens; `connect_timeout` bounds connecting and waiting for a free one.
+    `lock_timeout` bounds how long a statement waits for a row another transaction
+    holds (an operation recorded by an outbox transaction that has not committed yet):
+    past it the call raises `StoreUnavailable` instead of hanging.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class PostgresStore:
         secret_headers: Collection[str] = (),
         max_connections: int = 4,
         connect_timeout: float = 10.0,
+        lock_timeout: float = 30.0,
     ) -> None:
         if max_stored_body < 0:
             raise ValueError("max_stored_body must be >= 0")
@@ -103,6 +108,8 @@ class PostgresStore:
             raise ValueError("retention must be positive")
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if lock_timeout <= 0:
+            raise ValueError("lock_timeout must be positive")
         if not schema or len(schema.encode()) > 63:
             raise ValueError("schema must be 1..63 bytes (a PostgreSQL identifier)")
         self._where = _display(url)
@@ -144,6 +151,7 @@ class PostgresStore:
             max_size=max_connections,
             timeout=connect_timeout,
             # A connection broken by a database restart is replaced, not handed out.
+            configure=functools.partial(_configure, lock_timeout=lock_timeout),
             check=psycopg_pool.ConnectionPool.check_connection,
             name=f"idemclient-{schema}",
             open=True,
@@ -574,6 +582,14 @@ class PostgresStore:
             for name, value in headers
             if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
         )
+
+
+def _configure(conn: Conn, *, lock_timeout: float) -> None:
+    """Set up a new pooled connection. A thread that posts an operation its own open
+    outbox transaction recorded would otherwise wait for itself forever."""
+    conn.execute(
+        "SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(lock_timeout * 1000))}ms",)
+    )
 
 
 def _mismatch(intent: Intent, record: OperationRecord) -> str | None:

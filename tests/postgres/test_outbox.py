@@ -20,8 +20,9 @@ from idemclient import (
     OperationMismatch,
     RequestNotReplayable,
     State,
+    StoreUnavailable,
 )
-from idemclient.postgres import asend_pending, record_pending, send_pending
+from idemclient.postgres import PostgresStore, asend_pending, record_pending, send_pending
 
 from ..client.fakes import FakePSP
 from ..client.ledger_psp import FileLedgerPSP
@@ -178,6 +179,22 @@ async def test_an_async_client_sends_what_was_recorded(shop: str, psp: FakePSP) 
 
 
 # -- misuse is loud ----------------------------------------------------------------------
+
+
+def test_posting_inside_the_recording_transaction_fails_instead_of_hanging(
+    shop: str, psp: FakePSP
+) -> None:
+    with (
+        PostgresStore(shop, lock_timeout=0.2) as store,
+        Client(store=store, transport=psp.transport(), base_url="http://psp.test") as client,
+        psycopg.connect(shop) as conn,
+        conn.transaction(),
+    ):
+        record(conn, client)
+        # Not committed yet: the client's own connection waits for this one's row.
+        with pytest.raises(StoreUnavailable, match="lock timeout"):
+            client.post("/v1/payments", json=PAYMENT, operation_id="order-42")
+    assert psp.requests == []
 
 
 def test_an_autocommit_connection_outside_a_transaction_is_refused(
