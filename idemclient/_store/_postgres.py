@@ -150,8 +150,8 @@ class PostgresStore:
             min_size=1,
             max_size=max_connections,
             timeout=connect_timeout,
-            # A connection broken by a database restart is replaced, not handed out.
             configure=functools.partial(_configure, lock_timeout=lock_timeout),
+            # A connection broken by a database restart is replaced, not handed out.
             check=psycopg_pool.ConnectionPool.check_connection,
             name=f"idemclient-{schema}",
             open=True,
