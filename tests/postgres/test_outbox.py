@@ -303,3 +303,23 @@ def test_a_crash_after_the_commit_is_finished_by_resume_elsewhere_once(
         ("order-42", State.SUCCEEDED, left.key)
     ]
     assert psp.effects() == {left.key: 1}
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "outbox.py"
+
+
+def test_the_outbox_example_runs(pg_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), pg_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "order-1: succeeded (sent after the commit)",
+        "order-2: pending (the process died here)",
+        "order-2: succeeded (resumed)",
+        "payments applied: 2",
+    ]
