@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,70 @@ def test_hosts_sharing_a_postgresql_store_send_each_operation_once(
     with PostgresStore(pg_url) as store:
         assert store.counts()[State.SUCCEEDED] == 20
         assert {r.key for r in store.operations()} == set(effects)
+
+
+def test_a_storm_of_threads_on_one_operation_makes_one_effect(pg_url: str) -> None:
+    psp = FakePSP()
+    release = threading.Event()
+
+    def slow_handler(request: httpx.Request) -> httpx.Response:
+        release.wait(timeout=10)  # hold the first sender until every thread is in
+        return psp.handler(request)
+
+    with Client(
+        store=pg_url, transport=httpx.MockTransport(slow_handler), base_url="http://psp.test"
+    ) as client:
+        barrier = threading.Barrier(50)
+
+        def call() -> bytes:
+            barrier.wait(timeout=10)
+            outcome = client.post("/v1/payments", json=PAYMENT, operation_id="same")
+            assert outcome.response is not None
+            return outcome.response.content
+
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            futures = [pool.submit(call) for _ in range(50)]
+            release.set()
+            bodies = {f.result(timeout=60) for f in futures}
+        assert len(client.store.operations()) == 1
+    assert len(bodies) == 1
+    assert sum(psp.effects.values()) == 1
+    assert len(psp.requests) == 1
+
+
+CRASH_CHILD = Path(__file__).parents[1] / "client" / "crash_child.py"
+
+
+@pytest.mark.parametrize(
+    ("point", "applied_before_resume", "state_left"),
+    [
+        ("after-intent", 0, State.IN_FLIGHT),  # key durable, nothing sent
+        ("during-send", 0, State.IN_FLIGHT),  # request on its way, no answer
+        ("after-apply", 1, State.IN_FLIGHT),  # applied; the answer died with the client
+        ("after-outcome", 1, State.SUCCEEDED),  # all done before the kill
+    ],
+)
+def test_a_killed_host_is_resumed_by_another_with_one_effect(
+    pg_url: str, tmp_path: Path, point: str, applied_before_resume: int, state_left: State
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    Client(store=pg_url).close()  # the store exists before the application starts
+    child = subprocess.run(
+        [sys.executable, str(CRASH_CHILD), pg_url, str(ledger), point],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -9, child.stderr
+    psp = FileLedgerPSP(ledger)
+    assert sum(psp.effects().values()) == applied_before_resume
+    with Client(store=pg_url, transport=httpx.MockTransport(psp.handle)) as other_host:
+        left = other_host.store.get("order-1")
+        assert left is not None
+        assert left.state is state_left
+        other_host.resume()  # the dead owner's lease is taken over at once
+        final = other_host.operation("order-1")
+    assert final is not None
+    assert final.state is State.SUCCEEDED
+    assert psp.effects() == {left.key: 1}
