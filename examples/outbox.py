@@ -1,43 +1,38 @@
 """The outbox: an order and its payment committed together, sent after the commit.
 
-    python examples/outbox.py postgresql://user@host:5432/db
+    IDEMCLIENT_DATABASE_URL=postgresql://user@host:5432/db python examples/outbox.py
 
-Uses a stand-in PSP inside this process, so it needs only a database. It places two
+Needs a PostgreSQL database (it creates an `orders` table and the `idemclient`
+schema) and the `postgres` extra. The PSP is the in-process reference server. Two
 orders: the first is sent right after its commit; for the second the process "dies"
-between the commit and the send, and `resume()` (which any host may run) sends it.
+between the commit and the send, and `resume()`, which any host may run, sends it.
 """
 
-from __future__ import annotations
+import os
 
-import json
-import sys
-
-import httpx
 import psycopg
 
 import idemclient
 from idemclient.postgres import record_pending, send_pending
+from idemclient.testing import ReferenceServer
 
-applied: set[str] = set()
-
-
-def psp(request: httpx.Request) -> httpx.Response:
-    """A PSP that applies each idempotency key once and replays it after, as a real
-    one does."""
-    key = request.headers["Idempotency-Key"]
-    headers = {"Idempotent-Replayed": "true"} if key in applied else {}
-    applied.add(key)
-    body = {"id": f"pay_{key[:8]}", **json.loads(request.content)}
-    return httpx.Response(201, json=body, headers=headers)
+url = os.environ["IDEMCLIENT_DATABASE_URL"]
+server = ReferenceServer()
+options = {
+    "base_url": "https://psp.test",
+    "transport": server.transport,
+    "headers": {"Authorization": "Bearer sk_test_merchant"},
+    "store": url,  # the application's own database
+}
 
 
-def place_order(conn: psycopg.Connection, client: idemclient.Client, order_id: int) -> str:
+def place_order(conn: psycopg.Connection, psp: idemclient.Client, order_id: int) -> str:
     """The order row and its payment operation, in one transaction."""
     with conn.transaction():
         conn.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", (order_id, 1999))
         return record_pending(
             conn,
-            client,
+            psp,
             "POST",
             "/v1/payments",
             json={"amount": 1999, "currency": "EUR", "reference": f"order-{order_id}"},
@@ -46,29 +41,19 @@ def place_order(conn: psycopg.Connection, client: idemclient.Client, order_id: i
         )
 
 
-def main(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, amount int)")
-    with (
-        idemclient.Client(
-            store=url, transport=httpx.MockTransport(psp), base_url="https://psp.example"
-        ) as client,
-        psycopg.connect(url) as conn,
-    ):
-        first = place_order(conn, client, 1)
-        outcome = send_pending(client, first)
-        print(f"{first}: {outcome.state.value} (sent after the commit)")
-        second = place_order(conn, client, 2)
-        left = client.operation(second)
-        print(f"{second}: {left.state.value if left else '?'} (the process died here)")
-    # Another process, on any host:
-    with idemclient.Client(
-        store=url, transport=httpx.MockTransport(psp), base_url="https://psp.example"
-    ) as client:
-        for resumed in client.resume():
-            print(f"{resumed.operation_id}: {resumed.state.value} (resumed)")
-    print(f"payments applied: {len(applied)}")
+with psycopg.connect(url, autocommit=True) as conn:
+    conn.execute("CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, amount int)")
 
+with idemclient.Client(**options) as psp, psycopg.connect(url) as conn:
+    first = place_order(conn, psp, 1)
+    print(first, "->", send_pending(psp, first).state, "(sent after the commit)")
+    second = place_order(conn, psp, 2)
+    left = psp.operation(second)
+    print(second, "->", left.state if left else None, "(the process died here)")
 
-if __name__ == "__main__":
-    main(sys.argv[1])
+# ... on any host ...
+with idemclient.Client(**options) as psp:
+    for outcome in psp.resume():
+        print(outcome.operation_id, "->", outcome.state, "(resumed)")
+
+print("payments on the server:", len(server.ledger()))

@@ -236,6 +236,9 @@ class _Common:
             max_request_body=max_request_body,
             rng=rng,
         )
+        # Finished operations past the store's retention go now, a bounded batch per
+        # client start, so the table never becomes the largest one you own.
+        self.settings.store.reap(now=self.settings.clock.time())
 
     @property
     def store(self) -> Store:

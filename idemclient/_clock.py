@@ -1,5 +1,9 @@
 """Time, injected: wall time for records shared across processes, monotonic time for
-deadlines, and sleeping. Tests pass a `ManualClock` so that nothing really sleeps."""
+deadlines, and sleeping. Tests pass a `ManualClock` so that nothing really sleeps.
+
+The client and the reference server read the same clocks: one `ManualClock` shared by
+both lets a test expire a server lease by letting the client "sleep" on it.
+"""
 
 from __future__ import annotations
 
@@ -40,14 +44,33 @@ class Clock(Protocol):
     async def asleep(self, seconds: float) -> None: ...
 
 
+def _forward(seconds: float) -> float:
+    step = float(seconds)
+    # A clock that could go back would make a held lease look fresh again.
+    if not step >= 0.0 or step == float("inf"):
+        raise ValueError(f"a clock only moves forward by a finite amount, not {seconds!r}")
+    return step
+
+
 class SystemClock:
-    """The real clock."""
+    """The real clock, plus an offset that `advance` grows (for sandboxes and tests)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._offset = 0.0
 
     def time(self) -> float:
-        return time.time()
+        return time.time() + self._offset
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return time.monotonic() + self._offset
+
+    def advance(self, seconds: float) -> float:
+        """Move this clock forward by `seconds` (never back); returns the new time."""
+        step = _forward(seconds)
+        with self._lock:
+            self._offset += step
+        return self.time()
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0 and not _testing:
@@ -79,17 +102,21 @@ class ManualClock:
         with self._lock:
             return self._mono
 
-    def advance(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("a clock does not go back")
+    def advance(self, seconds: float) -> float:
+        """Move the clock forward by `seconds` (never back); returns the new time."""
+        step = _forward(seconds)
         with self._lock:
-            self._wall += seconds
-            self._mono += seconds
+            self._wall += step
+            self._mono += step
+            return self._wall
 
     def sleep(self, seconds: float) -> None:
         with self._lock:
             self.sleeps.append(seconds)
         self.advance(max(0.0, seconds))
+
+    def __repr__(self) -> str:
+        return f"ManualClock(time={self.time()!r})"
 
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)

@@ -17,6 +17,9 @@ from ._outcome import Outcome, State
 __all__ = ["AttemptEvent", "Hooks", "RetryEvent", "logger"]
 
 logger = logging.getLogger("idemclient")
+# A library leaves output to the application: without a handler configured, nothing is
+# printed (rather than Python's last-resort handler writing warnings to stderr).
+logger.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True, slots=True)

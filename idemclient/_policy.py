@@ -31,6 +31,16 @@ __all__ = ["Decision", "RetryPolicy", "backoff_ceiling", "decide"]
 _DEFAULT_RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 _DEFAULT_METHODS = frozenset({"POST", "PATCH"})
 
+#: Retry budget tokens per retry (5 for anything not listed). Timeouts and dropped
+#: connections cost more: they tie up a struggling server longest. Polling a server
+#: that is working on the request (409 in progress, 202 accepted) costs nothing: it
+#: is waiting for an answer, not adding load to a failing server.
+_BUDGET_COST = {
+    AttemptKind.MAYBE_APPLIED: 10,
+    AttemptKind.IN_PROGRESS: 0,
+    AttemptKind.ACCEPTED: 0,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -162,6 +172,5 @@ def decide(
             not_before=not_before,
             reason=f"a wait of {wait:.3f}s does not fit the {remaining:.3f}s left of the deadline",
         )
-    # Timeouts and dropped connections cost more: they tie up the server longest.
-    cost = 10 if classification.kind is AttemptKind.MAYBE_APPLIED else 5
+    cost = _BUDGET_COST.get(classification.kind, 5)
     return Decision("retry", wait=wait, not_before=not_before, reason="retry", cost=cost)

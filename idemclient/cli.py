@@ -7,6 +7,7 @@ import click
 from . import __version__
 from ._ops_cli import ops
 from .batch._cli import batch
+from .testing._cli import server
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,3 +18,4 @@ def main() -> None:
 
 main.add_command(batch)
 main.add_command(ops)
+main.add_command(server)

@@ -10,6 +10,7 @@ behind a lock; processes share the file through SQLite's own locking.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -17,7 +18,7 @@ import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from .._errors import OperationMismatch, StoreCorrupt, StoreUnavailable
+from .._errors import OperationMismatch, StoreCorrupt, StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import (
     Begin,
@@ -90,6 +91,8 @@ class SQLiteStore:
         self.retention = retention
         self.secret_headers = DEFAULT_SECRET_HEADERS | {h.lower() for h in secret_headers}
         self._lock = threading.RLock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Admission] = []
         self._conn = open_database(self._path, busy_timeout=busy_timeout)
         self._synchronous: str | None = None
         self._closed = False
@@ -104,35 +107,62 @@ class SQLiteStore:
     # -- writing ---------------------------------------------------------------------
 
     def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
-        headers = _dump_headers(self._redact(intent.headers))
+        headers = self._redact(intent.headers)
+        ticket = _Admission(intent, _dump_headers(headers), owner, now, lease_until)
+        with self._queue_lock:
+            self._queue.append(ticket)
         with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
-            # Admission in one statement: a row written means this call owns the
-            # operation, exactly as the server admits a key.
-            cursor = conn.execute(
-                _INSERT,
-                (
-                    intent.operation_id,
-                    intent.key,
-                    intent.method,
-                    intent.url,
-                    headers,
-                    intent.body,
-                    intent.fingerprint,
-                    intent.reference,
-                    State.IN_FLIGHT.value,
-                    owner,
-                    lease_until,
-                    now,
-                    now,
-                ),
-            )
-            if cursor.rowcount == 1:
-                return Begin(Claim.CREATED, self._fetch(conn, intent.operation_id))
+            # Group commit: whoever holds the connection first admits every intent
+            # queued by then, in one transaction and one fsync. A thread that gets the
+            # connection after its intent was admitted by another finds it done.
+            if ticket.created is None and ticket.error is None:
+                self._admit_queued(conn)
+        if ticket.error is not None:
+            raise ticket.error
+        if ticket.created:
+            return Begin(Claim.CREATED, _admitted(ticket, headers))
         with self._use(durable=self.durability is Durability.FULL) as conn, _transaction(conn):
             record = self._find_for(conn, intent)
             if record.state.finished:
                 return Begin(Claim.FINISHED, record)
             return self._claim_locked(conn, record, owner=owner, now=now, lease_until=lease_until)
+
+    def _admit_queued(self, conn: sqlite3.Connection) -> None:
+        """Admission in one statement per intent: a row written means its caller owns
+        the operation, exactly as the server admits a key."""
+        with self._queue_lock:
+            group = list(self._queue)
+            self._queue.clear()
+        try:
+            with _transaction(conn):
+                for ticket in group:
+                    cursor = conn.execute(
+                        _INSERT,
+                        (
+                            ticket.intent.operation_id,
+                            ticket.intent.key,
+                            ticket.intent.method,
+                            ticket.intent.url,
+                            ticket.headers,
+                            ticket.intent.body,
+                            ticket.intent.fingerprint,
+                            ticket.intent.reference,
+                            State.IN_FLIGHT.value,
+                            ticket.owner,
+                            ticket.lease_until,
+                            ticket.now,
+                            ticket.now,
+                        ),
+                    )
+                    ticket.created = cursor.rowcount == 1
+        except sqlite3.Error as exc:
+            error = self._translate(exc)
+            for ticket in group:  # the transaction rolled back: none of them is recorded
+                ticket.created, ticket.error = None, error
+        except BaseException as exc:
+            for ticket in group:
+                ticket.created, ticket.error = None, exc
+            raise
 
     def claim(self, operation_id: str, *, owner: str, now: float, lease_until: float) -> Begin:
         with self._use(durable=self.durability is Durability.FULL) as conn, _transaction(conn):
@@ -350,10 +380,13 @@ class SQLiteStore:
                     self._conn.execute(f"PRAGMA synchronous = {synchronous}")
                     self._synchronous = synchronous
                 yield self._conn
-            except sqlite3.OperationalError as exc:
-                raise StoreUnavailable(self._path, f"cannot be used: {exc}") from exc
-            except sqlite3.DatabaseError as exc:
-                raise StoreCorrupt(self._path, f"is damaged: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from exc
+
+    def _translate(self, error: sqlite3.Error) -> StoreError:
+        if isinstance(error, sqlite3.OperationalError):
+            return StoreUnavailable(self._path, f"cannot be used: {error}")
+        return StoreCorrupt(self._path, f"is damaged: {error}")
 
     def _fetch(self, conn: sqlite3.Connection, operation_id: str) -> OperationRecord:
         row = conn.execute(f"{_SELECT} WHERE id = ?", (operation_id,)).fetchone()
@@ -429,6 +462,45 @@ class SQLiteStore:
             for name, value in headers
             if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
         )
+
+
+@dataclasses.dataclass(slots=True)
+class _Admission:
+    """One intent waiting to be admitted, and what became of it."""
+
+    intent: Intent
+    headers: str
+    owner: str
+    now: float
+    lease_until: float
+    created: bool | None = None
+    error: BaseException | None = None
+
+
+def _admitted(ticket: _Admission, headers: Headers) -> OperationRecord:
+    """The record just inserted, without reading it back."""
+    intent = ticket.intent
+    return OperationRecord(
+        operation_id=intent.operation_id,
+        key=intent.key,
+        method=intent.method,
+        url=intent.url,
+        headers=headers,
+        body=intent.body,
+        fingerprint=intent.fingerprint,
+        reference=intent.reference,
+        state=State.IN_FLIGHT,
+        attempts=0,
+        maybe_applied=False,
+        evidence="",
+        not_before=None,
+        lease_owner=ticket.owner,
+        lease_expires=ticket.lease_until,
+        response=None,
+        created_at=ticket.now,
+        updated_at=ticket.now,
+        finished_at=None,
+    )
 
 
 @contextlib.contextmanager

@@ -75,6 +75,14 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
 @click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 256))
 @click.option("--deadline", default=60.0, show_default=True, type=click.FloatRange(min=0.1))
 @click.option("--max-attempts", default=8, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "--timeout",
+    "attempt_timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.01),
+    help="Seconds one attempt may take (also cut to what is left of --deadline).",
+)
 @click.option("--report", callback=_report_path, help="Write a per-row report (.csv or .json).")
 def submit_command(
     file: Path,
@@ -93,6 +101,7 @@ def submit_command(
     concurrency: int,
     deadline: float,
     max_attempts: int,
+    attempt_timeout: float,
     report: str | None,
 ) -> None:
     """Submit FILE (CSV with a header) row by row.
@@ -114,7 +123,9 @@ def submit_command(
         _fail(str(exc), ExitCode.BAD_INPUT)
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror}", ExitCode.BAD_INPUT)
-    policy = RetryPolicy(deadline=deadline, max_attempts=max_attempts)
+    policy = RetryPolicy(
+        deadline=deadline, max_attempts=max_attempts, attempt_timeout=attempt_timeout
+    )
     try:
         client = Client(
             store=store,
@@ -173,7 +184,7 @@ def _fail(message: str, code: ExitCode) -> NoReturn:
 
 
 class _ProgressView:
-    """A progress bar on a terminal; plain lines (every 5%) anywhere else."""
+    """A progress bar on a terminal; plain lines (every 10%) anywhere else."""
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -197,7 +208,7 @@ class _ProgressView:
         if self._bar is not None:
             self._bar.update(progress.done - done_before, progress)
             return
-        step = progress.done * 20 // max(1, self.total)
+        step = progress.done * 10 // max(1, self.total)
         if step != self._printed_step and (progress.done != done_before or progress.done == 0):
             self._printed_step = step
             click.echo(f"[{progress.done}/{progress.total}] {_counts(progress)}", err=True)

@@ -1,3 +1,45 @@
-"""The reference server: the server half of the idempotency protocol, for tests."""
+"""The reference server: the server half of the idempotency protocol, for tests.
 
-__all__: list[str] = []
+A stateful sandbox PSP implementing the seed's protocol: per-client idempotency keys
+admitted by `INSERT .. ON CONFLICT DO NOTHING`, a five-step phase machine with a
+recovery point, leases with takeover, a recovery worker and a reaper, two simulated
+external systems that honour their own keys, and fault injection on every step.
+
+Use it in-process (`ReferenceServer().transport` in any httpx client, sync or async;
+`respx_side_effect` with respx), over a real loopback socket (`serve`, `spawn`, or the
+`idemclient server` command), or through the pytest fixtures `reference_server` and
+`live_reference_server`. See docs/server.md.
+"""
+
+from ._asgi import ReferenceApp
+from ._clock import ServerClock
+from ._external import ExternalMode
+from ._faults import Gate
+from ._live import LiveServer, SpawnedServer, serve, spawn
+from ._messages import DropConnection, ServerRequest, ServerResponse
+from ._protocol import Phase
+from ._records import KeyRecord, LedgerEntry, RecoveryReport
+from ._sandbox import SandboxClient
+from ._server import ReferenceServer
+from ._transport import ReferenceTransport
+
+__all__ = [
+    "DropConnection",
+    "ExternalMode",
+    "Gate",
+    "KeyRecord",
+    "LedgerEntry",
+    "LiveServer",
+    "Phase",
+    "RecoveryReport",
+    "ReferenceApp",
+    "ReferenceServer",
+    "ReferenceTransport",
+    "SandboxClient",
+    "ServerClock",
+    "ServerRequest",
+    "ServerResponse",
+    "SpawnedServer",
+    "serve",
+    "spawn",
+]

@@ -579,3 +579,28 @@ def test_works_with_respx_routes(store_path: Path, clock: ManualClock) -> None:
     keys = {call.request.headers["idempotency-key"] for call in route.calls}
     assert keys == {outcome.key}
     assert clock.sleeps[0] >= 1.0
+
+
+def test_a_new_client_reaps_finished_operations_past_retention(
+    store_path: Path, clock: ManualClock, psp: FakePSP
+) -> None:
+    store = SQLiteStore(store_path, retention=3600)
+    with make_client(psp, store, clock) as c:
+        c.post("/v1/payments", json=PAYMENT, operation_id="old")
+        psp.script = [error(httpx.ConnectError)] * 8
+        with pytest.raises(NotSent):
+            c.post("/v1/payments", json=PAYMENT, operation_id="unfinished")
+    clock.advance(7200)
+    with make_client(psp, store, clock) as c:
+        assert c.operation("old") is None  # reaped
+        assert c.operation("unfinished") is not None  # never reaped
+    store.close()
+
+
+def test_a_file_body_is_buffered_and_resent(client: Client, psp: FakePSP, tmp_path: Path) -> None:
+    body = tmp_path / "body.json"
+    body.write_bytes(b'{"amount": 42}')
+    psp.script = [error(httpx.ReadTimeout)]
+    with body.open("rb") as handle:
+        client.post("/v1/payments", content=handle)
+    assert [r.content for r in psp.requests] == [b'{"amount": 42}'] * 2

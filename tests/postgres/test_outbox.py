@@ -3,6 +3,7 @@ business row that caused it, sent after the commit or by `resume()` on any host.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -308,9 +309,11 @@ def test_a_crash_after_the_commit_is_finished_by_resume_elsewhere_once(
 EXAMPLE = Path(__file__).parents[2] / "examples" / "outbox.py"
 
 
-def test_the_outbox_example_runs(pg_url: str) -> None:
+def test_the_outbox_example_runs(pg_url: str, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), pg_url],
+        [sys.executable, str(EXAMPLE)],
+        cwd=tmp_path,
+        env={**os.environ, "IDEMCLIENT_DATABASE_URL": pg_url},
         capture_output=True,
         text=True,
         timeout=60,
@@ -318,8 +321,8 @@ def test_the_outbox_example_runs(pg_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "order-1: succeeded (sent after the commit)",
-        "order-2: pending (the process died here)",
-        "order-2: succeeded (resumed)",
-        "payments applied: 2",
+        "order-1 -> succeeded (sent after the commit)",
+        "order-2 -> pending (the process died here)",
+        "order-2 -> succeeded (resumed)",
+        "payments on the server: 2",
     ]

@@ -469,3 +469,28 @@ def test_processes_creating_one_store_at_once_all_succeed(tmp_path: Path) -> Non
         ]
         results = [(c.communicate(timeout=60)[1], c.returncode) for c in children]
         assert [err for err, code in results if code != 0] == []
+
+
+def test_concurrent_intents_are_committed_in_groups(store: SQLiteStore) -> None:
+    import threading
+
+    commits: list[str] = []
+    store._conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    start = threading.Barrier(16)
+    results: list[Claim] = []
+
+    def admit(n: int) -> None:
+        start.wait(timeout=10)
+        for m in range(20):
+            intent = make_intent(f"op-{n}-{m}", f"key-{n}-{m}")
+            results.append(store.begin(intent, owner=new_owner(), now=NOW, lease_until=NOW).claim)
+
+    threads = [threading.Thread(target=admit, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert results.count(Claim.CREATED) == 320
+    assert len(store.operations()) == 320
+    # Each commit (one fsync) admitted several intents at once.
+    assert len(commits) < 240, len(commits)

@@ -120,6 +120,15 @@ def test_server_wait_over_max_retry_after_stops_now() -> None:
     assert "max_retry_after" in decision.reason
 
 
+def test_polling_a_busy_server_costs_no_budget() -> None:
+    in_progress = Classification(AttemptKind.IN_PROGRESS, retry=True, maybe_applied=True)
+    decision = decide(
+        POLICY, in_progress, attempts=1, remaining=60, server_wait=1.0, now=NOW, rng=random.Random()
+    )
+    assert decision.action == "retry"
+    assert decision.cost == 0
+
+
 def test_timeouts_cost_more_budget_than_throttles() -> None:
     rng = random.Random(1)
     throttled = decide(

@@ -1,0 +1,5 @@
+"""`python -m idemclient`: the idemclient command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,6 @@
+"""`python -m idemclient.testing`: the same as `idemclient server`."""
+
+from ._cli import server
+
+if __name__ == "__main__":
+    server(prog_name="idemclient server")

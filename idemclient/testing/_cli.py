@@ -1,0 +1,128 @@
+"""`idemclient server`: the reference server on a real socket, until SIGTERM or SIGINT.
+
+Binds 127.0.0.1 by default (the `/_sandbox/` controls take no authentication), keeps
+its state in SQLite (in memory unless `--db` names a file), runs the recovery worker
+and the reaper in the background, and prints one line once it accepts connections:
+
+    idemclient reference server listening on http://127.0.0.1:8000
+
+On SIGTERM or SIGINT it stops accepting, lets requests in progress finish (a few
+seconds at most), closes the database and exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+from types import FrameType
+
+import click
+
+from .._clock import SystemClock
+from ._asgi import ReferenceApp
+from ._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
+
+__all__ = ["server"]
+
+_POSITIVE = click.FloatRange(min=0, min_open=True)
+
+
+@click.command("server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="Port to bind; 0 picks a free one (the ready line says which).",
+)
+@click.option(
+    "--db",
+    default=":memory:",
+    show_default=True,
+    help="SQLite database file; :memory: keeps nothing after exit.",
+)
+@click.option(
+    "--lease",
+    type=_POSITIVE,
+    default=DEFAULT_LEASE,
+    show_default=True,
+    help="Seconds an attempt may go silent before its request may be taken over.",
+)
+@click.option(
+    "--key-ttl",
+    type=_POSITIVE,
+    default=DEFAULT_KEY_TTL,
+    show_default=True,
+    help="Seconds finished idempotency keys are kept before the reaper drops them.",
+)
+@click.option(
+    "--recovery-interval",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds between background recovery sweeps and reaps; 0 disables them.",
+)
+@click.option(
+    "--sandbox/--no-sandbox",
+    default=True,
+    show_default=True,
+    help="Serve the unauthenticated /_sandbox/ fault and inspection endpoints.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+)
+def server(
+    host: str,
+    port: int,
+    db: str,
+    lease: float,
+    key_ttl: float,
+    recovery_interval: float,
+    sandbox: bool,
+    log_level: str,
+) -> None:
+    """Run the reference server: the server half of the idempotency protocol."""
+    from ._live import bind, make_uvicorn_server, require_uvicorn, url_for
+
+    try:
+        require_uvicorn()
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    try:
+        reference = ReferenceServer(
+            db=db, clock=SystemClock(), lease=lease, key_ttl=key_ttl, sandbox=sandbox
+        )
+    except (sqlite3.Error, ValueError) as exc:
+        sock.close()
+        raise click.ClickException(f"cannot open the database {db!r}: {exc}") from exc
+    url = url_for(sock)
+
+    def ready() -> None:
+        click.echo(f"idemclient reference server listening on {url}")
+
+    app = ReferenceApp(reference, recovery_interval=recovery_interval or None, on_ready=ready)
+    uv = make_uvicorn_server(app, log_level=log_level, configure_logging=True)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # uvicorn handles these signals while it runs and re-raises them after its
+        # graceful shutdown; landing here then means "already stopped, exit 0". A signal
+        # that arrives before uvicorn took over makes it stop as soon as it starts.
+        uv.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uv.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+        reference.close()
+    click.echo("idemclient reference server stopped", err=True)

@@ -1,0 +1,134 @@
+"""The `/_sandbox/` control endpoints: the fault and inspection API over HTTP.
+
+They take no authentication: they are test controls for a server bound to loopback,
+and a test driving a live server must be able to reach them without a tenant token.
+A server that must not expose them is built with `sandbox=False` (`--no-sandbox`).
+
+    POST /_sandbox/noop                     200 {}: same stack, no work (benchmarks)
+    POST /_sandbox/faults                   script answer | delay | drop | crash
+    POST /_sandbox/external/{1,2}           {"mode": ..., "times": n}
+    GET  /_sandbox/clock                    {"now": t}
+    POST /_sandbox/clock                    {"advance": seconds} -> {"now": t}
+    POST /_sandbox/recover                  run the recovery worker once
+    POST /_sandbox/reap                     run the reaper once -> {"reaped": n}
+    POST /_sandbox/reset                    forget everything
+    GET  /_sandbox/ledger                   {"data": [ledger entries]}
+    GET  /_sandbox/key?client=C&key=K       the key row, or 404
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ._messages import ServerRequest, ServerResponse, json_bytes
+from ._protocol import JSON_CONTENT_TYPE, Problem
+
+if TYPE_CHECKING:
+    from ._server import ReferenceServer
+
+__all__ = ["handle_control"]
+
+_FAULT_MATCH = ("times", "path", "key")
+
+
+def _ok(value: Any, status: int = 200) -> ServerResponse:
+    return ServerResponse(status, (("content-type", JSON_CONTENT_TYPE),), json_bytes(value))
+
+
+def _bad(detail: str) -> Problem:
+    return Problem(400, "invalid-sandbox-request", "Invalid sandbox request", detail)
+
+
+def _object(request: ServerRequest) -> dict[str, Any]:
+    if not request.body:
+        return {}
+    try:
+        value = json.loads(request.body)
+    except ValueError:
+        raise _bad("the body must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise _bad("the body must be a JSON object")
+    return value
+
+
+_FAULT_FIELDS = {
+    "answer": {"status", "retry_after", "retry_after_date_in", "retry_after_ms", "headers", "body"},
+    "delay": {"seconds"},
+    "drop": set(),
+    "crash": {"after"},
+}
+
+
+def _add_fault(server: ReferenceServer, spec: dict[str, Any]) -> None:
+    kind = spec.pop("kind", None)
+    if kind not in _FAULT_FIELDS:
+        raise _bad('"kind" must be one of: answer, delay, drop, crash')
+    # Reject before scripting anything: a typo must not leave half a script behind.
+    unknown = sorted(set(spec) - _FAULT_FIELDS[kind] - set(_FAULT_MATCH))
+    if unknown:
+        raise _bad(f"unknown fields for {kind}: {', '.join(unknown)}")
+    match = {name: spec[name] for name in _FAULT_MATCH if name in spec}
+    if kind == "answer":
+        headers = spec.get("headers")
+        body = spec.get("body")
+        server.answer(
+            int(spec["status"]),
+            retry_after=spec.get("retry_after"),
+            retry_after_date_in=spec.get("retry_after_date_in"),
+            retry_after_ms=spec.get("retry_after_ms"),
+            headers=None if headers is None else {str(k): str(v) for k, v in headers.items()},
+            body=None if body is None else str(body).encode(),
+            **match,
+        )
+    elif kind == "delay":
+        server.delay(float(spec["seconds"]), **match)
+    elif kind == "drop":
+        server.drop(**match)
+    else:
+        server.crash(str(spec["after"]), **match)
+
+
+def handle_control(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
+    """Answer one `/_sandbox/` request."""
+    if not server.sandbox:
+        return Problem(404, "no-such-route", "Not found", "the sandbox is disabled").response()
+    try:
+        return _route(server, request)
+    except Problem as problem:
+        return problem.response()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return _bad(f"{type(exc).__name__}: {exc}").response()
+
+
+def _route(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
+    method, path = request.method, request.path.removeprefix("/_sandbox")
+    if (method, path) == ("POST", "/noop"):
+        return _ok({})
+    if (method, path) == ("POST", "/faults"):
+        _add_fault(server, _object(request))
+        return _ok({"pending": server.pending_faults()}, 201)
+    if method == "POST" and path in ("/external/1", "/external/2"):
+        spec = _object(request)
+        server.external_fault(int(path[-1]), str(spec["mode"]), times=int(spec.get("times", 1)))
+        return _ok({}, 201)
+    if (method, path) == ("GET", "/clock"):
+        return _ok({"now": server.now()})
+    if (method, path) == ("POST", "/clock"):
+        return _ok({"now": server.advance(float(_object(request)["advance"]))})
+    if (method, path) == ("POST", "/recover"):
+        return _ok(server.recover().to_json())
+    if (method, path) == ("POST", "/reap"):
+        return _ok({"reaped": server.reap()})
+    if (method, path) == ("POST", "/reset"):
+        server.reset()
+        return _ok({})
+    if (method, path) == ("GET", "/ledger"):
+        return _ok({"data": [entry.to_json() for entry in server.ledger()]})
+    if (method, path) == ("GET", "/key"):
+        params = request.query_params()
+        record = server.key_record(params["client"], params["key"])
+        if record is None:
+            raise Problem(404, "not-found", "Not found", "no such key row")
+        return _ok(record.to_json())
+    raise Problem(404, "no-such-route", "Not found", f"no sandbox control at {request.path}")

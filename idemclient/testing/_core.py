@@ -1,0 +1,589 @@
+"""The protocol core: one request in, one answer out. All of the server half lives here.
+
+`Core.handle` takes a `ServerRequest` and returns a `ServerResponse` or
+`DropConnection`; it knows nothing about sockets, httpx or ASGI. A resource-creating
+POST goes through the seed's machine:
+
+    admit (INSERT .. ON CONFLICT DO NOTHING RETURNING)
+      -> Handler1 -> EXT1_SENT -> external system 1 -> EXT1_DONE
+      -> Handler2 -> EXT2_SENT -> external system 2 -> EXT2_DONE -> Handler3 (finished)
+
+Each arrow is one local transaction that also advances `recovery_point` and refreshes
+the lease, so a resumer always knows what committed. Intent is committed before each
+external call and the outcome after it. A key that already exists is judged by
+`judge_existing`: replay, 422, 409, or takeover of a stale lease followed by resuming
+from `recovery_point` (probing the external system before calling it again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any
+
+from ._clock import ServerClock
+from ._external import ExternalDown, ExternalSystem, ExternalTimeout
+from ._faults import Action, Answer, Crash, Delay, FaultPlan
+from ._messages import DropConnection, ServerRequest, ServerResponse, json_bytes
+from ._protocol import (
+    JSON_CONTENT_TYPE,
+    PROBLEM_CONTENT_TYPE,
+    Payment,
+    Phase,
+    Problem,
+    Step,
+    Verdict,
+    derive_key,
+    judge_existing,
+    next_step,
+    parse_bearer,
+    parse_idempotency_key,
+    parse_payment,
+    render_retry_after,
+    request_hash,
+)
+from ._records import RecoveryReport
+from ._storage import ExternalRecord, KeyRow, ResourceRow, Storage
+
+__all__ = ["Core"]
+
+logger = logging.getLogger("idemclient.testing")
+
+#: collection (path segment) -> resource kind
+KINDS = {"payments": "payment", "payouts": "payout"}
+#: resource kind -> id prefix
+ID_PREFIXES = {"payment": "pay", "payout": "po"}
+_COLLECTION = re.compile(r"/v1/(payments|payouts)")
+_ITEM = re.compile(r"/v1/(payments|payouts)/([^/]+)")
+# In flight: come back soon. The owner usually finishes well inside a second; a lease
+# can be 30 s, and telling clients to wait that long would only slow them down.
+IN_FLIGHT_RETRY_AFTER = "1"
+# Bounded inline work on an external system within one attempt (diagram 3): a retry
+# with the same derived key is safe, but an attempt must end while the client waits.
+INLINE_CALLS = 2
+
+
+class _Crashed(Exception):
+    """An injected crash: stop now, leave everything as committed so far."""
+
+    def __init__(self, point: Phase) -> None:
+        super().__init__(point.value)
+        self.point = point
+
+
+@dataclass(frozen=True, slots=True)
+class _Unresolved:
+    """An external step ended without an answer. `maybe_sent`: it may have applied."""
+
+    maybe_sent: bool
+
+
+@dataclass(slots=True)
+class _Work:
+    """One attempt's hold on one key row, and what it knows so far."""
+
+    client: str
+    key: str
+    owner: str
+    kind: str
+    endpoint: str
+    payment: Payment
+    point: str | None
+    resource: ResourceRow | None
+    crash: Phase | None
+    #: resumed at an EXTn_SENT left by someone else: probe before calling
+    probe_first: bool
+
+
+def _json_response(status: int, value: Any, *extra: tuple[str, str]) -> ServerResponse:
+    return ServerResponse(status, (("content-type", JSON_CONTENT_TYPE), *extra), json_bytes(value))
+
+
+def _external_reference(answer: str | None) -> str | None:
+    if answer is None:
+        return None
+    reference: str = json.loads(answer)["reference"]
+    return reference
+
+
+def resource_json(row: ResourceRow) -> dict[str, Any]:
+    """The public representation of a payment or payout."""
+    return {
+        **json.loads(row.fields),
+        "id": row.id,
+        "object": row.kind,
+        "amount": row.amount,
+        "currency": row.currency,
+        "reference": row.reference,
+        "status": row.status,
+        "created": int(row.created_at),
+        "idempotency_key": row.idempotency_key,
+        "external": {"ext1": _external_reference(row.ext1), "ext2": _external_reference(row.ext2)},
+    }
+
+
+def _location(kind: str, resource_id: str) -> tuple[str, str]:
+    return ("location", f"/v1/{kind}s/{resource_id}")
+
+
+def _not_found(what: str) -> Problem:
+    # 404 for another client's id, reference or key as much as for one that never
+    # existed: the answer must not tell them apart, or keys could be enumerated.
+    return Problem(404, "not-found", "Not found", f"no {what} of yours matches")
+
+
+class Core:
+    """The server half of the protocol over one `Storage`. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        clock: ServerClock,
+        faults: FaultPlan,
+        externals: tuple[ExternalSystem, ExternalSystem],
+        lease: float,
+        key_ttl: float,
+    ) -> None:
+        if not lease > 0:
+            raise ValueError(f"the lease must be positive, not {lease!r}")
+        if not key_ttl > 0:
+            raise ValueError(f"the key TTL must be positive, not {key_ttl!r}")
+        self.storage = storage
+        self.clock = clock
+        self.faults = faults
+        self.externals = externals
+        self.lease = lease
+        self.key_ttl = key_ttl
+
+    # -- entry point ---------------------------------------------------------------------
+
+    def handle(self, request: ServerRequest) -> ServerResponse | DropConnection:
+        """Answer one request."""
+        collection = _COLLECTION.fullmatch(request.path)
+        creating = collection is not None and request.method == "POST"
+        action = self.faults.take(path=request.path, key=_key_hint(request), phased=creating)
+        if isinstance(action, Answer):
+            return self._render_answer(action)
+        try:
+            result = self._dispatch(request, action)
+        except Problem as problem:
+            result = problem.response()
+        if isinstance(result, ServerResponse):
+            if isinstance(action, Delay):
+                result = dataclasses.replace(result, delay=action.seconds)
+            elif isinstance(action, Crash) and action.after is Phase.FINISHED:
+                return DropConnection("injected drop after the request was handled")
+        return result
+
+    def _dispatch(
+        self, request: ServerRequest, action: Action | None
+    ) -> ServerResponse | DropConnection:
+        client = parse_bearer(request.header_values("authorization"))
+        if (collection := _COLLECTION.fullmatch(request.path)) is not None:
+            kind = KINDS[collection.group(1)]
+            if request.method == "POST":
+                crash = action.after if isinstance(action, Crash) else None
+                return self._create(request, client, kind, crash)
+            if request.method == "GET":
+                return self._search(request, client, kind)
+            raise _method_not_allowed("GET, POST")
+        if (item := _ITEM.fullmatch(request.path)) is not None:
+            if request.method != "GET":
+                raise _method_not_allowed("GET")
+            rows = self.storage.find_resources(
+                client=client, kind=KINDS[item.group(1)], resource_id=item.group(2)
+            )
+            if not rows:
+                raise _not_found(KINDS[item.group(1)])
+            return _json_response(200, resource_json(rows[0]))
+        raise Problem(404, "no-such-route", "Not found", f"nothing is served at {request.path}")
+
+    def _render_answer(self, answer: Answer) -> ServerResponse:
+        headers: list[tuple[str, str]] = []
+        if answer.retry_after is not None:
+            headers.append(("retry-after", render_retry_after(answer.retry_after)))
+        if answer.retry_after_date_in is not None:
+            when = datetime.fromtimestamp(self.clock.time() + answer.retry_after_date_in, UTC)
+            headers.append(("retry-after", render_retry_after(when)))
+        if answer.retry_after_ms is not None:
+            headers.append(("retry-after-ms", str(answer.retry_after_ms)))
+        headers.extend(answer.headers)
+        if answer.body is not None:
+            if not any(name.lower() == "content-type" for name, _ in headers):
+                headers.insert(0, ("content-type", JSON_CONTENT_TYPE))
+            return ServerResponse(answer.status, tuple(headers), answer.body)
+        try:
+            title = HTTPStatus(answer.status).phrase
+        except ValueError:
+            title = f"Status {answer.status}"
+        problem = Problem(answer.status, "scripted", title, "a scripted sandbox answer")
+        return ServerResponse(
+            answer.status,
+            (("content-type", PROBLEM_CONTENT_TYPE), *headers),
+            json_bytes(problem.body()),
+        )
+
+    # -- look-ups, scoped to the caller ------------------------------------------------
+
+    def _search(self, request: ServerRequest, client: str, kind: str) -> ServerResponse:
+        params = request.query_params()
+        reference = params.get("reference")
+        key = params.get("idempotency_key")
+        if reference is None and key is None:
+            raise Problem(
+                400,
+                "filter-required",
+                "A filter is required",
+                "search by ?reference=R or ?idempotency_key=K",
+            )
+        if key is not None:
+            key = parse_idempotency_key([key])
+        rows = self.storage.find_resources(
+            client=client, kind=kind, reference=reference, idempotency_key=key
+        )
+        if not rows:
+            raise _not_found(kind)
+        return _json_response(200, {"object": "list", "data": [resource_json(r) for r in rows]})
+
+    # -- creation: admission, then the phase machine -----------------------------------
+
+    def _create(
+        self, request: ServerRequest, client: str, kind: str, crash: Phase | None
+    ) -> ServerResponse | DropConnection:
+        key = parse_idempotency_key(request.header_values("idempotency-key"))
+        # Validation before admission: a request that fails it never started executing,
+        # so nothing is stored and the client may fix the body and send the same key.
+        payment, canonical = parse_payment(request.body)
+        digest = request_hash(request.method, request.path, canonical)
+        owner = secrets.token_hex(8)
+        now = self.clock.time()
+        owned, row = self.storage.admit(
+            client=client,
+            key=key,
+            request_hash=digest,
+            endpoint=request.path,
+            request_body=canonical,
+            owner=owner,
+            now=now,
+        )
+        try:
+            if owned:
+                work = _Work(
+                    client, key, owner, kind, request.path, payment, None, None, crash, False
+                )
+                _checkpoint(work, Phase.ADMITTED)
+                return self._run(work)[0]
+            verdict = judge_existing(
+                stored_hash=row.request_hash,
+                state=row.state,
+                locked_at=row.locked_at,
+                request_hash=digest,
+                now=now,
+                lease=self.lease,
+            )
+            if verdict is Verdict.REPLAY:
+                return _replay(row)
+            if verdict is Verdict.MISMATCH:
+                raise Problem(
+                    422,
+                    "idempotency-key-reused",
+                    "Idempotency-Key reused",
+                    "this key was used for a different request (method, path or body)",
+                )
+            if verdict is Verdict.TAKE_OVER:
+                taken = self.storage.take_over(
+                    client=client, key=key, owner=owner, now=now, stale_before=now - self.lease
+                )
+                if taken is not None:
+                    return self._run(self._resume(taken, owner, crash))[0]
+            return _in_flight(row.resource_id)
+        except _Crashed as crashed:
+            return DropConnection(f"injected crash after {crashed.point.value}")
+
+    def _resume(self, row: KeyRow, owner: str, crash: Phase | None) -> _Work:
+        payment, _ = parse_payment(row.request_body)
+        resource = None if row.resource_id is None else self.storage.resource(row.resource_id)
+        kind = _kind_of(row.endpoint)
+        return _Work(
+            row.client,
+            row.key,
+            owner,
+            kind,
+            row.endpoint,
+            payment,
+            row.recovery_point,
+            resource,
+            crash,
+            probe_first=True,
+        )
+
+    def _run(self, work: _Work) -> tuple[ServerResponse, bool]:
+        """Run the phase machine from `work.point` to the end. (answer, finished).
+
+        Every write is fenced by the lease owner; a write that finds the lease gone
+        means another actor took the request over, and this attempt bows out with 409.
+        """
+        storage = self.storage
+        while True:
+            declined = work.resource is not None and work.resource.status == "declined"
+            step = next_step(work.point, declined=declined)
+            now = self.clock.time()
+            common: dict[str, Any] = {
+                "client": work.client,
+                "key": work.key,
+                "owner": work.owner,
+                "now": now,
+            }
+            if step is Step.HANDLER3:
+                return self._handler3(work, common)
+            if step is Step.HANDLER1:
+                created = self._new_resource(work, now)
+                if not storage.handler1(**common, resource=created):
+                    return _in_flight(None), False
+                work.resource, work.point = created, Phase.H1_DONE
+                _checkpoint(work, Phase.H1_DONE)
+                continue
+            resource = work.resource
+            assert resource is not None, "every step after Handler1 has a resource"
+            if step in (Step.SEND_EXT1, Step.SEND_EXT2):
+                point = Phase.EXT1_SENT if step is Step.SEND_EXT1 else Phase.EXT2_SENT
+                ok = storage.mark_sent(**common, point=point)
+                work.probe_first = False
+            elif step in (Step.CALL_EXT1, Step.CALL_EXT2):
+                system = 1 if step is Step.CALL_EXT1 else 2
+                settled = self._settle(work, system)
+                if isinstance(settled, _Unresolved):
+                    return self._park(work, settled), False
+                _checkpoint(work, Phase.EXT1_CALLED if system == 1 else Phase.EXT2_CALLED)
+                point = Phase.EXT1_DONE if system == 1 else Phase.EXT2_DONE
+                answer = json.dumps({"outcome": settled.outcome, "reference": settled.reference})
+                ok = storage.record_external(**common, point=point, system=system, answer=answer)
+                work.resource = (
+                    dataclasses.replace(resource, ext1=answer)
+                    if system == 1
+                    else dataclasses.replace(resource, ext2=answer)
+                )
+            else:
+                point = Phase.H2_DONE
+                status = "declined" if _outcome(resource.ext1) == "declined" else "authorized"
+                ok = storage.handler2(**common, status=status)
+                work.resource = dataclasses.replace(resource, status=status)
+            if not ok:
+                return _in_flight(resource.id), False
+            work.point = point
+            _checkpoint(work, point)
+
+    def _new_resource(self, work: _Work, now: float) -> ResourceRow:
+        prefix = ID_PREFIXES[work.kind]
+        return ResourceRow(
+            id=f"{prefix}_{secrets.token_hex(12)}",
+            kind=work.kind,
+            client=work.client,
+            idempotency_key=work.key,
+            reference=work.payment.reference,
+            amount=work.payment.amount,
+            currency=work.payment.currency,
+            status="pending",
+            fields=json.dumps(dict(work.payment.extra), sort_keys=True),
+            ext1=None,
+            ext2=None,
+            created_at=now,
+        )
+
+    def _handler3(self, work: _Work, common: dict[str, Any]) -> tuple[ServerResponse, bool]:
+        resource = work.resource
+        assert resource is not None
+        declined = "declined" in (
+            resource.status,
+            _outcome(resource.ext1),
+            _outcome(resource.ext2),
+        )
+        final = dataclasses.replace(resource, status="declined" if declined else "succeeded")
+        if declined:
+            problem = Problem(
+                402,
+                "declined",
+                "Payment declined",
+                f"an external system declined this {final.kind}",
+                extra={"resource": resource_json(final)},
+            )
+            code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
+        else:
+            code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
+        if not self.storage.finish(
+            **common, status=final.status, response_code=code, response_body=body
+        ):
+            return _in_flight(resource.id), False
+        # Phase.FINISHED (apply-then-drop) is applied by `handle` to whatever is answered.
+        headers = (("content-type", content_type), _location(work.kind, resource.id))
+        return ServerResponse(code, headers, body), True
+
+    def _settle(self, work: _Work, system: int) -> ExternalRecord | _Unresolved:
+        """Get an answer from an external system within this attempt, or give up honestly.
+
+        Probe first when resuming at EXTn_SENT (an instruction may be out there). After a
+        failed call, probe; if the system says it never received it, call again with the
+        same derived key; otherwise stop with the outcome unknown.
+        """
+        external = self.externals[system - 1]
+        derived = derive_key(work.client, work.key, f"ext{system}")
+        assert work.resource is not None
+        maybe_sent = work.probe_first
+        if work.probe_first:
+            probed = _probe(external, derived)
+            if probed is not None:
+                return probed
+            maybe_sent = False
+        for _ in range(INLINE_CALLS):
+            try:
+                return external.call(
+                    derived, resource_id=work.resource.id, amount=work.resource.amount
+                )
+            except ExternalDown:
+                pass
+            except ExternalTimeout:
+                maybe_sent = True
+            probed = _probe(external, derived)
+            if isinstance(probed, ExternalRecord):
+                return probed
+            if isinstance(probed, _Unresolved):
+                return _Unresolved(maybe_sent)
+            # "Never received": whatever was sent before did not land, so calling again
+            # with the same key is safe, and if this attempt ends here nothing applied.
+            maybe_sent = False
+        return _Unresolved(maybe_sent)
+
+    def _park(self, work: _Work, unresolved: _Unresolved) -> ServerResponse:
+        """Leave the row at EXTn_SENT, release the lease, and say so (diagram 3)."""
+        resource = work.resource
+        assert resource is not None
+        if not self.storage.release(
+            client=work.client, key=work.key, owner=work.owner, now=self.clock.time()
+        ):
+            return _in_flight(resource.id)
+        location = _location(work.kind, resource.id)
+        if unresolved.maybe_sent:
+            # Accepted, outcome unknown: never "failed", never "succeeded". The row is
+            # the instruction to resume; a retry or the recovery worker finishes it.
+            return _json_response(
+                202, resource_json(resource), location, ("retry-after", IN_FLIGHT_RETRY_AFTER)
+            )
+        # Nothing reached the external system: a transient failure, and like every
+        # 503 it is not stored, so the retry with the same key resumes the request.
+        return Problem(
+            503,
+            "external-unavailable",
+            "External system unavailable",
+            "a downstream system is unavailable; retry with the same key",
+            extra={"resource_id": resource.id},
+            headers=(("retry-after", IN_FLIGHT_RETRY_AFTER), location),
+        ).response()
+
+    # -- background work -----------------------------------------------------------------
+
+    def recover_once(self, *, limit: int = 100) -> RecoveryReport:
+        """Sweep started rows whose lease expired or was released, and resume each once."""
+        now = self.clock.time()
+        stale_before = now - self.lease
+        candidates = self.storage.stale_keys(stale_before=stale_before, limit=limit)
+        resumed = finished = 0
+        for client, key in candidates:
+            owner = secrets.token_hex(8)
+            row = self.storage.take_over(
+                client=client, key=key, owner=owner, now=now, stale_before=stale_before
+            )
+            if row is None:
+                continue  # a client retry took it first: whoever wins, the outcome is the same
+            resumed += 1
+            try:
+                _, done = self._run(self._resume(row, owner, crash=None))
+            except Exception:
+                # One broken row must not stop the sweep; the lease expires and a later
+                # sweep tries again.
+                logger.exception("recovery of (%r, %r) failed", client, key)
+                done = False
+            finished += done
+        return RecoveryReport(
+            examined=len(candidates),
+            resumed=resumed,
+            finished=finished,
+            unresolved=resumed - finished,
+        )
+
+    def reap_once(self) -> int:
+        """Drop finished keys older than the TTL. Returns how many."""
+        return self.storage.reap(created_before=self.clock.time() - self.key_ttl)
+
+
+def _kind_of(endpoint: str) -> str:
+    """The resource kind a stored endpoint (/v1/payments, /v1/payouts) creates."""
+    return KINDS[endpoint.rsplit("/", 1)[-1]]
+
+
+def _key_hint(request: ServerRequest) -> str | None:
+    """The key as written, for matching fault scripts (validation happens later)."""
+    raw = request.header("idempotency-key")
+    if raw is None:
+        return None
+    raw = raw.strip(" \t")
+    return raw[1:-1] if len(raw) >= 2 and raw[0] == raw[-1] == '"' else raw
+
+
+def _checkpoint(work: _Work, point: Phase) -> None:
+    if work.crash is point:
+        raise _Crashed(point)
+
+
+def _outcome(answer: str | None) -> str | None:
+    if answer is None:
+        return None
+    outcome: str = json.loads(answer)["outcome"]
+    return outcome
+
+
+def _probe(external: ExternalSystem, key: str) -> ExternalRecord | _Unresolved | None:
+    """A status query by derived key: the record, None (never received), or unknown."""
+    try:
+        return external.status(key)
+    except (ExternalTimeout, ExternalDown):
+        return _Unresolved(maybe_sent=True)
+
+
+def _replay(row: KeyRow) -> ServerResponse:
+    assert row.response_code is not None
+    assert row.response_body is not None
+    content_type = PROBLEM_CONTENT_TYPE if row.response_code >= 400 else JSON_CONTENT_TYPE
+    headers: list[tuple[str, str]] = [("content-type", content_type)]
+    if row.resource_id is not None:
+        headers.append(_location(_kind_of(row.endpoint), row.resource_id))
+    headers.append(("idempotent-replayed", "true"))
+    return ServerResponse(row.response_code, tuple(headers), row.response_body)
+
+
+def _in_flight(resource_id: str | None) -> ServerResponse:
+    extra = {} if resource_id is None else {"resource_id": resource_id}
+    return Problem(
+        409,
+        "request-in-flight",
+        "Request in flight",
+        "another attempt with this key is in progress; retry after Retry-After",
+        extra=extra,
+        headers=(("retry-after", IN_FLIGHT_RETRY_AFTER),),
+    ).response()
+
+
+def _method_not_allowed(allow: str) -> Problem:
+    return Problem(
+        405,
+        "method-not-allowed",
+        "Method not allowed",
+        f"allowed: {allow}",
+        headers=(("allow", allow),),
+    )

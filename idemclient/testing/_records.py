@@ -1,0 +1,98 @@
+"""What a test can read back from the sandbox: ledger entries, key rows, recovery reports.
+
+Each record is a frozen value that travels as a JSON object over `/_sandbox/` and comes
+back as the same value through `SandboxClient`, so in-process and live tests assert on
+the same types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self, cast
+
+__all__ = ["KeyRecord", "LedgerEntry", "RecoveryReport"]
+
+
+class _JsonRecord:
+    """Round-trips a flat dataclass through a JSON object (tuples travel as lists)."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        # cast: every subclass is a dataclass, which the mixin itself cannot declare
+        return {
+            f.name: list(value) if isinstance(value := getattr(self, f.name), tuple) else value
+            for f in dataclasses.fields(cast(Any, self))
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        values = {
+            f.name: tuple(data[f.name]) if isinstance(data[f.name], list) else data[f.name]
+            for f in dataclasses.fields(cast(Any, cls))
+        }
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry(_JsonRecord):
+    """One resource and every effect it caused: what "exactly once" is asserted against."""
+
+    resource_id: str
+    #: "payment" or "payout"
+    kind: str
+    client: str
+    idempotency_key: str
+    reference: str
+    amount: int
+    currency: str
+    #: pending, authorized, succeeded or declined
+    status: str
+    #: state of the key row: "started", "finished", or None once the key was reaped
+    key_state: str | None
+    recovery_point: str | None
+    #: instructions external system 1 applied for this resource (1 means exactly once)
+    ext1_applied: int
+    ext2_applied: int
+    #: deliveries external system 1 received for it, replays included
+    ext1_calls: int
+    ext2_calls: int
+    #: the handlers that ran for it, in order: ("H1", "H2", "H3") when complete
+    journal: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord(_JsonRecord):
+    """The server's row for one (client, idempotency key)."""
+
+    client: str
+    key: str
+    endpoint: str
+    #: "started" or "finished"
+    state: str
+    recovery_point: str | None
+    resource_id: str | None
+    response_code: int | None
+    response_body: str | None
+    #: the lease: None when finished or released for the next actor
+    locked_at: float | None
+    #: external calls intended so far (EXTn_SENT commits)
+    attempts: int
+    last_attempt_at: float | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport(_JsonRecord):
+    """What one recovery sweep did."""
+
+    #: started rows found with an expired or released lease
+    examined: int
+    #: of those, rows this sweep took over (a racing retry may win the rest)
+    resumed: int
+    #: of those, rows it brought to finished
+    finished: int
+    #: of those, rows still unresolved (an external system still unknown or down)
+    unresolved: int

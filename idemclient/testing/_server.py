@@ -1,0 +1,278 @@
+"""`ReferenceServer`: the sandbox PSP as one object, with its fault and inspection API.
+
+It owns the storage, the clock, the fault scripts and the two external systems, and
+puts the protocol core and the `/_sandbox/` control endpoints behind one `handle`.
+Every adapter (the httpx transport, respx, the ASGI app, the live server) talks to it
+through that one method, so in-process and over-the-socket behaviour cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from types import TracebackType
+
+import httpx
+
+from .._clock import ManualClock
+from ._clock import ServerClock
+from ._control import handle_control
+from ._core import Core
+from ._external import ExternalMode, ExternalSystem
+from ._faults import Answer, Crash, Delay, FaultPlan, Gate
+from ._messages import DropConnection, ServerRequest, ServerResponse
+from ._protocol import Phase
+from ._records import KeyRecord, LedgerEntry, RecoveryReport
+from ._storage import Storage
+from ._transport import ReferenceTransport
+
+__all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
+
+#: How long an attempt may go silent before another actor may take its request over.
+DEFAULT_LEASE = 30.0
+#: How long finished keys are kept: Stripe's 24 hours.
+DEFAULT_KEY_TTL = 24 * 3600.0
+
+
+class ReferenceServer:
+    """The server half of the idempotency protocol, stateful, with fault injection.
+
+    `db` is a SQLite path or ":memory:". `clock` defaults to a `ManualClock`, so leases
+    and TTLs expire only when a test advances it. With `sandbox=False` the `/_sandbox/`
+    endpoints answer 404 (the Python API below still works).
+    """
+
+    def __init__(
+        self,
+        *,
+        db: str | os.PathLike[str] = ":memory:",
+        clock: ServerClock | None = None,
+        lease: float = DEFAULT_LEASE,
+        key_ttl: float = DEFAULT_KEY_TTL,
+        sandbox: bool = True,
+    ) -> None:
+        self._clock: ServerClock = clock if clock is not None else ManualClock()
+        self._storage = Storage(db)
+        self._faults = FaultPlan()
+        self._externals = (
+            ExternalSystem(1, self._storage, self._clock),
+            ExternalSystem(2, self._storage, self._clock),
+        )
+        try:
+            self._core = Core(
+                storage=self._storage,
+                clock=self._clock,
+                faults=self._faults,
+                externals=self._externals,
+                lease=lease,
+                key_ttl=key_ttl,
+            )
+        except BaseException:
+            self._storage.close()
+            raise
+        self.sandbox = sandbox
+        #: an httpx transport (sync and async) answered by this server, in-process
+        self.transport = ReferenceTransport(self)
+
+    # -- serving -------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> ServerClock:
+        return self._clock
+
+    @property
+    def lease(self) -> float:
+        return self._core.lease
+
+    @property
+    def key_ttl(self) -> float:
+        return self._core.key_ttl
+
+    def handle(self, request: ServerRequest) -> ServerResponse | DropConnection:
+        """Answer one request: the single entry point every adapter uses."""
+        if request.path.startswith("/_sandbox/"):
+            return handle_control(self, request)
+        return self._core.handle(request)
+
+    def respx_side_effect(self, request: httpx.Request) -> httpx.Response:
+        """For `respx.route(...).mock(side_effect=server.respx_side_effect)`."""
+        return self.transport.handle_request(request)
+
+    # -- fault injection -----------------------------------------------------------------
+
+    def answer(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        path: str | None = None,
+        key: str | None = None,
+        retry_after: float | str | datetime | None = None,
+        retry_after_date_in: float | None = None,
+        retry_after_ms: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> None:
+        """Answer the next `times` matching requests with `status`, without processing them.
+
+        `retry_after`: seconds (number), an HTTP-date (aware datetime) or a raw string;
+        `retry_after_date_in`: an HTTP-date that many seconds after the server's now;
+        `retry_after_ms`: a `retry-after-ms` header. `body` defaults to problem+json.
+        """
+        action = Answer(
+            status,
+            retry_after=retry_after,
+            retry_after_date_in=retry_after_date_in,
+            retry_after_ms=retry_after_ms,
+            headers=tuple((headers or {}).items()),
+            body=body,
+        )
+        self._faults.add(action, times=times, path=path, key=key)
+
+    def delay(
+        self, seconds: float, *, times: int = 1, path: str | None = None, key: str | None = None
+    ) -> None:
+        """Process the next matching requests, then hold each response `seconds`.
+
+        In-process, a delay beyond the client's read timeout raises `httpx.ReadTimeout`
+        after the request was applied; over a socket the server really waits.
+        """
+        self._faults.add(Delay(seconds), times=times, path=path, key=key)
+
+    def drop(self, *, times: int = 1, path: str | None = None, key: str | None = None) -> None:
+        """Apply-then-drop: commit everything and store the response, then send nothing."""
+        self._faults.add(Crash(Phase.FINISHED), times=times, path=path, key=key)
+
+    def crash(
+        self,
+        after: Phase | str,
+        *,
+        times: int = 1,
+        path: str | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Abandon the next matching creation right after phase `after` commits.
+
+        The row stays started with its lease held, as a dead worker leaves it; the
+        connection is broken without a response. Recovery (the worker, or a retry once
+        the lease has expired) must finish it.
+        """
+        self._faults.add(Crash(Phase(after)), times=times, path=path, key=key)
+
+    def external_fault(self, system: int, mode: ExternalMode | str, *, times: int = 1) -> None:
+        """Make external system 1 or 2 misbehave for its next `times` interactions.
+
+        Modes: "timeout", "down", "apply_then_timeout" (calls and status probes alike
+        use up a count), and "decline" (the next `times` new instructions are declined).
+        """
+        self._external(system).inject(mode, times=times)
+
+    def hold_external(self, system: int, *, timeout: float = 30.0) -> Gate:
+        """Hold external system `system`'s next call until the returned gate is released."""
+        return self._external(system).hold(timeout=timeout)
+
+    def pending_faults(self) -> int:
+        """How many requests the scripted faults will still affect."""
+        return self._faults.pending()
+
+    def _external(self, system: int) -> ExternalSystem:
+        if system not in (1, 2):
+            raise ValueError(f"there are external systems 1 and 2, not {system!r}")
+        return self._externals[system - 1]
+
+    # -- time and maintenance ------------------------------------------------------------
+
+    def now(self) -> float:
+        """The server's current time (seconds since the epoch)."""
+        return self._clock.time()
+
+    def advance(self, seconds: float) -> float:
+        """Move the server's clock forward; returns the new now."""
+        return self._clock.advance(seconds)
+
+    def recover(self) -> RecoveryReport:
+        """Run the recovery worker once over started rows with an expired or released lease."""
+        return self._core.recover_once()
+
+    def reap(self) -> int:
+        """Run the reaper once: drop finished keys older than the key TTL."""
+        return self._core.reap_once()
+
+    def reset(self) -> None:
+        """Forget everything: keys, resources, external books and pending faults."""
+        self._faults.clear()
+        for external in self._externals:
+            external.clear()
+        self._storage.reset()
+
+    # -- inspection ----------------------------------------------------------------------
+
+    def ledger(self) -> tuple[LedgerEntry, ...]:
+        """Every resource with its effects at both external systems, oldest first."""
+        entries = []
+        for resource, state, point, counts, journal in self._storage.ledger_rows():
+            entries.append(
+                LedgerEntry(
+                    resource_id=resource.id,
+                    kind=resource.kind,
+                    client=resource.client,
+                    idempotency_key=resource.idempotency_key,
+                    reference=resource.reference,
+                    amount=resource.amount,
+                    currency=resource.currency,
+                    status=resource.status,
+                    key_state=state,
+                    recovery_point=point,
+                    ext1_applied=counts[0],
+                    ext2_applied=counts[1],
+                    ext1_calls=counts[2],
+                    ext2_calls=counts[3],
+                    journal=tuple(journal),
+                )
+            )
+        return tuple(entries)
+
+    def key_record(self, client: str, key: str) -> KeyRecord | None:
+        """The server's row for (client, key), or None."""
+        row = self._storage.key_row(client, key)
+        if row is None:
+            return None
+        return KeyRecord(
+            client=row.client,
+            key=row.key,
+            endpoint=row.endpoint,
+            state=row.state,
+            recovery_point=row.recovery_point,
+            resource_id=row.resource_id,
+            response_code=row.response_code,
+            response_body=None if row.response_body is None else row.response_body.decode(),
+            locked_at=row.locked_at,
+            attempts=row.attempts,
+            last_attempt_at=row.last_attempt_at,
+            created_at=row.created_at,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the gates and close the database."""
+        for external in self._externals:
+            external.clear()
+        self._storage.close()
+
+    def __enter__(self) -> ReferenceServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"ReferenceServer(db={self._storage.path!r}, lease={self.lease}, clock={self._clock!r})"
+        )

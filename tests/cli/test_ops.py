@@ -1,0 +1,146 @@
+"""`idemclient ops`: seeing and finishing what a store holds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import idemclient
+from idemclient import Client, Indeterminate, ManualClock, SQLiteStore, State
+from idemclient.cli import main
+from idemclient.testing import LiveServer, serve
+
+PAYMENT = {"amount": 500, "currency": "EUR", "reference": "inv-9"}
+
+
+@pytest.fixture(autouse=True)
+def no_real_sleeps() -> Iterator[None]:
+    """The commands build their own clients on the system clock: make it not sleep."""
+    idemclient.set_testing(True)
+    yield
+    idemclient.set_testing(False)
+
+
+@pytest.fixture
+def live() -> Iterator[LiveServer]:
+    with serve() as running:
+        yield running
+
+
+@pytest.fixture
+def store_with_history(tmp_path: Path, live: LiveServer) -> Path:
+    """A store holding one succeeded and one indeterminate operation."""
+    path = tmp_path / "ops.db"
+    with Client(
+        store=path,
+        clock=ManualClock(start=time.time()),  # records dated now, for purge --older-than
+        base_url=live.url,
+        headers={"Authorization": "Bearer shop-1"},
+    ) as client:
+        client.post("/v1/payments", json=PAYMENT, operation_id="order-1")
+        live.server.drop(path="/v1/payments", times=8)
+        with pytest.raises(Indeterminate):
+            client.post(
+                "/v1/payments", json={**PAYMENT, "reference": "inv-10"}, operation_id="order-2"
+            )
+    return path
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_list_shows_every_operation_and_counts(store_with_history: Path) -> None:
+    code, out, err = run("ops", "list", "--store", str(store_with_history))
+    assert code == 0
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == ["order-1", "order-2"]
+    assert "succeeded" in lines[0]
+    assert "indeterminate" in lines[1]
+    assert "ref=inv-10" not in out  # the reference is the call's, not the body's
+    assert "succeeded 1" in err
+    assert "indeterminate 1" in err
+
+
+def test_list_filters_by_state_and_unfinished(store_with_history: Path) -> None:
+    _, out, _ = run("ops", "list", "--store", str(store_with_history), "--unfinished")
+    assert [line.split()[0] for line in out.splitlines()] == ["order-2"]
+    _, out, _ = run("ops", "list", "--store", str(store_with_history), "--state", "succeeded")
+    assert [line.split()[0] for line in out.splitlines()] == ["order-1"]
+
+
+def test_show_tells_everything_but_secrets(store_with_history: Path) -> None:
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-2")
+    assert code == 0
+    assert "state: indeterminate" in out
+    assert "maybe applied: True" in out
+    assert "RemoteProtocolError" in out
+    assert "shop-1" not in out  # the bearer token was never stored
+
+
+def test_show_by_key_and_unknown(store_with_history: Path) -> None:
+    with SQLiteStore(store_with_history) as store:
+        record = store.get("order-1")
+    assert record is not None
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), record.key)
+    assert code == 0
+    assert "operation: order-1" in out
+    code, _, err = run("ops", "show", "--store", str(store_with_history), "nope")
+    assert code == 2
+    assert "no operation 'nope'" in err
+
+
+def test_resume_finishes_unfinished_operations(store_with_history: Path, live: LiveServer) -> None:
+    code, out, err = run("ops", "resume", "--store", str(store_with_history), "--token", "shop-1")
+    assert code == 0, err
+    assert "order-2  succeeded" in out
+    assert "resumed 1 operation(s)" in err
+    assert len(live.server.ledger()) == 2
+    with SQLiteStore(store_with_history) as store:
+        assert store.counts()[State.SUCCEEDED] == 2
+
+
+def test_resume_with_the_server_still_failing_exits_3(
+    store_with_history: Path, live: LiveServer
+) -> None:
+    live.server.drop(path="/v1/payments", times=100)
+    code, out, _ = run("ops", "resume", "--store", str(store_with_history), "--token", "shop-1")
+    assert code == 3
+    assert "order-2  indeterminate" in out
+
+
+def test_purge_deletes_finished_only(store_with_history: Path) -> None:
+    code, _, err = run("ops", "purge", "--store", str(store_with_history), "order-1", "order-2")
+    assert code == 2
+    assert "indeterminate, not finished" in err
+    code, out, _ = run("ops", "purge", "--store", str(store_with_history), "order-1")
+    assert code == 0
+    assert "purged 1" in out
+    code, out, _ = run("ops", "list", "--store", str(store_with_history))
+    assert [line.split()[0] for line in out.splitlines()] == ["order-2"]
+
+
+def test_purge_by_age(store_with_history: Path) -> None:
+    code, out, _ = run("ops", "purge", "--store", str(store_with_history), "--older-than", "0")
+    assert code == 0
+    assert "purged 1" in out  # the finished one; the unfinished one stays
+    code, _, err = run("ops", "purge", "--store", str(store_with_history))
+    assert code == 2
+    assert "not both and not neither" in err
+
+
+def test_a_missing_or_foreign_store_is_a_clear_error(tmp_path: Path) -> None:
+    code, _, err = run("ops", "list", "--store", str(tmp_path / "none.db"))
+    assert code == 2
+    assert "no store at" in err
+    foreign = tmp_path / "notes.db"
+    foreign.write_text("my notes\n" * 20)
+    code, _, err = run("ops", "list", "--store", str(foreign))
+    assert code == 2
+    assert "not a SQLite database" in err
+    assert foreign.read_text() == "my notes\n" * 20

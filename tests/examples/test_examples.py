@@ -1,0 +1,87 @@
+"""Every example runs, as a user would run it, and says what it promises."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = ROOT / "examples"
+
+EXPECTED = {
+    "quickstart.py": [r"^succeeded pay_[0-9a-f]+$"],
+    "wrap_existing_client.py": [
+        r"201 after 2 attempts; replayed: True",
+        r"payments on the server: 1",
+    ],
+    "resume_after_crash.py": [
+        r"indeterminate: indeterminate key \S+",
+        r"resumed order-99 -> succeeded replayed: True",
+        r"payments on the server: 1$",
+    ],
+    "batch_from_python.py": [
+        r"50 rows, 50 succeeded, 0 replayed",
+        r"50 rows, 50 succeeded, 50 replayed",
+        r"payouts on the server: 50$",
+    ],
+    "demo.py": [
+        r"SIGKILL sent with \d+ payouts applied on the server",
+        r"payouts on the server: 300 for 300 rows",
+        r"applied exactly once at both external systems: 300",
+        r"references paid more than once: 0",
+        r"EVERY ROW APPLIED EXACTLY ONCE",
+    ],
+}
+
+
+#: Examples that need a PostgreSQL database; the PostgreSQL tests run them against the
+#: server they start (tests/postgres/test_outbox.py).
+NEEDS_POSTGRESQL = {"outbox.py"}
+
+
+def test_every_example_is_checked() -> None:
+    assert {p.name for p in EXAMPLES.glob("*.py")} == set(EXPECTED) | NEEDS_POSTGRESQL
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        cwd=tmp_path,  # examples write their stores where they are run
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for pattern in EXPECTED[name]:
+        assert re.search(pattern, done.stdout, re.MULTILINE), (pattern, done.stdout)
+    assert "Traceback" not in done.stderr
+
+
+def test_the_readme_example_is_the_quickstart_file() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert block is not None, "the README shows a Python example"
+    code = (EXAMPLES / "quickstart.py").read_text()
+    body = code.split('"""', 2)[2].lstrip("\n")  # the file without its docstring
+    assert block.group(1) == body
+
+
+def test_the_readme_example_runs_twice_without_paying_twice(tmp_path: Path) -> None:
+    runs = [
+        subprocess.run(
+            [sys.executable, str(EXAMPLES / "quickstart.py")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]  # the second run is answered from the store: same payment
