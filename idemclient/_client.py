@@ -261,7 +261,8 @@ class _Common:
 class Client(_Common):
     """An httpx client whose unsafe requests are durable operations.
 
-    `store` is a path to the SQLite store (created with mode 0600) or a `Store`.
+    `store` is a path to the SQLite store (created with mode 0600), a PostgreSQL URL
+    (``postgresql://...``, see `idemclient.postgres`), or a `Store`.
     Everything else that `httpx.Client` takes (base_url, auth, headers, timeout,
     limits, verify, transport, mounts...) may be passed as keyword arguments, or pass
     an `httpx.Client` you built as `http`.

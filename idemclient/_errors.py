@@ -6,11 +6,11 @@ IdemError
 ├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
 ├── OperationMismatch          (also ValueError) same operation, different request
 ├── BatchInvalid               (also ValueError) a batch file with problems; nothing sent
-├── StoreError                 the local store cannot be used
-│   ├── StoreCorrupt           the file is not a readable SQLite database
+├── StoreError                 the store (a SQLite file, a PostgreSQL schema) cannot be used
+│   ├── StoreCorrupt           not a readable SQLite file; PostgreSQL tables changed under us
 │   ├── ForeignStore           a database, but not an idemclient store
 │   ├── StoreTooNew            written by a newer idemclient (schema version)
-│   └── StoreUnavailable       cannot be opened for writing (read-only, locked, missing dir)
+│   └── StoreUnavailable       cannot be opened for writing (read-only, locked, unreachable)
 └── OutcomeError               an operation ended without a final success
     ├── Rejected               final answer from the server: do not retry (state `failed`)
     │   └── KeyConflict        HTTP 422: the key was used with a different request

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import sys
 from pathlib import Path
@@ -9,10 +10,12 @@ from typing import NoReturn
 
 import click
 
+from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._client import Client
 from ._errors import StoreError
 from ._outcome import State
-from ._store import OperationRecord, SQLiteStore
+from ._store import OperationRecord, Store
+from ._store._open import open_store
 
 __all__ = ["ops"]
 
@@ -20,8 +23,8 @@ _STORE = click.option(
     "--store",
     default="idemclient.db",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The local store of operations.",
+    type=StoreLocation(),
+    help=STORE_HELP,
 )
 
 
@@ -30,12 +33,13 @@ def ops() -> None:
     """See and finish the operations a store holds."""
 
 
-def _open(store: Path) -> SQLiteStore:
-    if not store.exists():
-        _fail(f"no store at {store}")
+def _open(store: Path | str) -> contextlib.closing[Store]:
+    missing = describe_missing(store)
+    if missing is not None:
+        _fail(missing)
     try:
-        return SQLiteStore(store)
-    except StoreError as exc:
+        return contextlib.closing(open_store(store))
+    except (StoreError, ImportError) as exc:
         _fail(str(exc))
 
 
@@ -61,7 +65,7 @@ def _when(timestamp: float | None) -> str:
 )
 @click.option("--unfinished", is_flag=True, help="Only operations without a final answer.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
-def list_command(store: Path, states: tuple[str, ...], unfinished: bool, limit: int) -> None:
+def list_command(store: Path | str, states: tuple[str, ...], unfinished: bool, limit: int) -> None:
     """One line per operation, oldest first, and a count per state."""
     with _open(store) as opened:
         if unfinished:
@@ -82,7 +86,7 @@ def list_command(store: Path, states: tuple[str, ...], unfinished: bool, limit: 
 @ops.command("show")
 @_STORE
 @click.argument("operation_id")
-def show_command(store: Path, operation_id: str) -> None:
+def show_command(store: Path | str, operation_id: str) -> None:
     """Everything the store holds about one operation (no secrets are ever stored)."""
     with _open(store) as opened:
         record = opened.get(operation_id) or opened.get_by_key(operation_id)
@@ -126,17 +130,18 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
 @_STORE
 @click.option("--token", required=True, envvar="IDEMCLIENT_TOKEN", help="Bearer token.")
 @click.option("--limit", default=None, type=click.IntRange(min=1))
-def resume_command(store: Path, token: str, limit: int | None) -> None:
+def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     """Finish unfinished operations with their original keys, after a crash.
 
     Exit 0 when every one is settled now, 3 when some are still unsettled, 4 when some
     were refused.
     """
-    if not store.exists():
-        _fail(f"no store at {store}")
+    missing = describe_missing(store)
+    if missing is not None:
+        _fail(missing)
     try:
         client = Client(store=store, headers={"Authorization": f"Bearer {token}"})
-    except StoreError as exc:
+    except (StoreError, ImportError) as exc:
         _fail(str(exc))
     with client:
         outcomes = client.resume(limit=limit)
@@ -158,7 +163,9 @@ def resume_command(store: Path, token: str, limit: int | None) -> None:
     help="Purge finished operations older than this many days.",
 )
 @click.argument("operation_ids", nargs=-1)
-def purge_command(store: Path, older_than: float | None, operation_ids: tuple[str, ...]) -> None:
+def purge_command(
+    store: Path | str, older_than: float | None, operation_ids: tuple[str, ...]
+) -> None:
     """Delete finished operations (by id, or by age). Unfinished ones are never deleted."""
     if (older_than is None) == (not operation_ids):
         _fail("give operation ids or --older-than, not both and not neither")

@@ -24,7 +24,8 @@ from ._classify import Classification
 from ._clock import Clock, SystemClock
 from ._hooks import Hooks
 from ._policy import Decision, RetryPolicy
-from ._store import Claim, SQLiteStore, Store, StoredResponse, new_owner
+from ._store import Claim, Store, StoredResponse, new_owner
+from ._store._open import open_store
 
 __all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "make_settings"]
 
@@ -46,7 +47,7 @@ def make_settings(
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
     return Settings(
-        store=store if not isinstance(store, str | os.PathLike) else SQLiteStore(store),
+        store=open_store(store),
         policy=policy or RetryPolicy(),
         clock=clock or SystemClock(),
         budget=budget or RetryBudget(),

@@ -1,4 +1,8 @@
-"""Durable operations: the store interface and its SQLite backend."""
+"""Durable operations: the store interface and its SQLite backend.
+
+The PostgreSQL backend (`_postgres`) needs psycopg, an optional dependency, so nothing
+here imports it: `_open.open_store` does, when a PostgreSQL URL is given.
+"""
 
 from ._base import (
     Begin,

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import click
 import httpx
 
+from .._cli_store import STORE_HELP, StoreLocation
 from .._client import Client
 from .._errors import BatchInvalid, StoreError
 from .._policy import RetryPolicy
@@ -53,8 +54,8 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     "--store",
     default="idemclient.db",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The local store of operations.",
+    type=StoreLocation(),
+    help=STORE_HELP,
 )
 @click.option("--path", "api_path", default="/v1/payouts", show_default=True)
 @click.option("--operation", default="payout", show_default=True, help="Part of every key.")
@@ -87,7 +88,7 @@ def submit_command(
     file: Path,
     url: str,
     token: str,
-    store: Path,
+    store: Path | str,
     api_path: str,
     operation: str,
     batch_ref: str | None,
@@ -132,7 +133,7 @@ def submit_command(
             base_url=url,
             headers={"Authorization": f"Bearer {token}"},
         )
-    except StoreError as exc:
+    except (StoreError, ImportError) as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)
     with client:
         _check_reachable(client, url)

@@ -1,0 +1,53 @@
+"""The `--store` option of the commands: a SQLite file or a PostgreSQL URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ._store._open import POSTGRES_SCHEMES
+
+__all__ = ["STORE_HELP", "StoreLocation", "describe_missing"]
+
+STORE_HELP = "The store of operations: a SQLite file, or a postgresql:// URL."
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Path | str]
+else:
+    # click is generic over the converted value only from 8.2 on; subscripting it at
+    # run time would fail on the 8.1 that pyproject still allows.
+    _ParamType = click.ParamType
+
+
+class StoreLocation(_ParamType):
+    """A path (as `Path`), or a PostgreSQL URL kept as text: a URL made into a `Path`
+    would lose a slash of its ``//``."""
+
+    name = "PATH|URL"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Path | str:
+        if isinstance(value, Path):
+            return value
+        text = str(value)
+        if text.startswith(POSTGRES_SCHEMES):
+            return text
+        path = Path(text)
+        if path.is_dir():
+            self.fail(f"{text!r} is a directory, not a store file", param, ctx)
+        return path
+
+
+def describe_missing(store: Path | str) -> str | None:
+    """Why there is no store at `store` to read, or None when there may be one.
+
+    A SQLite file that does not exist would be created empty; a URL is checked by
+    connecting to it.
+    """
+    if isinstance(store, Path) and not store.exists():
+        return f"no store at {store}"
+    return None

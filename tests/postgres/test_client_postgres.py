@@ -1,0 +1,215 @@
+"""The client end to end on a PostgreSQL store: retries, restarts, several hosts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient.batch import Batch, ExitCode, submit
+from idemclient.postgres import PostgresStore
+
+from ..client.fakes import FakePSP, error, status
+from ..client.ledger_psp import FileLedgerPSP
+
+PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
+
+
+def make_client(url: str, psp: FakePSP, **options: Any) -> Client:
+    return Client(
+        store=url,
+        clock=ManualClock(),
+        transport=psp.transport(),
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer sk_test_secret"},
+        **options,
+    )
+
+
+def test_a_retried_payment_has_one_effect_and_its_record_in_postgresql(pg_url: str) -> None:
+    psp = FakePSP(status(503, retry_after="1"), error(httpx.ReadTimeout, apply=True))
+    with make_client(pg_url, psp) as client:
+        outcome = client.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
+        assert isinstance(client.store, PostgresStore)
+    assert outcome.state is State.SUCCEEDED
+    assert outcome.attempts == 3
+    assert outcome.replayed  # the timed-out attempt had been applied
+    assert len(set(psp.keys)) == 1
+    assert sum(psp.effects.values()) == 1
+    with PostgresStore(pg_url) as store:
+        record = store.get("order-1042")
+    assert record is not None
+    assert (record.state, record.attempts, record.key) == (State.SUCCEEDED, 3, outcome.key)
+    assert "authorization" not in {name.lower() for name, _ in record.headers}
+    assert record.response is not None
+    assert record.response.status_code == 201
+
+
+def test_another_host_answers_a_finished_operation_from_the_store(pg_url: str) -> None:
+    psp = FakePSP()
+    with make_client(pg_url, psp) as first_host:
+        first = first_host.post("/v1/payments", json=PAYMENT, operation_id="order-1")
+    with make_client(pg_url, psp) as second_host:
+        again = second_host.post("/v1/payments", json=PAYMENT, operation_id="order-1")
+    assert again.from_store
+    assert again.key == first.key
+    assert first.response is not None
+    assert again.response is not None
+    assert again.response.json() == first.response.json()
+    assert len(psp.requests) == 1
+
+
+def test_an_indeterminate_payment_is_resumed_by_another_host_once(pg_url: str) -> None:
+    policy = RetryPolicy(max_attempts=2)
+    down = FakePSP(error(httpx.ReadTimeout, apply=True), error(httpx.ReadTimeout))
+    with make_client(pg_url, down, policy=policy) as first_host:
+        with pytest.raises(Indeterminate) as caught:
+            first_host.post("/v1/payments", json=PAYMENT, operation_id="order-7")
+        key = caught.value.key
+    up = FakePSP()
+    up.effects, up.answers = down.effects, down.answers  # the same PSP, answering again
+    with make_client(pg_url, up) as second_host:
+        outcomes = second_host.resume()
+    assert [(o.operation_id, o.state, o.key) for o in outcomes] == [
+        ("order-7", State.SUCCEEDED, key)
+    ]
+    assert up.keys == [key]
+    assert dict(up.effects) == {key: 1}
+
+
+@pytest.mark.anyio
+async def test_the_async_client_uses_a_postgresql_store(pg_url: str) -> None:
+    psp = FakePSP(status(429, retry_after_ms="10"))
+    async with AsyncClient(
+        store=pg_url,
+        clock=ManualClock(),
+        transport=psp.async_transport(),
+        base_url="http://psp.test",
+    ) as client:
+        outcome = await client.post("/v1/payments", json=PAYMENT, operation_id="a-1")
+        assert client.operation("a-1") is not None
+    assert outcome.state is State.SUCCEEDED
+    assert outcome.attempts == 2
+    assert sum(psp.effects.values()) == 1
+
+
+def test_a_batch_registers_and_pays_every_row_once(pg_url: str) -> None:
+    batch = Batch.from_records(
+        [
+            {"ref": f"E{i:03d}", "amount": 100 + i, "currency": "GBP", "value_date": "2026-11-30"}
+            for i in range(40)
+        ],
+        reference="payroll-pg",
+    )
+    psp = FakePSP()
+    with make_client(pg_url, psp) as client:
+        report = submit(batch, client, concurrency=8)
+    with make_client(pg_url, psp) as client:
+        again = submit(batch, client, concurrency=8)  # the same file, run again
+    assert report.exit_code is ExitCode.OK
+    assert again.exit_code is ExitCode.OK
+    assert len(psp.effects) == 40
+    assert set(psp.effects.values()) == {1}
+    assert len(psp.requests) == 40  # the second run was answered from the store
+
+
+HOST = """
+import sys, httpx
+sys.path.insert(0, {here!r})
+from ledger_psp import FileLedgerPSP
+from idemclient import Client
+psp = FileLedgerPSP({ledger!r})
+with Client(store={url!r}, transport=httpx.MockTransport(psp.handle)) as client:
+    for n in range(20):
+        client.post("http://psp.test/v1/payments", json={{"n": n}}, operation_id=f"op-{{n}}")
+"""
+
+
+def test_hosts_sharing_a_postgresql_store_send_each_operation_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    here = str(Path(__file__).parent.parent / "client")
+    code = HOST.format(here=here, ledger=str(ledger), url=pg_url)
+    hosts = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(4)]
+    assert [host.wait(timeout=60) for host in hosts] == [0, 0, 0, 0]
+    effects = FileLedgerPSP(ledger).effects()
+    assert len(effects) == 20
+    assert set(effects.values()) == {1}
+    with PostgresStore(pg_url) as store:
+        assert store.counts()[State.SUCCEEDED] == 20
+        assert {r.key for r in store.operations()} == set(effects)
+
+
+def test_a_storm_of_threads_on_one_operation_makes_one_effect(pg_url: str) -> None:
+    psp = FakePSP()
+    release = threading.Event()
+
+    def slow_handler(request: httpx.Request) -> httpx.Response:
+        release.wait(timeout=10)  # hold the first sender until every thread is in
+        return psp.handler(request)
+
+    with Client(
+        store=pg_url, transport=httpx.MockTransport(slow_handler), base_url="http://psp.test"
+    ) as client:
+        barrier = threading.Barrier(50)
+
+        def call() -> bytes:
+            barrier.wait(timeout=10)
+            outcome = client.post("/v1/payments", json=PAYMENT, operation_id="same")
+            assert outcome.response is not None
+            return outcome.response.content
+
+        with ThreadPoolExecutor(max_workers=50) as pool:
+            futures = [pool.submit(call) for _ in range(50)]
+            release.set()
+            bodies = {f.result(timeout=60) for f in futures}
+        assert len(client.store.operations()) == 1
+    assert len(bodies) == 1
+    assert sum(psp.effects.values()) == 1
+    assert len(psp.requests) == 1
+
+
+CRASH_CHILD = Path(__file__).parents[1] / "client" / "crash_child.py"
+
+
+@pytest.mark.parametrize(
+    ("point", "applied_before_resume", "state_left"),
+    [
+        ("after-intent", 0, State.IN_FLIGHT),  # key durable, nothing sent
+        ("during-send", 0, State.IN_FLIGHT),  # request on its way, no answer
+        ("after-apply", 1, State.IN_FLIGHT),  # applied; the answer died with the client
+        ("after-outcome", 1, State.SUCCEEDED),  # all done before the kill
+    ],
+)
+def test_a_killed_host_is_resumed_by_another_with_one_effect(
+    pg_url: str, tmp_path: Path, point: str, applied_before_resume: int, state_left: State
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    Client(store=pg_url).close()  # the store exists before the application starts
+    child = subprocess.run(
+        [sys.executable, str(CRASH_CHILD), pg_url, str(ledger), point],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == -9, child.stderr
+    psp = FileLedgerPSP(ledger)
+    assert sum(psp.effects().values()) == applied_before_resume
+    with Client(store=pg_url, transport=httpx.MockTransport(psp.handle)) as other_host:
+        left = other_host.store.get("order-1")
+        assert left is not None
+        assert left.state is state_left
+        other_host.resume()  # the dead owner's lease is taken over at once
+        final = other_host.operation("order-1")
+    assert final is not None
+    assert final.state is State.SUCCEEDED
+    assert psp.effects() == {left.key: 1}

@@ -1,0 +1,355 @@
+"""The store contract, run against both backends: SQLite and PostgreSQL must behave
+the same for admission, leases, mismatches, registration, retention and privacy."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from idemclient import OperationMismatch, SQLiteStore, State, Store, StoreUnavailable
+from idemclient._store import Claim, Progress, StoredResponse, new_owner
+from idemclient.postgres import PostgresStore
+
+from ..store.conftest import NOW, make_intent
+from .conftest import StoreFactory, raw_dump
+
+
+def progress(attempts: int = 1, *, now: float = NOW, applied: bool = True) -> Progress:
+    return Progress(
+        attempts=attempts, maybe_applied=applied, evidence="HTTP 201", not_before=None, now=now
+    )
+
+
+def succeed(store: Store, operation_id: str, owner: str, status: int = 201) -> None:
+    store.finish(
+        operation_id,
+        owner=owner,
+        state=State.SUCCEEDED if status < 300 else State.FAILED,
+        progress=progress(),
+        response=StoredResponse.of(status, (), b"{}"),
+    )
+
+
+# -- admission and leases --------------------------------------------------------------
+
+
+def test_begin_admits_once_then_finds(store: Store) -> None:
+    first, second = new_owner(), new_owner()
+    begun = store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+    assert begun.claim is Claim.CREATED
+    assert begun.record.state is State.IN_FLIGHT
+    assert begun.record.lease_owner == first
+    assert begun.record.created_at == NOW
+    again = store.begin(make_intent(), owner=second, now=NOW + 1, lease_until=NOW + 61)
+    assert again.claim is Claim.BUSY  # the first owner's lease is live
+    after = store.begin(make_intent(), owner=second, now=NOW + 61, lease_until=NOW + 121)
+    assert after.claim is Claim.CLAIMED  # expired: taken over
+    assert after.record.lease_owner == second
+    assert after.record.lease_expires == NOW + 121
+
+
+def test_a_finished_operation_is_never_claimed(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    succeed(store, "op-1", owner)
+    again = store.begin(make_intent(), owner=new_owner(), now=NOW + 999, lease_until=NOW + 1999)
+    assert again.claim is Claim.FINISHED
+    assert again.record.response is not None
+    assert again.record.response.body == b"{}"
+    assert store.claim("op-1", owner=new_owner(), now=NOW, lease_until=NOW).claim is Claim.FINISHED
+
+
+def test_a_dead_local_owner_is_taken_over_at_once(store: Store) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    live = new_owner()
+    host, _pid, token, n = live.split(":")
+    dead = f"{host}:{int(child.stdout)}:{token}:{n}"
+    store.begin(make_intent(), owner=dead, now=NOW, lease_until=NOW + 3600)
+    taken = store.claim("op-1", owner=live, now=NOW + 1, lease_until=NOW + 60)
+    assert taken.claim is Claim.CLAIMED
+    assert taken.record.lease_owner == live
+
+
+def test_another_hosts_owner_is_respected_until_expiry(store: Store) -> None:
+    store.begin(make_intent(), owner="elsewhere:1:abc:1", now=NOW, lease_until=NOW + 60)
+    assert store.claim("op-1", owner=new_owner(), now=NOW + 59, lease_until=NOW).claim is Claim.BUSY
+    assert store.claim("op-1", owner=new_owner(), now=NOW + 61, lease_until=NOW).claim is (
+        Claim.CLAIMED
+    )
+
+
+def test_many_threads_taking_over_one_lease_make_one_owner(store: Store) -> None:
+    store.begin(make_intent(), owner="elsewhere:1:abc:1", now=NOW, lease_until=NOW + 1)
+    barrier = threading.Barrier(16)
+
+    def take() -> Claim:
+        owner = new_owner()
+        barrier.wait(timeout=10)
+        return store.claim("op-1", owner=owner, now=NOW + 2, lease_until=NOW + 60).claim
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        claims = list(pool.map(lambda _: take(), range(16)))
+    assert claims.count(Claim.CLAIMED) == 1
+    assert claims.count(Claim.BUSY) == 15
+
+
+def test_same_operation_with_another_body_is_refused(store: Store) -> None:
+    store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    with pytest.raises(OperationMismatch, match="another body"):
+        store.begin(
+            make_intent(body=b'{"amount":999}'), owner=new_owner(), now=NOW, lease_until=NOW
+        )
+
+
+def test_a_key_cannot_move_to_another_operation(store: Store) -> None:
+    store.begin(make_intent("op-1", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    with pytest.raises(OperationMismatch, match="already belongs"):
+        store.begin(make_intent("op-2", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW)
+    assert store.get("op-2") is None
+
+
+def test_a_given_key_never_replaces_a_recorded_one(store: Store) -> None:
+    store.begin(make_intent("op-1", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    with pytest.raises(OperationMismatch, match="never replaced"):
+        store.begin(make_intent("op-1", "key-2"), owner=new_owner(), now=NOW, lease_until=NOW)
+    # A minted key (not given) yields to the recorded one: same operation, same key.
+    found = store.begin(
+        make_intent("op-1", "fresh", key_given=False),
+        owner=new_owner(),
+        now=NOW + 61,
+        lease_until=NOW + 99,
+    )
+    assert found.record.key == "key-1"
+
+
+def test_giving_up_only_counts_while_holding_the_lease(store: Store) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+    record = store.finish("op-1", owner=first, state=State.NOT_SENT, progress=progress())
+    assert record.state is State.IN_FLIGHT
+    assert record.lease_owner == second
+    assert not store.record_attempt("op-1", owner=first, progress=progress(), lease_until=NOW)
+    assert store.record_attempt("op-1", owner=second, progress=progress(3), lease_until=NOW + 90)
+    after = store.get("op-1")
+    assert after is not None
+    assert (after.attempts, after.lease_expires) == (3, NOW + 90)
+
+
+def test_a_final_answer_is_recorded_whoever_holds_the_lease(store: Store) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+    record = store.finish(
+        "op-1",
+        owner=first,
+        state=State.SUCCEEDED,
+        progress=progress(),
+        response=StoredResponse.of(201, (), b"{}"),
+    )
+    assert record.state is State.SUCCEEDED
+    assert record.lease_owner is None
+    assert record.finished_at == NOW
+
+
+def test_maybe_applied_never_goes_back(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.record_attempt("op-1", owner=owner, progress=progress(applied=True), lease_until=NOW)
+    record = store.finish(
+        "op-1", owner=owner, state=State.NOT_SENT, progress=progress(applied=False)
+    )
+    assert record.maybe_applied is True
+
+
+def test_the_servers_wait_is_kept_until_a_final_answer(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    waiting = Progress(
+        attempts=1, maybe_applied=False, evidence="HTTP 503", not_before=NOW + 30.5, now=NOW
+    )
+    left = store.finish("op-1", owner=owner, state=State.NOT_SENT, progress=waiting)
+    assert left.not_before == NOW + 30.5
+    assert left.finished_at is None
+    taken = store.claim("op-1", owner=owner, now=NOW + 31, lease_until=NOW + 90)
+    assert taken.claim is Claim.CLAIMED
+    succeed(store, "op-1", owner)
+    done = store.get("op-1")
+    assert done is not None
+    assert done.not_before is None
+
+
+# -- registering, listing, reaping -----------------------------------------------------
+
+
+def test_register_records_all_rows_in_one_transaction(store: Store) -> None:
+    intents = [make_intent(f"op-{n}", f"key-{n}") for n in range(50)]
+    assert store.register(intents, now=NOW) == 50
+    assert store.register(intents, now=NOW) == 0  # the same file again: nothing new
+    assert store.counts()[State.PENDING] == 50
+    changed = [
+        *intents[:10],
+        make_intent("op-10", "key-10", body=b"{}"),
+        make_intent("op-new", "key-new"),
+        make_intent("op-other", "key-11"),
+    ]
+    with pytest.raises(OperationMismatch) as caught:
+        store.register(changed, now=NOW)
+    assert [operation for operation, _ in caught.value.conflicts] == ["op-10", "op-other"]
+    assert store.get("op-new") is None  # nothing of the failed registration was kept
+    assert store.counts()[State.PENDING] == 50
+
+
+def test_registered_operations_keep_their_order_and_content(store: Store) -> None:
+    intents = [make_intent(f"op-{n:02}", f"key-{n}", body=b"%d" % n) for n in (3, 1, 2)]
+    store.register(intents, now=NOW)
+    records = store.unfinished()
+    assert [r.operation_id for r in records] == ["op-03", "op-01", "op-02"]  # as recorded
+    assert [r.body for r in records] == [b"3", b"1", b"2"]
+    assert all(r.state is State.PENDING and r.lease_owner is None for r in records)
+    assert records[0].headers == (("content-type", "application/json"),)
+    assert records[0].reference == "ref-1"
+
+
+def test_unfinished_lists_oldest_first_and_skips_finished(store: Store) -> None:
+    owner = new_owner()
+    for n in range(3):
+        store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW + n, lease_until=NOW)
+    succeed(store, "op-1", owner, status=400)
+    assert [r.operation_id for r in store.unfinished()] == ["op-0", "op-2"]
+    assert [r.operation_id for r in store.unfinished(limit=1)] == ["op-0"]
+    assert [r.operation_id for r in store.operations(states=[State.FAILED])] == ["op-1"]
+    assert [r.operation_id for r in store.operations(limit=2)] == ["op-0", "op-1"]
+    assert store.get_by_key("key-2") is not None
+    assert store.counts()[State.IN_FLIGHT] == 2
+
+
+def test_reap_drops_old_finished_operations_only(make_store: StoreFactory) -> None:
+    store = make_store(retention=100)
+    owner = new_owner()
+    for n, state in enumerate([State.SUCCEEDED, State.FAILED, State.INDETERMINATE]):
+        store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW, lease_until=NOW)
+        store.finish(
+            f"op-{n}",
+            owner=owner,
+            state=state,
+            progress=progress(),
+            response=StoredResponse.of(200, (), b"") if state.finished else None,
+        )
+    assert store.reap(now=NOW + 50) == 0  # within retention
+    assert store.reap(now=NOW + 101) == 2
+    assert [r.operation_id for r in store.operations()] == ["op-2"]  # unfinished kept
+
+
+def test_purge_refuses_unfinished_operations(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent("a", "ka"), owner=owner, now=NOW, lease_until=NOW)
+    store.begin(make_intent("b", "kb"), owner=owner, now=NOW, lease_until=NOW)
+    succeed(store, "a", owner)
+    with pytest.raises(ValueError, match="not finished"):
+        store.purge(["a", "b"])
+    assert store.get("a") is not None  # nothing purged
+    with pytest.raises(KeyError, match="missing"):
+        store.purge(["a", "missing"])
+    assert store.purge(["a"]) == 1
+    assert store.get("a") is None
+
+
+def test_a_closed_store_says_so(store: Store) -> None:
+    store.close()
+    with pytest.raises(StoreUnavailable, match="closed"):
+        store.get("x")
+
+
+# -- privacy and size ------------------------------------------------------------------
+
+
+def test_secret_headers_are_never_written(make_store: StoreFactory) -> None:
+    secrets = {
+        "Authorization": "Bearer sk_live_authorization_secret",
+        "Cookie": "session=cookie_secret",
+        "Proxy-Authorization": "Basic proxy_secret",
+        "X-Api-Key": "api_key_secret",
+        "X-Partner-Signature": "user_named_secret",
+    }
+    store = make_store(secret_headers={"x-partner-signature"})
+    intent = make_intent(headers=(("Content-Type", "application/json"), *secrets.items()))
+    owner = new_owner()
+    store.begin(intent, owner=owner, now=NOW, lease_until=NOW + 60)
+    store.register([make_intent("op-2", "key-2", headers=tuple(secrets.items()))], now=NOW)
+    response = StoredResponse.of(
+        201, (("Set-Cookie", "sid=set_cookie_secret"), ("X-Request-Id", "req_1")), b"{}"
+    )
+    record = store.finish(
+        "op-1", owner=owner, state=State.SUCCEEDED, progress=progress(), response=response
+    )
+    assert dict(record.headers) == {"Content-Type": "application/json"}
+    assert record.response is not None
+    assert dict(record.response.headers) == {"X-Request-Id": "req_1"}
+    raw = raw_dump(store)
+    assert b"req_1" in raw  # the check below looks at the right bytes
+    for value in [*secrets.values(), "set_cookie_secret"]:
+        assert value.encode() not in raw, value
+
+
+def test_response_bodies_over_the_cap_keep_only_size_and_hash(make_store: StoreFactory) -> None:
+    store = make_store(max_stored_body=10)
+    for op, body in (("small", b"0123456789"), ("large", b"0123456789A")):
+        owner = new_owner()
+        store.begin(make_intent(op, f"key-{op}"), owner=owner, now=NOW, lease_until=NOW + 9)
+        record = store.finish(
+            op,
+            owner=owner,
+            state=State.SUCCEEDED,
+            progress=progress(),
+            response=StoredResponse.of(201, (), body),
+        )
+        assert record.response is not None
+        assert record.response.body_size == len(body)
+        assert record.response.body_sha256 == hashlib.sha256(body).hexdigest()
+        assert record.response.body == (body if op == "small" else b"")
+        assert record.response.body_omitted is (op == "large")
+
+
+def test_unfinished_operations_are_found_through_the_partial_index(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store()
+    intents = [make_intent(f"op-{n}", f"key-{n}") for n in range(3000)]
+    store.register(intents, now=NOW)
+    if isinstance(store, SQLiteStore):
+        with store._use() as conn:
+            conn.execute(
+                "UPDATE operations SET state = 'succeeded', finished_at = ? WHERE id != 'op-7'",
+                (NOW,),
+            )
+            plan = conn.execute(
+                "EXPLAIN QUERY PLAN SELECT id FROM operations WHERE finished_at IS NULL"
+                " ORDER BY created_at"
+            ).fetchall()
+        assert any("operations_unfinished" in str(row) for row in plan), plan
+    else:
+        assert isinstance(store, PostgresStore)
+        with store._use() as conn:
+            conn.execute(
+                f'UPDATE "{store.schema}".operations SET state = %s, finished_at = %s'
+                " WHERE id != 'op-7'",
+                ("succeeded", NOW),
+            )
+            conn.execute(f'ANALYZE "{store.schema}".operations')
+            plan = conn.execute(
+                f'EXPLAIN SELECT id FROM "{store.schema}".operations WHERE finished_at IS NULL'
+                " ORDER BY created_at, seq LIMIT 100"
+            ).fetchall()
+        assert "operations_unfinished" in str(plan), plan
+    assert [r.operation_id for r in store.unfinished()] == ["op-7"]
