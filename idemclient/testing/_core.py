@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
+from ._backend import StorageBackend
 from ._clock import ServerClock
 from ._external import ExternalDown, ExternalSystem, ExternalTimeout
 from ._faults import Action, Answer, Crash, Delay, FaultPlan
@@ -49,7 +50,7 @@ from ._protocol import (
     request_hash,
 )
 from ._records import RecoveryReport
-from ._storage import ExternalRecord, KeyRow, ResourceRow, Storage
+from ._storage import ExternalRecord, KeyRow, ResourceRow
 
 __all__ = ["Core"]
 
@@ -139,12 +140,12 @@ def _not_found(what: str) -> Problem:
 
 
 class Core:
-    """The server half of the protocol over one `Storage`. Thread-safe."""
+    """The server half of the protocol over one `StorageBackend`. Thread-safe."""
 
     def __init__(
         self,
         *,
-        storage: Storage,
+        storage: StorageBackend,
         clock: ServerClock,
         faults: FaultPlan,
         externals: tuple[ExternalSystem, ExternalSystem],
@@ -518,8 +519,10 @@ class Core:
         )
 
     def reap_once(self) -> int:
-        """Drop finished keys older than the TTL. Returns how many."""
-        return self.storage.reap(created_before=self.clock.time() - self.key_ttl)
+        """Drop finished keys older than the TTL (on PostgreSQL: whole days of them, once
+        the whole day is older). Returns how many."""
+        now = self.clock.time()
+        return self.storage.reap(created_before=now - self.key_ttl, now=now)
 
 
 def _kind_of(endpoint: str) -> str:

@@ -24,9 +24,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from ._backend import StorageBackend
 from ._clock import ServerClock
 from ._faults import Gate
-from ._storage import ExternalRecord, Storage
+from ._storage import ExternalRecord
 
 __all__ = ["ExternalDown", "ExternalMode", "ExternalSystem", "ExternalTimeout"]
 
@@ -57,7 +58,7 @@ class _Failure:
 class ExternalSystem:
     """One simulated external system. Thread-safe."""
 
-    def __init__(self, number: int, storage: Storage, clock: ServerClock) -> None:
+    def __init__(self, number: int, storage: StorageBackend, clock: ServerClock) -> None:
         self.number = number
         self._storage = storage
         self._clock = clock

@@ -16,6 +16,7 @@ from types import TracebackType
 import httpx
 
 from .._clock import ManualClock
+from ._backend import open_storage
 from ._clock import ServerClock
 from ._control import handle_control
 from ._core import Core
@@ -24,7 +25,6 @@ from ._faults import Answer, Crash, Delay, FaultPlan, Gate
 from ._messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol import Phase
 from ._records import KeyRecord, LedgerEntry, RecoveryReport
-from ._storage import Storage
 from ._transport import ReferenceTransport
 
 __all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
@@ -38,9 +38,11 @@ DEFAULT_KEY_TTL = 24 * 3600.0
 class ReferenceServer:
     """The server half of the idempotency protocol, stateful, with fault injection.
 
-    `db` is a SQLite path or ":memory:". `clock` defaults to a `ManualClock`, so leases
-    and TTLs expire only when a test advances it. With `sandbox=False` the `/_sandbox/`
-    endpoints answer 404 (the Python API below still works).
+    `db` is a SQLite path, ":memory:", or a `postgresql://` URL (the seed's schema, the
+    key table partitioned by day; see docs/server.md). `clock` defaults to a
+    `ManualClock`, so leases and TTLs expire only when a test advances it. With
+    `sandbox=False` the `/_sandbox/` endpoints answer 404 (the Python API below still
+    works).
     """
 
     def __init__(
@@ -53,7 +55,7 @@ class ReferenceServer:
         sandbox: bool = True,
     ) -> None:
         self._clock: ServerClock = clock if clock is not None else ManualClock()
-        self._storage = Storage(db)
+        self._storage = open_storage(db)
         self._faults = FaultPlan()
         self._externals = (
             ExternalSystem(1, self._storage, self._clock),
@@ -196,7 +198,10 @@ class ReferenceServer:
         return self._core.recover_once()
 
     def reap(self) -> int:
-        """Run the reaper once: drop finished keys older than the key TTL."""
+        """Run the reaper once: drop finished keys older than the key TTL.
+
+        On PostgreSQL it drops whole days once the whole day is older than the TTL, so
+        a key is kept at least the TTL and at most a day more."""
         return self._core.reap_once()
 
     def reset(self) -> None:

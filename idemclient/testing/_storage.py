@@ -499,7 +499,9 @@ class Storage:
             rows = conn.execute(_STALE, (stale_before, limit)).fetchall()
         return [(client, key) for client, key in rows]
 
-    def reap(self, *, created_before: float) -> int:
+    def reap(self, *, created_before: float, now: float) -> int:
+        """Delete finished keys created before `created_before`. (`now` is for backends
+        that also prepare ahead; one SQLite table needs nothing prepared.)"""
         with self._write() as conn:
             return conn.execute(_REAP, (created_before,)).rowcount
 

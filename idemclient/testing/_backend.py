@@ -1,0 +1,173 @@
+"""What the reference server needs of its storage, and choosing a backend by `db`.
+
+`StorageBackend` is everything the protocol core, the external systems and the
+`ReferenceServer` call. Two backends implement it, with the same transactions and
+the same fencing, so the protocol cannot tell them apart:
+
+- `Storage` (`_storage`): SQLite, a file or `:memory:`. The default.
+- `PostgresStorage` (`_pg_storage`): PostgreSQL with the seed's schema, the key table
+  partitioned by day. Chosen by a `postgresql://` (or `postgres://`) URL.
+
+The row types (`KeyRow`, `ResourceRow`, `ExternalRecord`) are defined beside the SQLite
+backend, which came first; both backends return them.
+
+Every write is one local transaction. Phase writes (`handler1` .. `release`) are fenced
+by the lease owner: they return False, having written nothing, when `owner` no longer
+holds the row. Times are the server's injected clock, in seconds since the epoch,
+never the database's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from .._store._open import INSTALL_POSTGRES, POSTGRES_SCHEMES
+from ._protocol import Phase
+from ._storage import ExternalRecord, KeyRow, ResourceRow, Storage
+
+__all__ = ["LedgerRow", "StorageBackend", "is_postgres_url", "open_storage"]
+
+#: A resource, its key's state and recovery point, its effect counts
+#: (E1 applied, E2 applied, E1 calls, E2 calls), and the handlers that ran for it.
+LedgerRow = tuple[ResourceRow, str | None, str | None, tuple[int, int, int, int], list[str]]
+
+
+class StorageBackend(Protocol):
+    """The reference server's durable state. Implementations are thread-safe."""
+
+    @property
+    def path(self) -> str:
+        """Where the state is, for people (a URL never shows its password)."""
+        ...
+
+    def close(self) -> None: ...
+
+    # -- admission and takeover ----------------------------------------------------------
+
+    def admit(
+        self,
+        *,
+        client: str,
+        key: str,
+        request_hash: bytes,
+        endpoint: str,
+        request_body: bytes,
+        owner: str,
+        now: float,
+    ) -> tuple[bool, KeyRow]:
+        """Insert the key, or find it. `(True, row)` means this attempt owns the request;
+        `(False, row)` returns the row that was there."""
+        ...
+
+    def take_over(
+        self, *, client: str, key: str, owner: str, now: float, stale_before: float
+    ) -> KeyRow | None:
+        """One conditional update: a new lease on a started row whose lease is older than
+        `stale_before` (or released). None: another actor won, or the row moved on."""
+        ...
+
+    # -- phases ----------------------------------------------------------------------------
+
+    def handler1(
+        self, *, client: str, key: str, owner: str, now: float, resource: ResourceRow
+    ) -> bool: ...
+
+    def mark_sent(self, *, client: str, key: str, owner: str, now: float, point: Phase) -> bool: ...
+
+    def record_external(
+        self,
+        *,
+        client: str,
+        key: str,
+        owner: str,
+        now: float,
+        point: Phase,
+        system: int,
+        answer: str,
+    ) -> bool: ...
+
+    def handler2(self, *, client: str, key: str, owner: str, now: float, status: str) -> bool: ...
+
+    def finish(
+        self,
+        *,
+        client: str,
+        key: str,
+        owner: str,
+        now: float,
+        status: str,
+        response_code: int,
+        response_body: bytes,
+    ) -> bool: ...
+
+    def release(self, *, client: str, key: str, owner: str, now: float) -> bool: ...
+
+    # -- reads and maintenance -------------------------------------------------------------
+
+    def key_row(self, client: str, key: str) -> KeyRow | None: ...
+
+    def resource(self, resource_id: str) -> ResourceRow | None: ...
+
+    def find_resources(
+        self,
+        *,
+        client: str,
+        kind: str,
+        resource_id: str | None = None,
+        reference: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[ResourceRow]: ...
+
+    def stale_keys(self, *, stale_before: float, limit: int) -> list[tuple[str, str]]:
+        """Started rows whose lease expired or was released, oldest first."""
+        ...
+
+    def reap(self, *, created_before: float, now: float) -> int:
+        """Drop finished keys created before `created_before` (never a started one);
+        how many. A backend may drop coarser units (PostgreSQL: whole days), keeping
+        some keys longer, never shorter."""
+        ...
+
+    def reset(self) -> None: ...
+
+    # -- the external systems' own books ---------------------------------------------------
+
+    def external_apply(
+        self,
+        *,
+        system: int,
+        key: str,
+        resource_id: str,
+        outcome: str,
+        reference: str,
+        amount: int,
+        now: float,
+    ) -> tuple[ExternalRecord, bool]: ...
+
+    def external_lookup(self, *, system: int, key: str) -> ExternalRecord | None: ...
+
+    # -- inspection ------------------------------------------------------------------------
+
+    def ledger_rows(self) -> list[LedgerRow]: ...
+
+
+def is_postgres_url(db: str | os.PathLike[str]) -> bool:
+    """Whether `db` names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
+
+
+def open_storage(db: str | os.PathLike[str]) -> StorageBackend:
+    """The backend `db` names: a `postgresql://` URL, or a SQLite path (or `:memory:`)."""
+    if is_postgres_url(db):
+        assert isinstance(db, str)
+        # Imported only now: psycopg is an optional dependency.
+        try:
+            from ._pg_storage import PostgresStorage
+        except ImportError as exc:
+            raise ImportError(
+                f"the reference server on PostgreSQL needs psycopg 3 and psycopg-pool,"
+                f" which are not installed ({exc}); install them with: {INSTALL_POSTGRES}"
+            ) from exc
+        return PostgresStorage(db)
+    return Storage(db)
