@@ -1,8 +1,10 @@
 """`idemclient server`: the reference server on a real socket, until SIGTERM or SIGINT.
 
 Binds 127.0.0.1 by default (the `/_sandbox/` controls take no authentication), keeps
-its state in SQLite (in memory unless `--db` names a file), runs the recovery worker
-and the reaper in the background, and prints one line once it accepts connections:
+its state in SQLite (in memory unless `--db` names a file) or in PostgreSQL (`--db
+postgresql://...`, where several servers may share one database), runs the recovery
+worker and the reaper in the background, and prints one line once it accepts
+connections:
 
     idemclient reference server listening on http://127.0.0.1:8000
 
@@ -20,6 +22,7 @@ import click
 
 from .._clock import SystemClock
 from ._asgi import ReferenceApp
+from ._backend import is_postgres_url
 from ._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
 
 __all__ = ["server"]
@@ -40,7 +43,10 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     "--db",
     default=":memory:",
     show_default=True,
-    help="SQLite database file; :memory: keeps nothing after exit.",
+    help=(
+        "SQLite database file (:memory: keeps nothing after exit), or a postgresql:// URL"
+        " (several servers may share it)."
+    ),
 )
 @click.option(
     "--lease",
@@ -100,9 +106,13 @@ def server(
         reference = ReferenceServer(
             db=db, clock=SystemClock(), lease=lease, key_ttl=key_ttl, sandbox=sandbox
         )
-    except (sqlite3.Error, ValueError) as exc:
+    except (sqlite3.Error, ValueError, OSError, ImportError) as exc:
+        # OSError: a PostgreSQL database that cannot be reached or used (ConnectionError);
+        # ImportError: a postgresql:// URL without the postgres extra installed.
         sock.close()
-        raise click.ClickException(f"cannot open the database {db!r}: {exc}") from exc
+        # A URL may carry a password: the storage's own message names it without one.
+        where = "" if is_postgres_url(db) else f" {db!r}"
+        raise click.ClickException(f"cannot open the database{where}: {exc}") from exc
     url = url_for(sock)
 
     def ready() -> None:

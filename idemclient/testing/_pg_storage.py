@@ -308,7 +308,7 @@ class PostgresStorage:
             with psycopg.connect(url, **connect_args) as conn:
                 _open_schema(conn, self.path)
         except psycopg.Error as exc:
-            raise ConnectionError(f"cannot use the database {self.path}: {exc}") from exc
+            raise ConnectionError(f"{self.path} cannot be used: {exc}") from exc
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             url,
             kwargs=connect_args,

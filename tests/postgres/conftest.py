@@ -18,8 +18,7 @@ import pytest
 
 from idemclient import SQLiteStore, Store
 from idemclient.postgres import PostgresStore
-
-from .cluster import Cluster, ClusterError
+from idemclient.testing._pgcluster import Cluster, ClusterError
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,10 @@ from idemclient import (
     StoreUnavailable,
 )
 from idemclient.postgres import PostgresStore, asend_pending, record_pending, send_pending
+from idemclient.testing._pgcluster import Cluster
 
 from ..client.fakes import FakePSP
 from ..client.ledger_psp import FileLedgerPSP
-from .cluster import Cluster
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "order": 42}
 CHILD = Path(__file__).with_name("outbox_child.py")

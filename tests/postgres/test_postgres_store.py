@@ -22,9 +22,9 @@ from idemclient._store import new_owner
 from idemclient._store._pg_schema import MIGRATIONS, SCHEMA_VERSION, open_schema
 from idemclient._transport import make_settings
 from idemclient.postgres import PostgresStore
+from idemclient.testing._pgcluster import Cluster
 
 from ..store.conftest import NOW, make_intent
-from .cluster import Cluster
 from .test_store_contract import progress, succeed
 
 

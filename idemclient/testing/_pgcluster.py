@@ -1,8 +1,13 @@
-"""A throwaway PostgreSQL cluster for the test suite: initdb into a temporary folder,
-start it on a free loopback port, hand out databases, stop it.
+"""A throwaway PostgreSQL cluster: initdb into a temporary folder, start it on a free
+loopback port, hand out databases, stop it.
+
+The test suite's PostgreSQL tests and `make bench` both start theirs with it, so it
+lives here rather than under tests/ (benchmarks are not shipped with the tests, and
+must not depend on them). It is private: not part of idemclient.testing's surface.
 
 PostgreSQL refuses to run as root, so under root the server runs as the `postgres`
-user (or `nobody`) through `runuser`, in a folder that user owns.
+user (or `nobody`) through `runuser`, in a folder that user owns. Needs the server's
+programs (initdb, pg_ctl: Debian's postgresql-15) and psycopg (the postgres extra).
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ __all__ = ["Cluster", "ClusterError", "find_bindir"]
 #: Where Debian and the official images put the server's programs.
 _BINDIR_GLOBS = ("/usr/lib/postgresql/*/bin", "/usr/pgsql-*/bin", "/usr/local/pgsql/bin")
 _INSTALL_HINT = (
-    "PostgreSQL 15 (initdb, pg_ctl) is needed by the PostgreSQL tests and was not found;"
+    "PostgreSQL 15 (initdb, pg_ctl) is needed by the PostgreSQL tests and benchmarks and"
+    " was not found;"
     " install it (Debian: apt-get install -y postgresql-15) or set PG_BINDIR. .ci/run"
     " installs it when missing."
 )
 
 
 class ClusterError(RuntimeError):
-    """The test cluster could not be found, created or started."""
+    """The throwaway cluster could not be found, created or started."""
 
 
 def _has_server(bindir: str) -> bool:
@@ -45,7 +51,7 @@ def find_bindir() -> str:
         candidates.append(os.environ["PG_BINDIR"])
     pg_config = shutil.which("pg_config")
     if pg_config is not None:
-        found = subprocess.run(
+        found = subprocess.run(  # noqa: S603 (the pg_config found on PATH)
             [pg_config, "--bindir"], capture_output=True, text=True, check=False
         ).stdout.strip()
         if found:
@@ -105,7 +111,7 @@ class Cluster:
                 command = ["runuser", "-u", self.user.pw_name, "--", *command]
             else:  # su needs a shell: the server's user may have nologin as its own
                 command = ["su", self.user.pw_name, "-s", "/bin/sh", "-c", shlex.join(command)]
-        done = subprocess.run(
+        done = subprocess.run(  # noqa: S603 (PostgreSQL's own programs, our arguments)
             command, capture_output=True, text=True, check=False, timeout=120, cwd=self.folder
         )
         if done.returncode != 0:
