@@ -422,8 +422,10 @@ class PostgresStorage:
                     return False, KeyRow(*existing)
             except errors.CheckViolation:
                 # "No partition of relation found for row": the first key of a new day.
-                if attempt or not self.ensure_partitions(day_of(now), day_of(now)):
+                # Create it (or find that a concurrent admission just did) and retry.
+                if attempt:
                     raise
+                self.ensure_partitions(day_of(now), day_of(now))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def take_over(

@@ -1,10 +1,5 @@
-"""A real PostgreSQL 15 for the suite, and stores of both kinds for the contract tests.
-
-The cluster is started once per test session (about a second and a half) and stopped
-at the end even when tests fail. When PostgreSQL is not installed the tests that need
-it fail with a message saying how to install it: a missing database is a broken test
-machine, not a reason to skip.
-"""
+"""Databases in the session's PostgreSQL (`pg_cluster`, tests/conftest.py), and stores
+of both kinds for the contract tests."""
 
 from __future__ import annotations
 
@@ -18,22 +13,7 @@ import pytest
 
 from idemclient import SQLiteStore, Store
 from idemclient.postgres import PostgresStore
-from idemclient.testing._pgcluster import Cluster, ClusterError
-
-
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Cluster]:
-    try:
-        cluster = Cluster()
-    except ClusterError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        cluster.start()
-        yield cluster
-    except ClusterError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    finally:
-        cluster.stop()
+from idemclient.testing._pgcluster import Cluster
 
 
 @pytest.fixture(scope="session")

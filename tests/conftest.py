@@ -1,0 +1,32 @@
+"""Fixtures shared by several test folders.
+
+`pg_cluster`: one real PostgreSQL 15 for the whole session, for the client's store
+(tests/postgres) and the reference server's storage (tests/server_postgres) alike.
+It starts only when a test asks for it (about a second and a half) and is stopped at
+the end even when tests fail. When PostgreSQL is not installed the tests that need it
+fail with a message saying how to install it: a missing database is a broken test
+machine, not a reason to skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from idemclient.testing._pgcluster import Cluster, ClusterError
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    try:
+        cluster = Cluster()
+    except ClusterError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        cluster.start()
+        yield cluster
+    except ClusterError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    finally:
+        cluster.stop()
