@@ -2,11 +2,14 @@
 
 Every contender sends the same request (a JSON body and an `Idempotency-Key`, made once
 per logical operation) over one keep-alive connection to the same server. Only
-idemclient persists the key; the peers keep it in memory, which is what they offer.
+idemclient persists the key, in a SQLite file or, as `idemclient-pg[...]`, in the
+run's PostgreSQL (each contender in a schema of its own); the peers keep it in memory,
+which is what they offer.
 """
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,6 +21,7 @@ import tenacity
 from httpx_retries import Retry, RetryTransport
 
 import idemclient
+from idemclient.postgres import PostgresStore
 
 BODY = {"amount": 1250, "currency": "EUR", "reference": "bench"}
 HEADERS = {"Authorization": "Bearer bench-merchant"}
@@ -38,6 +42,17 @@ class AsyncContender:
     name: str
     send: ASend
     close: Callable[[], Awaitable[None]]
+
+
+_schemas = itertools.count(1)
+
+
+def _pg_store(pg_url: str, durability: str) -> PostgresStore:
+    """A PostgreSQL store in a fresh schema (no contender reads another's rows), its
+    pool sized for the 16 concurrent workers rather than the default 4."""
+    return PostgresStore(
+        pg_url, schema=f"bench_{next(_schemas)}", durability=durability, max_connections=16
+    )
 
 
 def _key() -> dict[str, str]:
@@ -98,11 +113,17 @@ def stamina_httpx(url: str, path: str) -> Contender:
     return Contender("stamina+httpx", send, http.close)
 
 
-def idem(url: str, path: str, store: Path, durability: str) -> Contender:
+def idem(url: str, path: str, store: Path | str, durability: str) -> Contender:
+    """idemclient on a SQLite file, or on PostgreSQL when `store` is a URL."""
+    postgres = isinstance(store, str)
     client = idemclient.Client(
         base_url=url,
         headers=HEADERS,
-        store=idemclient.SQLiteStore(store, durability=durability),
+        store=(
+            _pg_store(store, durability)
+            if isinstance(store, str)
+            else idemclient.SQLiteStore(store, durability=durability)
+        ),
     )
 
     def send() -> None:
@@ -114,16 +135,19 @@ def idem(url: str, path: str, store: Path, durability: str) -> Contender:
         client.close()
         client.store.close()
 
-    return Contender(f"idemclient[{durability}]", send, close)
+    name = "idemclient-pg" if postgres else "idemclient"
+    return Contender(f"{name}[{durability}]", send, close)
 
 
-def sync_contenders(url: str, path: str, workdir: Path) -> list[Contender]:
+def sync_contenders(url: str, path: str, workdir: Path, pg_url: str | None) -> list[Contender]:
+    """The peers, idemclient on SQLite, and idemclient on PostgreSQL when there is one."""
     return [
         plain_httpx(url, path),
         httpx_retries(url, path),
         tenacity_httpx(url, path),
         stamina_httpx(url, path),
         *(idem(url, path, workdir / f"{d}.db", d) for d in ("full", "intent", "buffered")),
+        *(idem(url, path, pg_url, d) for d in ("full", "intent") if pg_url is not None),
     ]
 
 
@@ -153,11 +177,17 @@ def async_tenacity(url: str, path: str) -> AsyncContender:
     return AsyncContender("tenacity+httpx", send, http.aclose)
 
 
-def async_idem(url: str, path: str, store: Path, durability: str) -> AsyncContender:
+def async_idem(url: str, path: str, store: Path | str, durability: str) -> AsyncContender:
+    """idemclient on a SQLite file, or on PostgreSQL when `store` is a URL."""
+    postgres = isinstance(store, str)
     client = idemclient.AsyncClient(
         base_url=url,
         headers=HEADERS,
-        store=idemclient.SQLiteStore(store, durability=durability),
+        store=(
+            _pg_store(store, durability)
+            if isinstance(store, str)
+            else idemclient.SQLiteStore(store, durability=durability)
+        ),
     )
 
     async def send() -> None:
@@ -169,12 +199,16 @@ def async_idem(url: str, path: str, store: Path, durability: str) -> AsyncConten
         await client.aclose()
         client.store.close()
 
-    return AsyncContender(f"idemclient[{durability}]", send, close)
+    name = "idemclient-pg" if postgres else "idemclient"
+    return AsyncContender(f"{name}[{durability}]", send, close)
 
 
-def async_contenders(url: str, path: str, workdir: Path) -> list[AsyncContender]:
+def async_contenders(
+    url: str, path: str, workdir: Path, pg_url: str | None
+) -> list[AsyncContender]:
     return [
         async_plain(url, path),
         async_tenacity(url, path),
         *(async_idem(url, path, workdir / f"a-{d}.db", d) for d in ("intent", "buffered")),
+        *([async_idem(url, path, pg_url, "intent")] if pg_url is not None else []),
     ]

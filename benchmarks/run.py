@@ -4,6 +4,11 @@ One run, one loopback reference server (its own process, a file database), every
 contender measured in interleaved rounds so that drift on a shared machine hits all
 of them alike. Figures are medians. Writes a table to stdout and the same as JSON.
 
+The run starts its own PostgreSQL (initdb in a temporary folder, loopback, fsync on,
+stopped at the end; the same helper the tests use) for idemclient's PostgreSQL store
+and the reference server on PostgreSQL, which are measured beside their SQLite
+counterparts. `--no-postgres` leaves them out.
+
     python benchmarks/run.py                 # the full run (a few minutes)
     python benchmarks/run.py --quick         # a smoke run of tiny sizes
     python benchmarks/run.py --only store    # one section
@@ -22,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ import server_bench
 import store_bench
 
 from idemclient.testing import spawn
+from idemclient.testing._pgcluster import Cluster
 
 NOOP = "/_sandbox/noop"
 PAYMENTS = "/v1/payments"
@@ -47,6 +54,19 @@ class Sizes:
         self.batch_rows = (200, 1000) if quick else (10_000, 100_000)
         self.store_finished = 10_000 if quick else 1_000_000
         self.server_seconds = 1 if quick else 5
+
+
+def start_postgres(stack: ExitStack) -> str:
+    """A PostgreSQL for this run, stopped when `stack` closes; the URL of its database.
+
+    fsync stays on (unlike the test suite's): the durability levels are the point of
+    several rows, and a commit must cost what it costs on this disk."""
+    cluster = Cluster()
+    stack.callback(cluster.stop)
+    cluster.start(durable=True)
+    url = cluster.create_database("bench")
+    print(f"PostgreSQL {cluster.bindir} on port {cluster.port} (fsync on)")
+    return url
 
 
 def median_us(samples: list[float]) -> float:
@@ -69,8 +89,10 @@ def fsync_alone(workdir: Path, n: int) -> float:
     return median_us(samples)
 
 
-def sequential(url: str, path: str, workdir: Path, sizes: Sizes) -> dict[str, Any]:
-    entrants = contenders.sync_contenders(url, path, workdir)
+def sequential(
+    url: str, path: str, workdir: Path, sizes: Sizes, pg_url: str | None
+) -> dict[str, Any]:
+    entrants = contenders.sync_contenders(url, path, workdir, pg_url)
     samples: dict[str, list[float]] = {c.name: [] for c in entrants}
     try:
         for c in entrants:  # warm up connections, stores and caches
@@ -93,9 +115,11 @@ def sequential(url: str, path: str, workdir: Path, sizes: Sizes) -> dict[str, An
     }
 
 
-def threaded(url: str, path: str, workdir: Path, sizes: Sizes, workers: int = 16) -> dict[str, Any]:
+def threaded(
+    url: str, path: str, workdir: Path, sizes: Sizes, pg_url: str | None, workers: int = 16
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    entrants = contenders.sync_contenders(url, path, workdir / "threads")
+    entrants = contenders.sync_contenders(url, path, workdir / "threads", pg_url)
     try:
         for c in entrants:
             for _ in range(20):
@@ -135,10 +159,10 @@ def _threaded_rate(send: Callable[[], None], workers: int, seconds: float) -> fl
 
 
 def asynchronous(
-    url: str, path: str, workdir: Path, sizes: Sizes, tasks: int = 16
+    url: str, path: str, workdir: Path, sizes: Sizes, pg_url: str | None, tasks: int = 16
 ) -> dict[str, Any]:
     async def run() -> dict[str, Any]:
-        entrants = contenders.async_contenders(url, path, workdir / "async")
+        entrants = contenders.async_contenders(url, path, workdir / "async", pg_url)
         results: dict[str, list[float]] = {}
         try:
             for c in entrants:
@@ -177,9 +201,10 @@ def _rates(results: dict[str, list[float]]) -> dict[str, Any]:
 def print_table(title: str, rows: dict[str, dict[str, Any]], columns: list[str]) -> None:
     print(f"\n{title}")
     width = max(len(n) for n in rows) + 2
-    print("  " + "".ljust(width) + "".join(c.rjust(14) for c in columns))
+    cell = max(14, *(len(c) + 2 for c in columns))
+    print("  " + "".ljust(width) + "".join(c.rjust(cell) for c in columns))
     for name, values in rows.items():
-        cells = "".join(_fmt(values.get(c)).rjust(14) for c in columns)
+        cells = "".join(_fmt(values.get(c)).rjust(cell) for c in columns)
         print("  " + name.ljust(width) + cells)
 
 
@@ -196,6 +221,9 @@ def main() -> int:
     parser.add_argument(
         "--only", choices=["sequential", "concurrent", "batch", "store", "server"], default=None
     )
+    parser.add_argument(
+        "--no-postgres", action="store_true", help="measure the SQLite contenders only"
+    )
     args = parser.parse_args()
     sizes = Sizes(args.quick)
     report: dict[str, Any] = {
@@ -203,8 +231,11 @@ def main() -> int:
         "quick": args.quick,
     }
     wanted = lambda s: args.only in (None, s)  # noqa: E731
-    with tempfile.TemporaryDirectory(prefix="idemclient-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="idemclient-bench-") as tmp, ExitStack() as stack:
         work = Path(tmp)
+        pg_url: str | None = None
+        if not args.no_postgres and args.only != "batch":
+            pg_url = start_postgres(stack)
         (work / "threads").mkdir()
         (work / "async").mkdir()
         with spawn(db=work / "server.sqlite3", recovery_interval=0) as server:
@@ -215,19 +246,19 @@ def main() -> int:
                 for label, path in (("no-op endpoint", NOOP), ("new payment", PAYMENTS)):
                     folder = work / label.replace(" ", "-")
                     folder.mkdir()
-                    rows = sequential(url, path, folder, sizes)
+                    rows = sequential(url, path, folder, sizes, pg_url)
                     report[f"sequential {label}"] = rows
                     print_table(
                         f"sequential, {label} (median per request)", rows, ["median_us", "ratio"]
                     )
             if wanted("concurrent"):
-                report["threads16"] = threaded(url, NOOP, work, sizes)
+                report["threads16"] = threaded(url, NOOP, work, sizes, pg_url)
                 print_table(
                     "16 threads, no-op endpoint (throughput)",
                     report["threads16"],
                     ["ops_per_s", "vs_httpx"],
                 )
-                report["asyncio16"] = asynchronous(url, NOOP, work, sizes)
+                report["asyncio16"] = asynchronous(url, NOOP, work, sizes, pg_url)
                 print_table(
                     "16 asyncio tasks, no-op endpoint (throughput)",
                     report["asyncio16"],
@@ -237,10 +268,12 @@ def main() -> int:
                 report["batch"] = batch_bench.run(url, work / "batch", sizes.batch_rows)
                 print_table("batches", report["batch"], batch_bench.COLUMNS)
         if wanted("store"):
-            report["store"] = store_bench.run(work / "store", sizes.store_finished)
-            print_table("store", {"sqlite": report["store"]}, list(report["store"]))
+            report["store"] = {"sqlite": store_bench.run(work / "store", sizes.store_finished)}
+            if pg_url is not None:
+                report["store"]["postgres"] = store_bench.run_postgres(pg_url, sizes.store_finished)
+            print_table("store", report["store"], store_bench.COLUMNS)
         if wanted("server"):
-            report["server"] = server_bench.run(work / "srv", sizes.server_seconds)
+            report["server"] = server_bench.run(work / "srv", sizes.server_seconds, pg_url)
             print_table("reference server (throughput)", report["server"], ["req_per_s", "vs_noop"])
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """The reference server under load from wrk (a second process, in C): new-key POSTs and
-replays per second, against a no-op endpoint on the same stack."""
+replays per second, against a no-op endpoint on the same stack; on a SQLite file, and
+on the run's PostgreSQL when there is one."""
 
 from __future__ import annotations
 
@@ -59,22 +60,30 @@ def wrk_rate(url: str, mode: str, seconds: int, work: Path) -> float:
     return float(match.group(1))
 
 
-def run(work: Path, seconds: int) -> dict[str, Any]:
-    if shutil.which("wrk") is None:
-        raise RuntimeError("the server benchmark needs wrk: apt-get install wrk (make bench does)")
-    work.mkdir(parents=True, exist_ok=True)
-    rates: dict[str, float] = {}
-    with spawn(db=work / "load.sqlite3", recovery_interval=0) as server:
+def _rates(db: Path | str, seconds: int, work: Path) -> dict[str, float]:
+    with spawn(db=db, recovery_interval=0) as server:
         httpx.post(
             f"{server.url}/v1/payments",
             json={"amount": 1250, "currency": "EUR", "reference": "bench"},
             headers={"Authorization": "Bearer bench-load", "Idempotency-Key": "replay-key"},
         ).raise_for_status()
-        for mode in ("noop", "new", "replay"):
-            rates[mode] = wrk_rate(server.url, mode, seconds, work)
-    noop = rates["noop"]
-    return {
-        "no-op endpoint": {"req_per_s": noop, "vs_noop": 1.0},
-        "new-key POST": {"req_per_s": rates["new"], "vs_noop": rates["new"] / noop},
-        "replayed POST": {"req_per_s": rates["replay"], "vs_noop": rates["replay"] / noop},
-    }
+        return {
+            mode: wrk_rate(server.url, mode, seconds, work) for mode in ("noop", "new", "replay")
+        }
+
+
+def run(work: Path, seconds: int, pg_url: str | None = None) -> dict[str, Any]:
+    if shutil.which("wrk") is None:
+        raise RuntimeError("the server benchmark needs wrk: apt-get install wrk (make bench does)")
+    work.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, Any] = {}
+    backends: list[tuple[str, Path | str]] = [("", work / "load.sqlite3")]
+    if pg_url is not None:
+        backends.append((" [postgres]", pg_url))
+    for suffix, db in backends:
+        rates = _rates(db, seconds, work)
+        noop = rates["noop"]  # the same stack without storage, per server process
+        rows[f"no-op endpoint{suffix}"] = {"req_per_s": noop, "vs_noop": 1.0}
+        for label, mode in (("new-key POST", "new"), ("replayed POST", "replay")):
+            rows[f"{label}{suffix}"] = {"req_per_s": rates[mode], "vs_noop": rates[mode] / noop}
+    return rows

@@ -1,5 +1,6 @@
 """The store at size: listing unfinished operations among a million finished ones, and
-reopening a store after its process was killed mid-write."""
+reopening a store after its process was killed mid-write. SQLite, and PostgreSQL (the
+run's own, see run.py) beside it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from idemclient import SQLiteStore, State
+from idemclient.postgres import PostgresStore
 
 UNFINISHED = 1_000
+COLUMNS = [
+    "finished_rows",
+    "unfinished_rows",
+    "list_unfinished_ms",
+    "reopen_after_kill_ms",
+    "size_mb",
+]
 
 
 def fill(path: Path, finished: int) -> None:
@@ -47,7 +56,11 @@ import sys, time
 from idemclient import SQLiteStore
 from idemclient._store import new_owner
 from idemclient._store._base import Intent
-store = SQLiteStore(sys.argv[1])
+if sys.argv[1].startswith("postgresql://"):
+    from idemclient.postgres import PostgresStore
+    store = PostgresStore(sys.argv[1], schema=sys.argv[2])
+else:
+    store = SQLiteStore(sys.argv[1])
 print("ready", flush=True)
 n = 0
 while True:  # until SIGKILL
@@ -57,9 +70,9 @@ while True:  # until SIGKILL
 """
 
 
-def reopen_after_kill(path: Path) -> float:
+def reopen_after_kill(path: Path | str, schema: str = "") -> float:
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", WRITER, str(path), schema], stdout=subprocess.PIPE, text=True
     )
     assert writer.stdout is not None
     writer.stdout.readline()
@@ -67,9 +80,21 @@ def reopen_after_kill(path: Path) -> float:
     writer.send_signal(signal.SIGKILL)
     writer.wait()
     started = time.perf_counter()
-    with SQLiteStore(path) as store:
+    store = PostgresStore(path, schema=schema) if isinstance(path, str) else SQLiteStore(path)
+    with store:
         store.unfinished(limit=1)
     return time.perf_counter() - started
+
+
+def _list_unfinished(store: SQLiteStore | PostgresStore) -> float:
+    """Median seconds to list every unfinished operation, over 20 runs."""
+    timings = []
+    for _ in range(20):
+        began = time.perf_counter()
+        found = store.unfinished()
+        timings.append(time.perf_counter() - began)
+    assert len(found) == UNFINISHED
+    return statistics.median(timings)
 
 
 def run(work: Path, finished: int) -> dict[str, Any]:
@@ -77,19 +102,58 @@ def run(work: Path, finished: int) -> dict[str, Any]:
     path = work / "big.db"
     fill(path, finished)
     with SQLiteStore(path) as store:
-        timings = []
-        for _ in range(20):
-            began = time.perf_counter()
-            found = store.unfinished()
-            timings.append(time.perf_counter() - began)
-        assert len(found) == UNFINISHED
+        listing = _list_unfinished(store)
     reopen = [reopen_after_kill(path) for _ in range(3)]
     return {
         "finished_rows": finished,
         "unfinished_rows": UNFINISHED,
-        "list_unfinished_ms": statistics.median(timings) * 1000,
+        "list_unfinished_ms": listing * 1000,
         "reopen_after_kill_ms": statistics.median(reopen) * 1000,
-        "file_mb": path.stat().st_size / 1e6,
+        "size_mb": path.stat().st_size / 1e6,
+    }
+
+
+def fill_postgres(store: PostgresStore, finished: int) -> None:
+    """The rows `fill` writes, written by PostgreSQL itself (generate_series), then
+    analysed, as autovacuum would have by the time a store is that large."""
+    table = f"{store._quoted}.operations"
+    with store._use() as conn:
+        conn.execute(
+            f"INSERT INTO {table} (id, key, method, url, headers, body, fingerprint, reference,"
+            " state, attempts, maybe_applied, evidence, created_at, updated_at, finished_at)"
+            " SELECT 'op-' || n, 'key-' || n, 'POST', 'http://psp.test/v1/payments', '[]',"
+            " '\\x7b7d', repeat('f', 64), NULL,"
+            " CASE WHEN n >= %(open)s THEN %(done)s ELSE %(unfinished)s END, 1, true,"
+            " 'HTTP 201 Created', 1800000000.0 + n, 1800000000.0 + n,"
+            " CASE WHEN n >= %(open)s THEN 1800000000.0 + n END"
+            " FROM generate_series(0, %(total)s - 1) AS n",
+            {
+                "open": UNFINISHED,
+                "done": State.SUCCEEDED.value,
+                "unfinished": State.INDETERMINATE.value,
+                "total": finished + UNFINISHED,
+            },
+        )
+        conn.execute(f"ANALYZE {table}")
+
+
+def run_postgres(url: str, finished: int) -> dict[str, Any]:
+    """The same measurements on a PostgresStore in the run's database."""
+    schema = "bench_store"
+    with PostgresStore(url, schema=schema) as store:
+        fill_postgres(store, finished)
+        listing = _list_unfinished(store)
+        with store._use() as conn:
+            size = conn.execute(
+                "SELECT pg_total_relation_size(%s)", (f"{store._quoted}.operations",)
+            ).fetchone()
+    reopen = [reopen_after_kill(url, schema) for _ in range(3)]
+    return {
+        "finished_rows": finished,
+        "unfinished_rows": UNFINISHED,
+        "list_unfinished_ms": listing * 1000,
+        "reopen_after_kill_ms": statistics.median(reopen) * 1000,
+        "size_mb": (size[0] if size else 0) / 1e6,
     }
 
 

@@ -15,9 +15,10 @@ partition: a primary key on the partitioned table itself must contain the partit
 key, and `(client, key, created_at)` would let the same key in again a millisecond
 later. So each day's partition carries `PRIMARY KEY (client, key)`, which makes
 `INSERT ... ON CONFLICT DO NOTHING RETURNING` the arbiter between arrivals on the same
-day, and admission first takes a transaction-scoped advisory lock on (client, key) and
-looks the key up in every partition, so a key first seen yesterday is found, not
-admitted twice, even when two arrivals straddle midnight. Every admission goes through
+day; and a key that a plain read does not find is admitted under a transaction-scoped
+advisory lock on (client, key), which looks in every partition again before inserting,
+so a key first seen yesterday is found, not admitted twice, even when two arrivals
+straddle midnight. Every admission goes through
 `admit`, so the lock is never skipped.
 
 **Partitions.** A day's partition is created when the first key of that day arrives
@@ -398,10 +399,17 @@ class PostgresStorage:
     ) -> tuple[bool, KeyRow]:
         """Insert the key, or find it. `(True, row)` means this attempt owns the request.
 
-        Under the (client, key) advisory lock, the look-up across every day and the
-        insert are one atomic step for every other admission of the same key; the
-        transaction ends (and the lock goes) as soon as the row is committed.
+        A key that exists is answered from one plain read: what happens next (replay,
+        409, 422, takeover) needs no lock, and retries of a request in flight are most
+        of the traffic a storm brings. A key found nowhere takes the (client, key)
+        advisory lock, under which the look-up across every day and the insert are one
+        atomic step for every other admission of the same key; the transaction ends
+        (and the lock goes) as soon as the row is committed.
         """
+        with self._read() as conn:
+            existing = conn.execute(_SELECT_KEY, (client, key)).fetchone()
+        if existing is not None:
+            return False, KeyRow(*existing)
         lock = (_ADMISSION_CLASS, admission_lock(client, key))
         for attempt in range(2):
             try:

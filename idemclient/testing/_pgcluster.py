@@ -122,7 +122,11 @@ class Cluster:
             )
         return done
 
-    def start(self) -> None:
+    def start(self, *, durable: bool = False) -> None:
+        """initdb and start. `durable=False` (tests) turns fsync off: the cluster is
+        thrown away, and the store's own durability settings are checked by statement,
+        not by pulling the plug. Benchmarks pass True, so a commit costs what it costs
+        on this disk."""
         self._run(
             "initdb",
             "--pgdata",
@@ -138,15 +142,13 @@ class Cluster:
             "--no-sync",
         )
         self.port = _free_port()
+        speed_over_safety = [] if durable else ["-c fsync=off", "-c full_page_writes=off"]
         options = " ".join(
             [
                 f"-p {self.port}",
                 "-c listen_addresses=127.0.0.1",
                 f"-c unix_socket_directories={self.folder}",
-                # Speed over safety: this cluster is thrown away. The store's own
-                # durability settings are checked by statement, not by pulling the plug.
-                "-c fsync=off",
-                "-c full_page_writes=off",
+                *speed_over_safety,
                 "-c max_connections=200",
             ]
         )
