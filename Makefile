@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench bench-quick clean
+.PHONY: test lint typecheck unit docs demo bench bench-quick clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-test: lint typecheck unit
+test: lint typecheck unit docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -24,6 +24,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+# The documentation site; warnings are errors (strict in mkdocs.yml).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --site-dir site
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py

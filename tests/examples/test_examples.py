@@ -14,6 +14,11 @@ EXAMPLES = ROOT / "examples"
 
 EXPECTED = {
     "quickstart.py": [r"^succeeded pay_[0-9a-f]+$"],
+    "asgi_checkout.py": [
+        r"answers: 200 200",
+        r"same payment: True",
+        r"charges on the PSP: 1$",
+    ],
     "wrap_existing_client.py": [
         r"201 after 2 attempts; replayed: True",
         r"payments on the server: 1",
