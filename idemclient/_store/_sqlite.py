@@ -232,13 +232,14 @@ class SQLiteStore:
 
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         intents = list(intents)
+        stored: dict[Headers, str] = {}  # rows of a batch share their headers: redact once
         rows = [
             (
                 i.operation_id,
                 i.key,
                 i.method,
                 i.url,
-                dump_headers(redact(i.headers, self.secret_headers)),
+                stored.get(i.headers) or stored.setdefault(i.headers, self._stored_headers(i)),
                 i.body,
                 i.fingerprint,
                 i.reference,
@@ -274,6 +275,9 @@ class SQLiteStore:
                         conflicts=tuple(conflicts),
                     )
             return created
+
+    def _stored_headers(self, intent: Intent) -> str:
+        return dump_headers(redact(intent.headers, self.secret_headers))
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         cutoff = now - self.retention
