@@ -8,8 +8,14 @@ a message processed twice leaves two rows, so counting rows is how a test sees
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.types import WSGIApplication
 
 import pytest
 
@@ -93,3 +99,62 @@ def inbox(app_db: Path, clock: ManualClock) -> Iterator[SQLiteInbox]:
 @pytest.fixture
 def receiver(inbox: SQLiteInbox) -> WebhookReceiver[sqlite3.Connection]:
     return WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=record_effect)
+
+
+# -- servers on 127.0.0.1 for the socket tests ------------------------------------------
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # a test's output is for failures, not for access logs
+
+
+@contextmanager
+def wsgi_server(app: WSGIApplication) -> Iterator[str]:
+    """`app` under the stdlib's wsgiref server on 127.0.0.1 and a free port; yields the URL."""
+    httpd = make_server("127.0.0.1", 0, app, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}/webhooks"
+    finally:
+        httpd.shutdown()
+        thread.join(timeout=10)
+        httpd.server_close()
+
+
+@contextmanager
+def asgi_server(app: Any) -> Iterator[str]:
+    """`app` under uvicorn on 127.0.0.1 and a free port, in a thread; yields the URL."""
+    import uvicorn
+
+    from idemclient.testing._live import bind, url_for
+
+    config = uvicorn.Config(app, log_level="warning", log_config=None, lifespan="on")
+    server = uvicorn.Server(config)
+    sock = bind("127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
+    thread.start()
+    try:
+        # Bounded wait for uvicorn to say it is serving: a flag it sets, polled at 10 ms.
+        assert wait_until(lambda: server.started, timeout=10), "uvicorn did not start"
+        yield f"{url_for(sock)}/webhooks"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float) -> bool:
+    """Poll `condition` until it holds or `timeout` (real) seconds pass.
+
+    Only for work happening in another thread or process over a real socket, where
+    no clock can be injected; each turn waits 10 ms on an Event that nobody sets.
+    """
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.01)
+    return True
