@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
-from .._errors import ForeignStore, StoreCorrupt, StoreTooNew, StoreUnavailable
+from .._errors import ForeignStore, StoreCorrupt, StoreError, StoreTooNew, StoreUnavailable
 from .._store._schema import _create_or_check_header
 
 __all__ = ["INBOX_TABLE", "SCHEMA_TABLE", "InboxStorage", "SQLiteInboxStorage"]
@@ -212,10 +212,8 @@ class SQLiteInboxStorage:
                     " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
                     (_COMPONENT, SCHEMA_VERSION),
                 )
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(self._name, f"cannot be used: {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise StoreCorrupt(self._name, f"is damaged: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise _translate(self._name, exc) from exc
 
     # -- the interface -----------------------------------------------------------------
 
@@ -305,10 +303,17 @@ class SQLiteInboxStorage:
         """
         try:
             return (conn or self._conn).execute(sql, params)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(self._name, f"cannot be used: {exc}") from exc
-        except sqlite3.DatabaseError as exc:
-            raise StoreCorrupt(self._name, f"is damaged: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise _translate(self._name, exc) from exc
+
+
+def _translate(name: str, error: sqlite3.Error) -> StoreError:
+    """SQLite's error as ours, naming the database. Only "not a database" and its kin
+    (a plain `DatabaseError`) mean damage; a busy file, a connection used from the
+    wrong thread or closed by the application means it cannot be used right now."""
+    if type(error) is sqlite3.DatabaseError:
+        return StoreCorrupt(name, f"is damaged: {error}")
+    return StoreUnavailable(name, f"cannot be used: {error}")
 
 
 def _main_file(conn: sqlite3.Connection) -> str:

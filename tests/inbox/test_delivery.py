@@ -532,3 +532,23 @@ def test_the_sandbox_endpoints_drive_webhooks_over_http() -> None:
             assert answer.status_code == 400
         answer = httpx.post(f"{live.url}/_sandbox/webhooks/faults", json={"mode": "nope"})
         assert answer.status_code == 400
+
+
+def test_the_server_command_refuses_a_bad_webhook_url() -> None:
+    from click.testing import CliRunner
+
+    from idemclient.cli import main
+
+    result = CliRunner().invoke(main, ["server", "--port", "0", "--webhook-url", "ftp://x/h"])
+    assert result.exit_code == 1
+    assert "http:// or https://" in result.output
+
+
+def test_the_server_command_documents_its_webhook_options() -> None:
+    from click.testing import CliRunner
+
+    from idemclient.cli import main
+
+    result = CliRunner().invoke(main, ["server", "--help"])
+    for option in ("--webhook-url", "--webhook-secret", "--webhook-interval"):
+        assert option in result.output

@@ -300,6 +300,28 @@ def test_a_connection_in_a_transaction_is_not_accepted(app_db: Path) -> None:
     conn.close()
 
 
+def test_a_connection_used_from_the_wrong_thread_is_unavailable_not_corrupt(
+    app_db: Path,
+) -> None:
+    conn = sqlite3.connect(app_db)  # check_same_thread: only this thread may use it
+    inbox = SQLiteInbox(conn)
+    errors: list[BaseException] = []
+
+    def elsewhere() -> None:
+        try:
+            inbox.process("psp", "evt_1", lambda tx: None)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(timeout=10)
+    [error] = errors
+    assert isinstance(error, StoreUnavailable)
+    assert "same thread" in str(error)
+    conn.close()
+
+
 def test_a_closed_inbox_says_so(app_db: Path) -> None:
     inbox = SQLiteInbox(app_db)
     inbox.close()

@@ -9,6 +9,7 @@ threads is waited for with `wait_until` (bounded, 10 ms turns).
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 
 from idemclient import ManualClock
 from idemclient.inbox import SIGNATURE_HEADER, SQLiteInbox, WebhookReceiver
-from idemclient.testing import ReferenceServer, serve
+from idemclient.testing import ReferenceServer, SandboxClient, serve
+from idemclient.testing._live import _read_ready_line, server_command
 from idemclient.testing._webhooks import retry_delay
 
 from .conftest import (
@@ -122,3 +124,37 @@ def test_wsgi_receiver_under_wsgiref_receives_over_a_socket(
             "status": "refused",
         }
     assert effects(app_db) == {e.id: 1 for e in server.webhook_events()}
+
+
+def test_the_server_command_delivers_in_the_background_to_its_webhook_url(
+    app_db: Path, tmp_path: Path
+) -> None:
+    """`idemclient server --webhook-url ... --webhook-secret ...` on the real clock."""
+    from idemclient import SystemClock
+
+    with SQLiteInbox(app_db, clock=SystemClock()) as real_time_inbox:
+        receiver = WebhookReceiver(
+            real_time_inbox, sender=SENDER, secrets=[SECRET], handler=record_effect
+        )
+        with wsgi_server(receiver.wsgi_app()) as url:
+            argv = server_command(port=0, recovery_interval=0)
+            argv += ["--webhook-url", url, "--webhook-secret", SECRET]
+            argv += ["--webhook-interval", "0.02"]
+            process = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            try:
+                psp = _read_ready_line(process, 20)
+                pay(psp, 2)
+                # Delivered by the child's background loop: wait, bounded, for both effects.
+                assert wait_until(lambda: len(effects(app_db)) == 2, timeout=20)
+                with SandboxClient(psp) as sandbox:
+                    assert wait_until(
+                        lambda: {e.state for e in sandbox.webhook_events()} == {"delivered"},
+                        timeout=20,
+                    )
+            finally:
+                process.terminate()
+                _, err = process.communicate(timeout=20)
+    assert "Traceback" not in err
+    assert list(effects(app_db).values()) == [1, 1]
