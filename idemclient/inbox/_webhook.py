@@ -99,13 +99,9 @@ def header_value(headers: Headers, name: str) -> str | None:
     signature headers, neither can be trusted over the other.
     """
     wanted = name.lower()
-    if isinstance(headers, Mapping):
-        exact = headers.get(name)
-        if exact is not None:
-            return exact
-        pairs: Iterable[tuple[str, str]] = headers.items()
-    else:
-        pairs = headers
+    # Every pair is looked at, even in a mapping: a case-insensitive one (Starlette's)
+    # lists a repeated header twice, and a plain dict may hold two spellings of it.
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
     found = [value for key, value in pairs if key.lower() == wanted]
     if len(found) > 1:
         raise ValueError(f"the {name} header was sent {len(found)} times")

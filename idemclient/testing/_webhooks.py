@@ -169,7 +169,9 @@ class Deliverer:
             else:
                 if not url.startswith(("http://", "https://")):
                     raise ValueError(f"a webhook URL is http:// or https://, not {url!r}")
-                chosen = secrets_ if secrets_ else (f"whsec_{secrets.token_hex(24)}",)
+                if secrets_ is not None and not secrets_:
+                    raise ValueError("an endpoint needs at least one secret (None: generate one)")
+                chosen = secrets_ or (f"whsec_{secrets.token_hex(24)}",)
                 for secret in chosen:
                     secret_bytes(secret)  # refuse a short secret now, not at delivery
                 self._endpoints[client] = WebhookEndpoint(url, tuple(chosen), transport)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,6 +23,7 @@ from idemclient.testing import (
     WebhookReport,
     serve,
 )
+from idemclient.testing._storage import SCHEMA_VERSION, Storage
 from idemclient.testing._webhooks import MAX_RETRY_DELAY, event_for, retry_delay
 
 from .conftest import SECRET, wsgi_server
@@ -350,6 +353,7 @@ def test_each_client_may_have_its_own_endpoint(server: ReferenceServer) -> None:
     [
         ("ftp://m.test/h", None, "http:// or https://"),
         ("https://m.test/h", ["too-short"], "at least 16 bytes"),
+        ("https://m.test/h", [], "at least one secret"),
     ],
 )
 def test_a_bad_endpoint_is_refused_when_configured(
@@ -552,3 +556,16 @@ def test_the_server_command_documents_its_webhook_options() -> None:
     result = CliRunner().invoke(main, ["server", "--help"])
     for option in ("--webhook-url", "--webhook-secret", "--webhook-interval"):
         assert option in result.output
+
+
+def test_a_version_1_database_gains_the_webhook_table(tmp_path: Path) -> None:
+    path = tmp_path / "psp.sqlite3"
+    Storage(path).close()
+    with sqlite3.connect(path) as conn:  # as a server without webhooks left it
+        conn.execute("DROP TABLE webhook_events")
+        conn.execute("PRAGMA user_version = 1")
+    with ReferenceServer(db=path) as server:
+        pay(server, "k-1")
+        assert only_event(server).type == "payment.succeeded"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2

@@ -129,6 +129,15 @@ def test_a_header_sent_twice_is_refused(
     assert recorded_ids(app_db) == set()
 
 
+def test_two_spellings_of_a_header_in_a_dict_are_refused(
+    receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock, app_db: Path
+) -> None:
+    good = signed(BODY, "evt_1", timestamp=clock.time())
+    response = receiver.handle({**good, "IDEMCLIENT-MESSAGE-ID": "evt_2"}, BODY)
+    assert (response.status, response.outcome) == (401, "refused")
+    assert recorded_ids(app_db) == set()
+
+
 def test_header_names_match_in_any_case(
     receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock
 ) -> None:
