@@ -33,6 +33,11 @@ EXPECTED = {
         r"50 rows, 50 succeeded, 50 replayed",
         r"payouts on the server: 50$",
     ],
+    "webhook_receiver.py": [
+        r"webhook deliveries: (\d+) for 5 events",
+        r"orders paid: 5 of 5; paid more than once: 0; ledger entries: 5$",
+        r"^EVERY EVENT APPLIED EXACTLY ONCE$",
+    ],
     "demo.py": [
         r"SIGKILL sent with \d+ payouts applied on the server",
         r"payouts on the server: 300 for 300 rows",
