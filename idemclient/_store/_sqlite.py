@@ -17,7 +17,7 @@ import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from .._errors import OperationMismatch, StoreCorrupt, StoreError, StoreUnavailable
+from .._errors import OperationMismatch, StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import (
     Begin,
@@ -31,7 +31,7 @@ from ._base import (
 )
 from ._owners import owner_is_dead
 from ._rows import COLUMNS, DEFAULT_SECRET_HEADERS, dump_headers, mismatch, record_from_row, redact
-from ._schema import open_database
+from ._schema import open_database, store_error
 
 __all__ = ["SQLiteStore"]
 
@@ -375,9 +375,7 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
 
     def _translate(self, error: sqlite3.Error) -> StoreError:
-        if isinstance(error, sqlite3.OperationalError):
-            return StoreUnavailable(self._path, f"cannot be used: {error}")
-        return StoreCorrupt(self._path, f"is damaged: {error}")
+        return store_error(self._path, error)
 
     def _fetch(self, conn: sqlite3.Connection, operation_id: str) -> OperationRecord:
         row = conn.execute(f"{_SELECT} WHERE id = ?", (operation_id,)).fetchone()

@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
-from .._errors import ForeignStore, StoreCorrupt, StoreError, StoreTooNew, StoreUnavailable
-from .._store._schema import _create_or_check_header
+from .._errors import ForeignStore, StoreTooNew, StoreUnavailable
+from .._store._schema import _create_or_check_header, store_error
 
 __all__ = ["INBOX_TABLE", "SCHEMA_TABLE", "InboxStorage", "SQLiteInboxStorage"]
 
@@ -213,7 +213,7 @@ class SQLiteInboxStorage:
                     (_COMPONENT, SCHEMA_VERSION),
                 )
         except sqlite3.Error as exc:
-            raise _translate(self._name, exc) from exc
+            raise store_error(self._name, exc) from exc
 
     # -- the interface -----------------------------------------------------------------
 
@@ -304,16 +304,7 @@ class SQLiteInboxStorage:
         try:
             return (conn or self._conn).execute(sql, params)
         except sqlite3.Error as exc:
-            raise _translate(self._name, exc) from exc
-
-
-def _translate(name: str, error: sqlite3.Error) -> StoreError:
-    """SQLite's error as ours, naming the database. Only "not a database" and its kin
-    (a plain `DatabaseError`) mean damage; a busy file, a connection used from the
-    wrong thread or closed by the application means it cannot be used right now."""
-    if type(error) is sqlite3.DatabaseError:
-        return StoreCorrupt(name, f"is damaged: {error}")
-    return StoreUnavailable(name, f"cannot be used: {error}")
+            raise store_error(self._name, exc) from exc
 
 
 def _main_file(conn: sqlite3.Connection) -> str:

@@ -278,3 +278,17 @@ def test_concurrent_intents_are_committed_in_groups(store: SQLiteStore) -> None:
     assert len(store.operations()) == 320
     # Each commit (one fsync) admitted several intents at once.
     assert len(commits) < 240, len(commits)
+
+
+def test_only_a_damaged_file_is_called_damaged() -> None:
+    from idemclient._store._schema import store_error
+
+    not_a_db = sqlite3.DatabaseError("file is not a database")
+    not_a_db.sqlite_errorcode = 26  # type: ignore[attr-defined]
+    locked = sqlite3.OperationalError("database is locked")
+    locked.sqlite_errorcode = 5  # type: ignore[attr-defined]
+    closed = sqlite3.ProgrammingError("Cannot operate on a closed database.")
+    assert isinstance(store_error("f.db", not_a_db), StoreCorrupt)
+    assert isinstance(store_error("f.db", locked), StoreUnavailable)
+    assert isinstance(store_error("f.db", closed), StoreUnavailable)
+    assert "f.db" in str(store_error("f.db", closed))
