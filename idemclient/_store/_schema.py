@@ -98,10 +98,16 @@ def _v1(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v2(db: sqlite_utils.Database) -> None:
+    # Nothing looks operations up by reference, and every index is one more page to
+    # write in each intent's commit: the hottest write of the library.
+    db.execute("DROP INDEX IF EXISTS operations_reference")
+
+
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1,)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -292,3 +292,25 @@ def test_only_a_damaged_file_is_called_damaged() -> None:
     assert isinstance(store_error("f.db", locked), StoreUnavailable)
     assert isinstance(store_error("f.db", closed), StoreUnavailable)
     assert "f.db" in str(store_error("f.db", closed))
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_operations(store_path: Path) -> None:
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:1]).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
+            " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+            " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 1.0)"
+        )
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(operations)")}
+    assert "operations_reference" in indexes
+    with SQLiteStore(store_path) as store:
+        [record] = store.unfinished()
+    assert (record.operation_id, record.attempts, record.evidence) == ("old", 3, "HTTP 500")
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(operations)")}
+    assert "operations_reference" not in indexes
