@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench bench-quick clean
+.PHONY: test lint typecheck unit docs demo bench bench-quick clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-test: lint typecheck unit
+test: lint typecheck unit docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -25,7 +25,18 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest
 
-demo: $(STAMP)
+# The documentation site; warnings are errors (strict in mkdocs.yml).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --site-dir site
+
+# The demo needs only the package and the reference server's socket (uvicorn).
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[server]'
+	@touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python examples/demo.py
 
 # The peers measured beside idemclient, and wrk to load the reference server.

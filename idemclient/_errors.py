@@ -3,9 +3,11 @@
 ```
 IdemError
 ├── InvalidKey                 (also ValueError) a key outside 1..255 of A-Z a-z 0-9 - _ . : ~
+│   └── InvalidMessageId       a webhook message id (or sender) breaking the same rule
 ├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
 ├── OperationMismatch          (also ValueError) same operation, different request
 ├── BatchInvalid               (also ValueError) a batch file with problems; nothing sent
+├── SignatureInvalid           a webhook refused: signature missing, malformed, wrong or stale
 ├── StoreError                 the store (a SQLite file, a PostgreSQL schema) cannot be used
 │   ├── StoreCorrupt           not a readable SQLite file; PostgreSQL tables changed under us
 │   ├── ForeignStore           a database, but not an idemclient store
@@ -39,6 +41,7 @@ __all__ = [
     "IdemError",
     "Indeterminate",
     "InvalidKey",
+    "InvalidMessageId",
     "KeyConflict",
     "NotSent",
     "OperationMismatch",
@@ -46,6 +49,7 @@ __all__ = [
     "ReconcileRequired",
     "Rejected",
     "RequestNotReplayable",
+    "SignatureInvalid",
     "StoreCorrupt",
     "StoreError",
     "StoreTooNew",
@@ -63,11 +67,27 @@ class InvalidKey(IdemError, ValueError):
     Raised at the call site, before anything is recorded or sent.
     """
 
+    #: what the rejected value is, in the message
+    what = "idempotency key"
+
     def __init__(self, key: object, reason: str) -> None:
         self.key = key
         self.reason = reason
         shown = repr(key) if not isinstance(key, str) or len(key) <= 60 else repr(key[:60]) + "..."
-        super().__init__(f"invalid idempotency key {shown}: {reason}")
+        super().__init__(f"invalid {self.what} {shown}: {reason}")
+
+
+class InvalidMessageId(InvalidKey):
+    """A webhook message id or sender name outside the key rules (1..255 of
+    ``A-Z a-z 0-9 - _ . : ~``). Nothing is recorded and the handler does not run.
+
+    `key` holds the rejected value. It is an `InvalidKey` because it is checked by the
+    same rule, so one `except InvalidKey` covers both.
+    """
+
+    def __init__(self, value: object, reason: str, *, what: str = "message id") -> None:
+        self.what = what  # "message id" or "sender": both are scopes of a dedupe record
+        super().__init__(value, reason)
 
 
 class RequestNotReplayable(IdemError, ValueError):
@@ -111,6 +131,27 @@ class BatchInvalid(IdemError, ValueError):
         )
         more = f"\n  ... and {len(problems) - 50} more" if len(problems) > 50 else ""
         super().__init__(f"{source}: {len(problems)} problem(s); nothing was sent:\n{shown}{more}")
+
+
+class SignatureInvalid(IdemError):
+    """A webhook whose signature does not prove it came from the sender, now.
+
+    Verification fails closed: a missing or malformed header, a signature made with no
+    secret we hold, a body, message id or timestamp changed on the way, or a timestamp
+    outside the tolerance all refuse the message. Nothing is recorded and the handler
+    does not run. `reason` is one of "missing", "malformed", "mismatch", "stale" and
+    "future"; `message_id` is the claimed id, if any (unverified).
+    """
+
+    REASONS = frozenset({"missing", "malformed", "mismatch", "stale", "future"})
+
+    def __init__(self, reason: str, detail: str, *, message_id: str | None = None) -> None:
+        if reason not in self.REASONS:
+            raise ValueError(f"unknown reason {reason!r}")
+        self.reason = reason
+        self.detail = detail
+        self.message_id = message_id
+        super().__init__(f"webhook signature refused ({reason}): {detail}")
 
 
 class StoreError(IdemError):

@@ -57,6 +57,21 @@ def make_settings(
     )
 
 
+def _settings(
+    owner: str,
+    store: Store | str | os.PathLike[str] | None,
+    settings: Settings | None,
+    options: Any,
+) -> Settings:
+    if settings is None:
+        if store is None:
+            raise TypeError(f"{owner} needs a store (a path, a URL or a Store)")
+        return make_settings(store, **options)
+    if store is not None or options:
+        raise TypeError("pass either settings or store and its options, not both")
+    return settings
+
+
 class IdempotentTransport(httpx.BaseTransport):
     """A sync transport giving every unsafe request a durable key and safe retries."""
 
@@ -68,12 +83,7 @@ class IdempotentTransport(httpx.BaseTransport):
         settings: Settings | None = None,
         **options: Any,
     ) -> None:
-        if settings is None:
-            if store is None:
-                raise TypeError("IdempotentTransport needs a store (a path or a Store)")
-            settings = make_settings(store, **options)
-        elif store is not None or options:
-            raise TypeError("pass either settings or store and its options, not both")
+        settings = _settings(type(self).__name__, store, settings, options)
         self.inner = inner if inner is not None else httpx.HTTPTransport()
         self.settings = settings
 
@@ -198,12 +208,7 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
         settings: Settings | None = None,
         **options: Any,
     ) -> None:
-        if settings is None:
-            if store is None:
-                raise TypeError("AsyncIdempotentTransport needs a store (a path or a Store)")
-            settings = make_settings(store, **options)
-        elif store is not None or options:
-            raise TypeError("pass either settings or store and its options, not both")
+        settings = _settings(type(self).__name__, store, settings, options)
         self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
         self.settings = settings
 

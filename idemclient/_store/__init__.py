@@ -15,7 +15,8 @@ from ._base import (
     StoredResponse,
 )
 from ._owners import new_owner, owner_is_dead
-from ._sqlite import DEFAULT_SECRET_HEADERS, SQLiteStore
+from ._rows import DEFAULT_SECRET_HEADERS
+from ._sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_SECRET_HEADERS",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
@@ -42,7 +41,6 @@ from ._base import (
     Begin,
     Claim,
     Durability,
-    Headers,
     Intent,
     OperationRecord,
     Progress,
@@ -50,18 +48,12 @@ from ._base import (
 )
 from ._owners import owner_is_dead
 from ._pg_schema import StoreIdentity, open_schema, read_identity
-from ._sqlite import _TRANSIENT_HEADERS, DEFAULT_SECRET_HEADERS
+from ._rows import COLUMNS, DEFAULT_SECRET_HEADERS, dump_headers, mismatch, record_from_row, redact
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "idemclient"
 
-_COLUMNS = (
-    "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
-    " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
-    " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at"
-)
 _INSERT_COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, lease_owner,"
     " lease_expires, created_at, updated_at"
@@ -138,11 +130,11 @@ class PostgresStore:
         # The DBA's setting stands for durable commits, unless it is `off`.
         self._durable_level = _ON if setting is not None and setting[0] == "off" else None
         self._table = f"{self._quoted}.operations"
-        self._select = f"SELECT {_COLUMNS} FROM {self._table}"
+        self._select = f"SELECT {COLUMNS} FROM {self._table}"
         self._insert = (
             f"INSERT INTO {self._table} ({_INSERT_COLUMNS})"
             " VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s)"
-            f" ON CONFLICT DO NOTHING RETURNING {_COLUMNS}"
+            f" ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         )
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             url,
@@ -177,7 +169,7 @@ class PostgresStore:
             # operation, exactly as the server admits a key.
             created = conn.execute(self._insert, row).fetchone()
         if created is not None:
-            return Begin(Claim.CREATED, _record(created))
+            return Begin(Claim.CREATED, record_from_row(created))
         with self._transaction(durable=self.durability is Durability.FULL) as conn:
             record = self._find_for(conn, intent)
             if record.state.finished:
@@ -225,7 +217,7 @@ class PostgresStore:
         if response is not None:
             response_values = (
                 response.status_code,
-                _dump_headers(self._redact(response.headers)),
+                dump_headers(redact(response.headers, self.secret_headers)),
                 # Over the cap, only the size and hash are kept: the table must not
                 # become a blob store.
                 response.body if response.body_size <= self.max_stored_body else b"",
@@ -247,7 +239,7 @@ class PostgresStore:
                 " lease_owner = NULL, lease_expires = NULL, status_code = %s,"
                 " response_headers = %s::jsonb, response_body = %s, response_sha256 = %s,"
                 " response_size = %s, updated_at = %s, finished_at = %s"
-                f" WHERE id = %s AND {guard} RETURNING {_COLUMNS}",
+                f" WHERE id = %s AND {guard} RETURNING {COLUMNS}",
                 (
                     state.value,
                     progress.attempts,
@@ -261,7 +253,7 @@ class PostgresStore:
                     *guard_args,
                 ),
             ).fetchone()
-            return _record(row) if row is not None else self._fetch(conn, operation_id)
+            return record_from_row(row) if row is not None else self._fetch(conn, operation_id)
 
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         intents = list(intents)
@@ -328,12 +320,12 @@ class PostgresStore:
     def get(self, operation_id: str) -> OperationRecord | None:
         with self._use() as conn:
             row = conn.execute(f"{self._select} WHERE id = %s", (operation_id,)).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else record_from_row(row)
 
     def get_by_key(self, key: str) -> OperationRecord | None:
         with self._use() as conn:
             row = conn.execute(f"{self._select} WHERE key = %s", (key,)).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else record_from_row(row)
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:
@@ -341,7 +333,7 @@ class PostgresStore:
                 f"{self._select} WHERE finished_at IS NULL ORDER BY created_at, seq LIMIT %s",
                 (limit,),
             ).fetchall()
-        return [_record(r) for r in rows]
+        return [record_from_row(r) for r in rows]
 
     def operations(
         self, *, states: Iterable[State] | None = None, limit: int | None = None
@@ -354,7 +346,7 @@ class PostgresStore:
             rows = conn.execute(
                 f"{self._select}{where} ORDER BY created_at, seq LIMIT %s", (*args, limit)
             ).fetchall()
-        return [_record(r) for r in rows]
+        return [record_from_row(r) for r in rows]
 
     def counts(self) -> dict[State, int]:
         with self._use() as conn:
@@ -426,7 +418,7 @@ class PostgresStore:
             intent.key,
             intent.method,
             intent.url,
-            _dump_headers(self._redact(intent.headers)),
+            dump_headers(redact(intent.headers, self.secret_headers)),
             intent.body,
             intent.fingerprint,
             intent.reference,
@@ -461,7 +453,7 @@ class PostgresStore:
             # registration fails (the caller's transaction rolls back). Every conflict
             # is named.
             existing = [
-                _record(row)
+                record_from_row(row)
                 for row in cur.execute(
                     f"{self._select} WHERE id = ANY(%s) OR key = ANY(%s)",
                     ([i.operation_id for i in intents], [i.key for i in intents]),
@@ -472,7 +464,7 @@ class PostgresStore:
         conflicts = []
         for intent in intents:
             record = by_id.get(intent.operation_id) or by_key.get(intent.key)
-            reason = None if record is None else _mismatch(intent, record)
+            reason = None if record is None else mismatch(intent, record)
             if reason is not None:
                 conflicts.append((intent.operation_id, reason))
         if conflicts:
@@ -525,7 +517,7 @@ class PostgresStore:
         row = conn.execute(f"{self._select} WHERE id = %s", (operation_id,)).fetchone()
         if row is None:
             raise KeyError(f"no operation {operation_id!r} in {self._where!r}")
-        return _record(row)
+        return record_from_row(row)
 
     def _find_for(self, conn: Conn, intent: Intent) -> OperationRecord:
         """The stored operation matching `intent`, which must be the same request."""
@@ -535,8 +527,8 @@ class PostgresStore:
         ).fetchone()
         if row is None:  # deleted between the insert and this read: a purge raced us
             raise KeyError(f"operation {intent.operation_id!r} vanished from {self._where!r}")
-        record = _record(row)
-        reason = _mismatch(intent, record)
+        record = record_from_row(row)
+        reason = mismatch(intent, record)
         if reason is not None:
             raise OperationMismatch(
                 reason,
@@ -568,20 +560,12 @@ class PostgresStore:
         row = conn.execute(
             f"UPDATE {self._table} SET state = %s, lease_owner = %s, lease_expires = %s,"
             " updated_at = %s WHERE id = %s AND finished_at IS NULL"
-            f" AND lease_owner IS NOT DISTINCT FROM %s RETURNING {_COLUMNS}",
+            f" AND lease_owner IS NOT DISTINCT FROM %s RETURNING {COLUMNS}",
             (State.IN_FLIGHT.value, owner, lease_until, now, record.operation_id, holder),
         ).fetchone()
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, _record(row))
-
-    def _redact(self, headers: Headers) -> Headers:
-        secret = self.secret_headers
-        return tuple(
-            (name, value)
-            for name, value in headers
-            if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
-        )
+        return Begin(Claim.CLAIMED, record_from_row(row))
 
 
 def _configure(conn: Conn, *, lock_timeout: float) -> None:
@@ -590,27 +574,6 @@ def _configure(conn: Conn, *, lock_timeout: float) -> None:
     conn.execute(
         "SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(lock_timeout * 1000))}ms",)
     )
-
-
-def _mismatch(intent: Intent, record: OperationRecord) -> str | None:
-    """Why `record` cannot be the operation `intent` asks for, or None if it is."""
-    if record.operation_id != intent.operation_id:
-        return (
-            f"key {intent.key!r} already belongs to operation {record.operation_id!r};"
-            f" it cannot be used for operation {intent.operation_id!r}"
-        )
-    if intent.key_given and record.key != intent.key:
-        return (
-            f"operation {intent.operation_id!r} was recorded with key {record.key!r},"
-            f" not {intent.key!r}; a recorded key is never replaced"
-        )
-    if record.fingerprint != intent.fingerprint:
-        return (
-            f"operation {intent.operation_id!r} (key {record.key!r}) was recorded for"
-            f" {record.method} {record.url} with another body; refusing to send a"
-            " different request under it"
-        )
-    return None
 
 
 def _display(url: str) -> str:
@@ -625,71 +588,3 @@ def _display(url: str) -> str:
     database = parts.get("dbname") or user or ""
     where = f"{host}:{port}" if port else str(host)
     return f"postgresql://{f'{user}@' if user else ''}{where}/{database}"
-
-
-def _dump_headers(headers: Headers) -> str:
-    return json.dumps([list(pair) for pair in headers], separators=(",", ":"))
-
-
-def _load_headers(value: Any) -> Headers:
-    if not value:
-        return ()
-    return tuple((str(name), str(val)) for name, val in value)
-
-
-def _record(row: Sequence[Any]) -> OperationRecord:
-    (
-        operation_id,
-        key,
-        method,
-        url,
-        headers,
-        body,
-        fingerprint,
-        reference,
-        state,
-        attempts,
-        maybe_applied,
-        evidence,
-        not_before,
-        lease_owner,
-        lease_expires,
-        status_code,
-        response_headers,
-        response_body,
-        response_sha256,
-        response_size,
-        created_at,
-        updated_at,
-        finished_at,
-    ) = row
-    response = None
-    if status_code is not None:
-        response = StoredResponse(
-            status_code=status_code,
-            headers=_load_headers(response_headers),
-            body=bytes(response_body or b""),
-            body_sha256=response_sha256 or "",
-            body_size=response_size or 0,
-        )
-    return OperationRecord(
-        operation_id=operation_id,
-        key=key,
-        method=method,
-        url=url,
-        headers=_load_headers(headers),
-        body=bytes(body),
-        fingerprint=fingerprint,
-        reference=reference,
-        state=State(state),
-        attempts=attempts,
-        maybe_applied=bool(maybe_applied),
-        evidence=evidence,
-        not_before=not_before,
-        lease_owner=lease_owner,
-        lease_expires=lease_expires,
-        response=response,
-        created_at=created_at,
-        updated_at=updated_at,
-        finished_at=finished_at,
-    )

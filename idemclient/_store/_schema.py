@@ -9,17 +9,33 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 
 import sqlite_utils
 
-from .._errors import ForeignStore, StoreCorrupt, StoreTooNew, StoreUnavailable
+from .._errors import ForeignStore, StoreCorrupt, StoreError, StoreTooNew, StoreUnavailable
 
-__all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "open_database"]
+__all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "open_database", "store_error"]
 
 APPLICATION_ID = 0x49444D43  # "IDMC"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
+
+
+#: SQLite's result codes for a file that is damaged or not a database at all.
+_DAMAGED = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+def store_error(name: str, error: sqlite3.Error) -> StoreError:
+    """SQLite's error as ours, naming the database. Only a damaged file, or one that is
+    not a database, is called damaged; anything else (busy, read-only, closed, used
+    from the wrong thread) means it cannot be used right now, and the file is fine."""
+    code = getattr(error, "sqlite_errorcode", None)
+    damaged = code in _DAMAGED if code is not None else type(error) is sqlite3.DatabaseError
+    if damaged:
+        return StoreCorrupt(name, f"is damaged: {error}")
+    return StoreUnavailable(name, f"cannot be used: {error}")
 
 
 def _v1(db: sqlite_utils.Database) -> None:
@@ -82,10 +98,16 @@ def _v1(db: sqlite_utils.Database) -> None:
     )
 
 
+def _v2(db: sqlite_utils.Database) -> None:
+    # Nothing looks operations up by reference, and every index is one more page to
+    # write in each intent's commit: the hottest write of the library.
+    db.execute("DROP INDEX IF EXISTS operations_reference")
+
+
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1,)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -102,18 +124,35 @@ def open_database(
         )
     except sqlite3.Error as exc:
         raise StoreUnavailable(path, f"cannot be opened: {exc}") from exc
-    try:
-        _check_and_migrate(conn, path, in_memory, migrations)
-    except sqlite3.OperationalError as exc:
-        conn.close()
-        raise StoreUnavailable(path, f"cannot be used: {exc}") from exc
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise StoreCorrupt(path, f"is damaged: {exc}") from exc
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.005
+    while True:
+        try:
+            _check_and_migrate(conn, path, in_memory, migrations)
+        except sqlite3.OperationalError as exc:
+            # While other processes create or recover the same file, SQLite may answer
+            # "busy" without waiting (switching to WAL, recovering a WAL): it asks the
+            # caller to try again, so we do, within the busy timeout.
+            if _busy(exc) and time.monotonic() + pause < deadline:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.25)
+                continue
+            conn.close()
+            raise store_error(path, exc) from exc
+        except sqlite3.Error as exc:
+            conn.close()
+            raise store_error(path, exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+def _busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 
 
 def _create_or_check_header(path: str) -> None:

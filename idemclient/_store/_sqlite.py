@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
-from .._errors import OperationMismatch, StoreCorrupt, StoreError, StoreUnavailable
+from .._errors import OperationMismatch, StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import (
     Begin,
@@ -31,33 +30,18 @@ from ._base import (
     StoredResponse,
 )
 from ._owners import owner_is_dead
-from ._schema import open_database
+from ._rows import COLUMNS, DEFAULT_SECRET_HEADERS, dump_headers, mismatch, record_from_row, redact
+from ._schema import open_database, store_error
 
-__all__ = ["DEFAULT_SECRET_HEADERS", "SQLiteStore"]
+__all__ = ["SQLiteStore"]
 
-#: Never written to a store, in requests or responses. On resume, the live client
-#: supplies its credentials again.
-DEFAULT_SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
-)
-#: Not part of the request's meaning; recomputed when the request is rebuilt.
-_TRANSIENT_HEADERS = frozenset(
-    {"host", "content-length", "transfer-encoding", "connection", "idempotency-key"}
-)
-
-_COLUMNS = (
-    "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
-    " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
-    " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at"
-)
 _INSERT = (
     "INSERT INTO operations (id, key, method, url, headers, body, fingerprint, reference,"
     " state, attempts, maybe_applied, evidence, lease_owner, lease_expires, created_at,"
     " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, '', ?, ?, ?, ?)"
     " ON CONFLICT DO NOTHING"
 )
-_SELECT = f"SELECT {_COLUMNS} FROM operations"
+_SELECT = f"SELECT {COLUMNS} FROM operations"
 _UNFINISHED = "finished_at IS NULL"
 
 
@@ -107,8 +91,8 @@ class SQLiteStore:
     # -- writing ---------------------------------------------------------------------
 
     def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
-        headers = self._redact(intent.headers)
-        ticket = _Admission(intent, _dump_headers(headers), owner, now, lease_until)
+        headers = redact(intent.headers, self.secret_headers)
+        ticket = _Admission(intent, dump_headers(headers), owner, now, lease_until)
         with self._queue_lock:
             self._queue.append(ticket)
         with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
@@ -206,7 +190,7 @@ class SQLiteStore:
         if response is not None:
             response_values = (
                 response.status_code,
-                _dump_headers(self._redact(response.headers)),
+                dump_headers(redact(response.headers, self.secret_headers)),
                 # Over the cap, only the size and hash are kept: the table must not
                 # become a blob store.
                 response.body if response.body_size <= self.max_stored_body else b"",
@@ -228,7 +212,7 @@ class SQLiteStore:
                 " lease_owner = NULL, lease_expires = NULL, status_code = ?,"
                 " response_headers = ?, response_body = ?, response_sha256 = ?,"
                 " response_size = ?, updated_at = ?, finished_at = ?"
-                f" WHERE id = ? AND {guard} RETURNING {_COLUMNS}",
+                f" WHERE id = ? AND {guard} RETURNING {COLUMNS}",
                 (
                     state.value,
                     progress.attempts,
@@ -244,17 +228,18 @@ class SQLiteStore:
             ).fetchall()  # drained: the statement, and so its transaction, ends here
             # Not updated (a final answer was there first, or the lease moved on): the
             # stored record is the truth.
-            return _record(rows[0]) if rows else self._fetch(conn, operation_id)
+            return record_from_row(rows[0]) if rows else self._fetch(conn, operation_id)
 
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         intents = list(intents)
+        stored: dict[Headers, str] = {}  # rows of a batch share their headers: redact once
         rows = [
             (
                 i.operation_id,
                 i.key,
                 i.method,
                 i.url,
-                _dump_headers(self._redact(i.headers)),
+                stored.get(i.headers) or stored.setdefault(i.headers, self._stored_headers(i)),
                 i.body,
                 i.fingerprint,
                 i.reference,
@@ -291,6 +276,9 @@ class SQLiteStore:
                     )
             return created
 
+    def _stored_headers(self, intent: Intent) -> str:
+        return dump_headers(redact(intent.headers, self.secret_headers))
+
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         cutoff = now - self.retention
         with self._use(durable=False) as conn:
@@ -320,12 +308,12 @@ class SQLiteStore:
     def get(self, operation_id: str) -> OperationRecord | None:
         with self._use() as conn:
             row = conn.execute(f"{_SELECT} WHERE id = ?", (operation_id,)).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else record_from_row(row)
 
     def get_by_key(self, key: str) -> OperationRecord | None:
         with self._use() as conn:
             row = conn.execute(f"{_SELECT} WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else record_from_row(row)
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:
@@ -333,7 +321,7 @@ class SQLiteStore:
                 f"{_SELECT} WHERE {_UNFINISHED} ORDER BY created_at LIMIT ?",
                 (-1 if limit is None else limit,),
             ).fetchall()
-        return [_record(r) for r in rows]
+        return [record_from_row(r) for r in rows]
 
     def operations(
         self, *, states: Iterable[State] | None = None, limit: int | None = None
@@ -348,7 +336,7 @@ class SQLiteStore:
                 f"{_SELECT}{where} ORDER BY created_at LIMIT ?",
                 (*args, -1 if limit is None else limit),
             ).fetchall()
-        return [_record(r) for r in rows]
+        return [record_from_row(r) for r in rows]
 
     def counts(self) -> dict[State, int]:
         with self._use() as conn:
@@ -387,15 +375,13 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
 
     def _translate(self, error: sqlite3.Error) -> StoreError:
-        if isinstance(error, sqlite3.OperationalError):
-            return StoreUnavailable(self._path, f"cannot be used: {error}")
-        return StoreCorrupt(self._path, f"is damaged: {error}")
+        return store_error(self._path, error)
 
     def _fetch(self, conn: sqlite3.Connection, operation_id: str) -> OperationRecord:
         row = conn.execute(f"{_SELECT} WHERE id = ?", (operation_id,)).fetchone()
         if row is None:
             raise KeyError(f"no operation {operation_id!r} in {self._path!r}")
-        return _record(row)
+        return record_from_row(row)
 
     def _find_for(self, conn: sqlite3.Connection, intent: Intent) -> OperationRecord:
         """The stored operation matching `intent`, which must be the same request."""
@@ -405,29 +391,10 @@ class SQLiteStore:
         ).fetchone()
         if row is None:  # deleted between the insert and this read: a purge raced us
             raise KeyError(f"operation {intent.operation_id!r} vanished from {self._path!r}")
-        record = _record(row)
-        if record.operation_id != intent.operation_id:
-            raise OperationMismatch(
-                f"key {intent.key!r} already belongs to operation {record.operation_id!r};"
-                f" it cannot be used for operation {intent.operation_id!r}",
-                operation_id=intent.operation_id,
-                key=intent.key,
-            )
-        if intent.key_given and record.key != intent.key:
-            raise OperationMismatch(
-                f"operation {intent.operation_id!r} was recorded with key {record.key!r},"
-                f" not {intent.key!r}; a recorded key is never replaced",
-                operation_id=intent.operation_id,
-                key=intent.key,
-            )
-        if record.fingerprint != intent.fingerprint:
-            raise OperationMismatch(
-                f"operation {intent.operation_id!r} (key {record.key!r}) was recorded for"
-                f" {record.method} {record.url} with another body; refusing to send a"
-                " different request under it",
-                operation_id=intent.operation_id,
-                key=record.key,
-            )
+        record = record_from_row(row)
+        reason = mismatch(intent, record)
+        if reason is not None:
+            raise OperationMismatch(reason, operation_id=intent.operation_id, key=record.key)
         return record
 
     def _claim_locked(
@@ -457,14 +424,6 @@ class SQLiteStore:
         if cursor.rowcount != 1:
             return Begin(Claim.BUSY, record)
         return Begin(Claim.CLAIMED, self._fetch(conn, record.operation_id))
-
-    def _redact(self, headers: Headers) -> Headers:
-        secret = self.secret_headers
-        return tuple(
-            (name, value)
-            for name, value in headers
-            if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
-        )
 
 
 @dataclasses.dataclass(slots=True)
@@ -515,71 +474,3 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-def _dump_headers(headers: Headers) -> str:
-    return json.dumps([list(pair) for pair in headers], separators=(",", ":"))
-
-
-def _load_headers(text: str | None) -> Headers:
-    if not text:
-        return ()
-    return tuple((str(name), str(value)) for name, value in json.loads(text))
-
-
-def _record(row: tuple[Any, ...]) -> OperationRecord:
-    (
-        operation_id,
-        key,
-        method,
-        url,
-        headers,
-        body,
-        fingerprint,
-        reference,
-        state,
-        attempts,
-        maybe_applied,
-        evidence,
-        not_before,
-        lease_owner,
-        lease_expires,
-        status_code,
-        response_headers,
-        response_body,
-        response_sha256,
-        response_size,
-        created_at,
-        updated_at,
-        finished_at,
-    ) = row
-    response = None
-    if status_code is not None:
-        response = StoredResponse(
-            status_code=status_code,
-            headers=_load_headers(response_headers),
-            body=bytes(response_body or b""),
-            body_sha256=response_sha256 or "",
-            body_size=response_size or 0,
-        )
-    return OperationRecord(
-        operation_id=operation_id,
-        key=key,
-        method=method,
-        url=url,
-        headers=_load_headers(headers),
-        body=bytes(body),
-        fingerprint=fingerprint,
-        reference=reference,
-        state=State(state),
-        attempts=attempts,
-        maybe_applied=bool(maybe_applied),
-        evidence=evidence,
-        not_before=not_before,
-        lease_owner=lease_owner,
-        lease_expires=lease_expires,
-        response=response,
-        created_at=created_at,
-        updated_at=updated_at,
-        finished_at=finished_at,
-    )

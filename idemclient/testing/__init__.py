@@ -4,6 +4,8 @@ A stateful sandbox PSP implementing the seed's protocol: per-client idempotency 
 admitted by `INSERT .. ON CONFLICT DO NOTHING`, a five-step phase machine with a
 recovery point, leases with takeover, a recovery worker and a reaper, two simulated
 external systems that honour their own keys, and fault injection on every step.
+Finished resources queue signed webhook events, delivered at least once with retries,
+and with duplicates, reordering and delays on demand.
 
 Use it in-process (`ReferenceServer().transport` in any httpx client, sync or async;
 `respx_side_effect` with respx), over a real loopback socket (`serve`, `spawn`, or the
@@ -18,10 +20,11 @@ from ._faults import Gate
 from ._live import LiveServer, SpawnedServer, serve, spawn
 from ._messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol import Phase
-from ._records import KeyRecord, LedgerEntry, RecoveryReport
+from ._records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
 from ._sandbox import SandboxClient
 from ._server import ReferenceServer
 from ._transport import ReferenceTransport
+from ._webhooks import WebhookFault
 
 __all__ = [
     "DropConnection",
@@ -40,6 +43,9 @@ __all__ = [
     "ServerRequest",
     "ServerResponse",
     "SpawnedServer",
+    "WebhookEventRecord",
+    "WebhookFault",
+    "WebhookReport",
     "serve",
     "spawn",
 ]

@@ -3,7 +3,8 @@
 The core is synchronous SQLite work, so each request runs in a worker thread
 (`anyio.to_thread`), leaving the event loop free to accept and answer other requests
 while one waits on an external system. The lifespan starts an optional background
-recovery loop (worker sweep and reaper) and stops it on shutdown.
+recovery loop (worker sweep and reaper) and an optional webhook delivery loop, and
+stops them on shutdown.
 
 Breaking a connection without a response is not something ASGI can express: an app
 that fails before responding gets a 500 from the server, not silence. Under the live
@@ -52,12 +53,15 @@ class _Server(Protocol):
 
     def reap(self) -> object: ...
 
+    def deliver_webhooks(self) -> object: ...
+
 
 class ReferenceApp:
     """ASGI 3 application over a `ReferenceServer`.
 
     `recovery_interval`: seconds between background recovery sweeps (and reaps); None
-    runs none, so a test can call recovery itself. `on_ready` is called once the
+    runs none, so a test can call recovery itself. `webhook_interval`: seconds between
+    passes of the webhook delivery loop; None runs none. `on_ready` is called once the
     lifespan startup is complete (the live runner uses it to report readiness).
     """
 
@@ -66,13 +70,17 @@ class ReferenceApp:
         server: _Server,
         *,
         recovery_interval: float | None = None,
+        webhook_interval: float | None = None,
         on_ready: Callable[[], None] | None = None,
         threads: int = DEFAULT_THREADS,
     ) -> None:
         if recovery_interval is not None and not recovery_interval > 0:
             raise ValueError(f"recovery_interval must be positive, not {recovery_interval!r}")
+        if webhook_interval is not None and not webhook_interval > 0:
+            raise ValueError(f"webhook_interval must be positive, not {webhook_interval!r}")
         self.server = server
         self.recovery_interval = recovery_interval
+        self.webhook_interval = webhook_interval
         self._on_ready = on_ready
         self._threads = threads
         self._limiter: anyio.CapacityLimiter | None = None
@@ -98,6 +106,8 @@ class ReferenceApp:
             self._get_limiter()
             if self.recovery_interval is not None:
                 tasks.start_soon(self._recovery_loop, self.recovery_interval)
+            if self.webhook_interval is not None:
+                tasks.start_soon(self._webhook_loop, self.webhook_interval)
             await send({"type": "lifespan.startup.complete"})
             if self._on_ready is not None:
                 self._on_ready()
@@ -115,6 +125,16 @@ class ReferenceApp:
             except Exception:
                 # A failed sweep must not end the loop: leases expire, the next one retries.
                 logger.exception("background recovery sweep failed")
+            await anyio.sleep(interval)
+
+    async def _webhook_loop(self, interval: float) -> None:
+        # Its own task and thread: a slow receiver delays the next pass, never a payment.
+        limiter = self._get_limiter()
+        while True:
+            try:
+                await anyio.to_thread.run_sync(self.server.deliver_webhooks, limiter=limiter)
+            except Exception:
+                logger.exception("background webhook delivery failed")
             await anyio.sleep(interval)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:

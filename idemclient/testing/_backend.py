@@ -8,8 +8,8 @@ the same fencing, so the protocol cannot tell them apart:
 - `PostgresStorage` (`_pg_storage`): PostgreSQL with the seed's schema, the key table
   partitioned by day. Chosen by a `postgresql://` (or `postgres://`) URL.
 
-The row types (`KeyRow`, `ResourceRow`, `ExternalRecord`) are defined beside the SQLite
-backend, which came first; both backends return them.
+The row types (`KeyRow`, `ResourceRow`, `ExternalRecord`, `EventRow`) are defined
+beside the SQLite backend, which came first; both backends return them.
 
 Every write is one local transaction. Phase writes (`handler1` .. `release`) are fenced
 by the lease owner: they return False, having written nothing, when `owner` no longer
@@ -24,7 +24,7 @@ from typing import Protocol
 
 from .._store._open import INSTALL_POSTGRES, POSTGRES_SCHEMES
 from ._protocol import Phase
-from ._storage import ExternalRecord, KeyRow, ResourceRow, Storage
+from ._storage import EventRow, ExternalRecord, KeyRow, ResourceRow, Storage
 
 __all__ = ["LedgerRow", "StorageBackend", "is_postgres_url", "open_storage"]
 
@@ -99,7 +99,10 @@ class StorageBackend(Protocol):
         status: str,
         response_code: int,
         response_body: bytes,
-    ) -> bool: ...
+        event: EventRow | None = None,
+    ) -> bool:
+        """Handler3, with the webhook `event` queued in the same transaction."""
+        ...
 
     def release(self, *, client: str, key: str, owner: str, now: float) -> bool: ...
 
@@ -129,7 +132,39 @@ class StorageBackend(Protocol):
         some keys longer, never shorter."""
         ...
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Forget keys, resources, journal, external books and webhook events."""
+        ...
+
+    # -- the webhook outbox ----------------------------------------------------------------
+
+    def due_events(self, *, now: float, limit: int) -> list[EventRow]:
+        """Pending events due at `now`, soonest first."""
+        ...
+
+    def claim_event(self, event: EventRow, *, until: float) -> bool:
+        """Hold `event` (as read) for one deliverer until `until`. False: someone else has it."""
+        ...
+
+    def postpone_event(self, event_id: str, *, until: float) -> None: ...
+
+    def event_result(
+        self,
+        event_id: str,
+        *,
+        state: str,
+        posts: int,
+        next_attempt_at: float,
+        delivered_at: float | None,
+        status: int | None,
+        error: str | None,
+    ) -> None:
+        """Record one delivery attempt: delivered, abandoned, or pending until later."""
+        ...
+
+    def events(self) -> list[EventRow]:
+        """Every webhook event, oldest first."""
+        ...
 
     # -- the external systems' own books ---------------------------------------------------
 

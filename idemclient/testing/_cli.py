@@ -3,8 +3,8 @@
 Binds 127.0.0.1 by default (the `/_sandbox/` controls take no authentication), keeps
 its state in SQLite (in memory unless `--db` names a file) or in PostgreSQL (`--db
 postgresql://...`, where several servers may share one database), runs the recovery
-worker and the reaper in the background, and prints one line once it accepts
-connections:
+worker, the reaper and the webhook delivery loop in the background, and prints one
+line once it accepts connections:
 
     idemclient reference server listening on http://127.0.0.1:8000
 
@@ -70,6 +70,25 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     help="Seconds between background recovery sweeps and reaps; 0 disables them.",
 )
 @click.option(
+    "--webhook-url",
+    default=None,
+    help="Deliver every client's webhook events here (also settable via /_sandbox/).",
+)
+@click.option(
+    "--webhook-secret",
+    "webhook_secrets",
+    multiple=True,
+    help="A secret to sign webhooks with; repeat it during a rotation."
+    " Without one, a secret is generated and printed to stderr.",
+)
+@click.option(
+    "--webhook-interval",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds between passes of the webhook delivery loop; 0 disables it.",
+)
+@click.option(
     "--sandbox/--no-sandbox",
     default=True,
     show_default=True,
@@ -88,6 +107,9 @@ def server(
     lease: float,
     key_ttl: float,
     recovery_interval: float,
+    webhook_url: str | None,
+    webhook_secrets: tuple[str, ...],
+    webhook_interval: float,
     sandbox: bool,
     log_level: str,
 ) -> None:
@@ -113,12 +135,27 @@ def server(
         # A URL may carry a password: the storage's own message names it without one.
         where = "" if is_postgres_url(db) else f" {db!r}"
         raise click.ClickException(f"cannot open the database{where}: {exc}") from exc
+    if webhook_url is not None:
+        try:
+            chosen = reference.set_webhook_endpoint(webhook_url, secrets=webhook_secrets or None)
+        except ValueError as exc:
+            sock.close()
+            reference.close()
+            raise click.ClickException(str(exc)) from exc
+        if not webhook_secrets:
+            # stderr: stdout carries exactly one line, the ready line.
+            click.echo(f"webhook signing secret: {chosen[0]}", err=True)
     url = url_for(sock)
 
     def ready() -> None:
         click.echo(f"idemclient reference server listening on {url}")
 
-    app = ReferenceApp(reference, recovery_interval=recovery_interval or None, on_ready=ready)
+    app = ReferenceApp(
+        reference,
+        recovery_interval=recovery_interval or None,
+        webhook_interval=webhook_interval or None,
+        on_ready=ready,
+    )
     uv = make_uvicorn_server(app, log_level=log_level, configure_logging=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:

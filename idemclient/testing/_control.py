@@ -14,6 +14,10 @@ A server that must not expose them is built with `sandbox=False` (`--no-sandbox`
     POST /_sandbox/reset                    forget everything
     GET  /_sandbox/ledger                   {"data": [ledger entries]}
     GET  /_sandbox/key?client=C&key=K       the key row, or 404
+    POST /_sandbox/webhooks/endpoint        {"url", "secrets"?, "client"?} -> {"secrets": [...]}
+    POST /_sandbox/webhooks/deliver         run the delivery loop once -> a WebhookReport
+    POST /_sandbox/webhooks/faults          {"mode", "times"?, "seconds"?}
+    GET  /_sandbox/webhooks/events          {"data": [webhook event records]}
 """
 
 from __future__ import annotations
@@ -125,6 +129,39 @@ def _route(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
         return _ok({})
     if (method, path) == ("GET", "/ledger"):
         return _ok({"data": [entry.to_json() for entry in server.ledger()]})
+    if (method, path) == ("POST", "/webhooks/endpoint"):
+        spec = _object(request)
+        unknown = sorted(set(spec) - {"url", "secrets", "client"})
+        if unknown:
+            raise _bad(f"unknown fields: {', '.join(unknown)}")
+        given = spec.get("secrets")
+        if given is not None and not (
+            isinstance(given, list) and all(isinstance(x, str) for x in given)
+        ):
+            raise _bad('"secrets" is a list of strings')
+        url = spec.get("url")
+        chosen = server.set_webhook_endpoint(
+            None if url is None else str(url),
+            secrets=given,
+            client=None if spec.get("client") is None else str(spec["client"]),
+        )
+        return _ok({"secrets": list(chosen)}, 201)
+    if (method, path) == ("POST", "/webhooks/deliver"):
+        limit = int(_object(request).get("limit", 100))
+        return _ok(server.deliver_webhooks(limit=limit).to_json())
+    if (method, path) == ("POST", "/webhooks/faults"):
+        spec = _object(request)
+        unknown = sorted(set(spec) - {"mode", "times", "seconds"})
+        if unknown:
+            raise _bad(f"unknown fields: {', '.join(unknown)}")
+        server.webhook_fault(
+            str(spec["mode"]),
+            times=int(spec.get("times", 1)),
+            seconds=float(spec.get("seconds", 0.0)),
+        )
+        return _ok({"pending": server.pending_faults()}, 201)
+    if (method, path) == ("GET", "/webhooks/events"):
+        return _ok({"data": [event.to_json() for event in server.webhook_events()]})
     if (method, path) == ("GET", "/key"):
         params = request.query_params()
         record = server.key_record(params["client"], params["key"])

@@ -51,6 +51,7 @@ from ._protocol import (
 )
 from ._records import RecoveryReport
 from ._storage import ExternalRecord, KeyRow, ResourceRow
+from ._webhooks import event_for
 
 __all__ = ["Core"]
 
@@ -418,8 +419,11 @@ class Core:
             code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
         else:
             code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
+        # The webhook event is queued in the same transaction (an outbox): it exists if
+        # and only if the resource is final, and sending it is the deliverer's job.
+        event = event_for(final, resource_json(final), common["now"])
         if not self.storage.finish(
-            **common, status=final.status, response_code=code, response_body=body
+            **common, status=final.status, response_code=code, response_body=body, event=event
         ):
             return _in_flight(resource.id), False
         # Phase.FINISHED (apply-then-drop) is applied by `handle` to whatever is answered.

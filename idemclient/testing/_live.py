@@ -141,17 +141,25 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     recovery_interval: float | None = None,
+    webhook_interval: float | None = None,
     ready_timeout: float = 10.0,
 ) -> Iterator[LiveServer]:
     """Run `server` (a fresh in-memory one by default) under uvicorn in a thread.
 
-    Yields once the server accepts connections; on exit it shuts uvicorn down (and
-    closes the server if this call created it).
+    `webhook_interval` runs the webhook delivery loop in the background (off by
+    default: tests call `deliver_webhooks`). Yields once the server accepts
+    connections; on exit it shuts uvicorn down (and closes the server if this call
+    created it).
     """
     own = server is None
     live_server = server if server is not None else ReferenceServer()
     ready = threading.Event()
-    app = ReferenceApp(live_server, recovery_interval=recovery_interval, on_ready=ready.set)
+    app = ReferenceApp(
+        live_server,
+        recovery_interval=recovery_interval,
+        webhook_interval=webhook_interval,
+        on_ready=ready.set,
+    )
     uv = make_uvicorn_server(app)
     sock = bind(host, port)
     failure: list[BaseException] = []

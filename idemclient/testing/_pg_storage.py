@@ -61,7 +61,7 @@ from psycopg.conninfo import conninfo_to_dict
 from .._store._postgres import _display
 from ._backend import LedgerRow
 from ._protocol import Phase
-from ._storage import ExternalRecord, KeyRow, ResourceRow
+from ._storage import EventRow, ExternalRecord, KeyRow, ResourceRow
 
 __all__ = ["DAY", "SCHEMA", "SCHEMA_VERSION", "PostgresStorage"]
 
@@ -158,6 +158,32 @@ _DDL = (
     )
     """,
     "CREATE INDEX external_effects_resource ON external_effects (resource_id)",
+    # The webhook outbox, as in the SQLite backend. Its times are the server clock's
+    # seconds as they are (double precision, not timestamptz): a deliverer claims an
+    # event on the exact `next_attempt_at` it read.
+    """
+    CREATE TABLE webhook_events (
+      seq             bigint      GENERATED ALWAYS AS IDENTITY,
+      id              text        PRIMARY KEY,  -- evt_...: the message id on every delivery
+      client          text        NOT NULL,     -- whose endpoint receives it
+      type            text        NOT NULL,     -- payment.succeeded, payout.declined, ...
+      resource_id     text        NOT NULL,
+      body            bytea       NOT NULL,     -- fixed once: every delivery sends these bytes
+      created_at      double precision NOT NULL,
+      state           text        NOT NULL CHECK (state IN ('pending', 'delivered', 'abandoned')),
+      attempts        integer     NOT NULL DEFAULT 0,
+      posts           integer     NOT NULL DEFAULT 0,
+      next_attempt_at double precision NOT NULL,
+      delivered_at    double precision,
+      last_status     integer,
+      last_error      text
+    )
+    """,
+    # The deliverer reads only pending events, the soonest due first.
+    """
+    CREATE INDEX webhook_events_due ON webhook_events (next_attempt_at, seq)
+      WHERE state = 'pending'
+    """,
 )
 
 
@@ -253,6 +279,29 @@ RETURNING outcome, reference, calls
 _EXTERNAL_LOOKUP = (
     "SELECT outcome, reference, calls FROM external_effects WHERE system = %s AND key = %s"
 )
+_EVENT_COLUMNS = (
+    "id, client, type, resource_id, body, created_at, state, attempts, posts, next_attempt_at,"
+    " delivered_at, last_status, last_error"
+)
+_INSERT_EVENT = (
+    "INSERT INTO webhook_events (id, client, type, resource_id, body, created_at, state,"
+    " next_attempt_at) VALUES (%s, %s, %s, %s, %s, %s, 'pending', %s)"
+)
+_DUE_EVENTS = (
+    f"SELECT {_EVENT_COLUMNS} FROM webhook_events WHERE state = 'pending'"
+    " AND next_attempt_at <= %s ORDER BY next_attempt_at, seq LIMIT %s"
+)
+# Conditional on the due time just read: of two deliverers (in two server processes,
+# say) that read the same event, one gets it.
+_CLAIM_EVENT = (
+    "UPDATE webhook_events SET next_attempt_at = %s"
+    " WHERE id = %s AND state = 'pending' AND next_attempt_at = %s"
+)
+_EVENT_RESULT = (
+    "UPDATE webhook_events SET state = %s, attempts = attempts + 1, posts = posts + %s,"
+    " next_attempt_at = %s, delivered_at = %s, last_status = %s, last_error = %s"
+    " WHERE id = %s AND state = 'pending'"
+)
 _COVERED = (
     "SELECT 1 FROM key_partitions WHERE starts < to_timestamp(%s) AND ends > to_timestamp(%s)"
 )
@@ -333,12 +382,14 @@ class PostgresStorage:
     # -- connections -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _read(self) -> Iterator[Conn]:
+    def _autocommit(self) -> Iterator[Conn]:
+        """A pooled connection in autocommit mode: each statement commits on its own."""
         with self._pool.connection() as conn:
             yield conn
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Conn]:
+        """A pooled connection inside a transaction, committed when the block ends."""
         with self._pool.connection() as conn, conn.transaction():
             yield conn
 
@@ -377,7 +428,7 @@ class PostgresStorage:
 
     def partitions(self) -> list[tuple[str, float, float]]:
         """Every partition of the key table: (name, starts, ends), oldest first."""
-        with self._read() as conn:
+        with self._autocommit() as conn:
             rows = conn.execute(
                 f"SELECT name, {_epoch('starts')}, {_epoch('ends')} FROM key_partitions"
                 " ORDER BY starts"
@@ -406,7 +457,7 @@ class PostgresStorage:
         atomic step for every other admission of the same key; the transaction ends
         (and the lock goes) as soon as the row is committed.
         """
-        with self._read() as conn:
+        with self._autocommit() as conn:
             existing = conn.execute(_SELECT_KEY, (client, key)).fetchone()
         if existing is not None:
             return False, KeyRow(*existing)
@@ -527,8 +578,10 @@ class PostgresStorage:
         status: str,
         response_code: int,
         response_body: bytes,
+        event: EventRow | None = None,
     ) -> bool:
-        """Handler3: final status, stored response, state finished, lease cleared."""
+        """Handler3: final status, stored response, state finished, lease cleared, and
+        the webhook event queued, all in one transaction."""
         try:
             with self._write() as conn:
                 resource_id = self._fenced(
@@ -536,6 +589,19 @@ class PostgresStorage:
                 )
                 conn.execute(_SET_STATUS, (status, resource_id))
                 conn.execute(_JOURNAL, (resource_id, "H3", now))
+                if event is not None:
+                    conn.execute(
+                        _INSERT_EVENT,
+                        (
+                            event.id,
+                            event.client,
+                            event.type,
+                            event.resource_id,
+                            event.body,
+                            event.created_at,
+                            event.next_attempt_at,
+                        ),
+                    )
         except _LeaseLost:
             return False
         return True
@@ -552,12 +618,12 @@ class PostgresStorage:
     # -- reads -------------------------------------------------------------------------
 
     def key_row(self, client: str, key: str) -> KeyRow | None:
-        with self._read() as conn:
+        with self._autocommit() as conn:
             row = conn.execute(_SELECT_KEY, (client, key)).fetchone()
         return None if row is None else KeyRow(*row)
 
     def resource(self, resource_id: str) -> ResourceRow | None:
-        with self._read() as conn:
+        with self._autocommit() as conn:
             row = conn.execute(
                 f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE id = %s", (resource_id,)
             ).fetchone()
@@ -585,7 +651,7 @@ class PostgresStorage:
             if value is not None:
                 where.append(f"{column} = %s")
                 params.append(value)
-        with self._read() as conn:
+        with self._autocommit() as conn:
             rows = conn.execute(
                 f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {' AND '.join(where)}"
                 " ORDER BY seq",
@@ -595,7 +661,7 @@ class PostgresStorage:
 
     def stale_keys(self, *, stale_before: float, limit: int) -> list[tuple[str, str]]:
         """Started rows whose lease expired or was released, oldest first."""
-        with self._read() as conn:
+        with self._autocommit() as conn:
             rows = conn.execute(STALE, (stale_before, limit)).fetchall()
         return [(client, key) for client, key in rows]
 
@@ -665,7 +731,58 @@ class PostgresStorage:
 
     def reset(self) -> None:
         with self._write() as conn:
-            conn.execute("TRUNCATE idempotency_keys, resources, journal, external_effects")
+            conn.execute(
+                "TRUNCATE idempotency_keys, resources, journal, external_effects, webhook_events"
+            )
+
+    # -- the webhook outbox ------------------------------------------------------------
+
+    def due_events(self, *, now: float, limit: int) -> list[EventRow]:
+        """Pending events due at `now`, soonest first."""
+        with self._autocommit() as conn:
+            rows = conn.execute(_DUE_EVENTS, (now, limit)).fetchall()
+        return [EventRow(*row) for row in rows]
+
+    def claim_event(self, event: EventRow, *, until: float) -> bool:
+        """Hold `event` (as read) for one deliverer until `until`. False: someone else has it."""
+        with self._autocommit() as conn:
+            cursor = conn.execute(_CLAIM_EVENT, (until, event.id, event.next_attempt_at))
+            return cursor.rowcount == 1
+
+    def postpone_event(self, event_id: str, *, until: float) -> None:
+        """Make a pending event due at `until` (no attempt is counted)."""
+        with self._autocommit() as conn:
+            conn.execute(
+                "UPDATE webhook_events SET next_attempt_at = %s"
+                " WHERE id = %s AND state = 'pending'",
+                (until, event_id),
+            )
+
+    def event_result(
+        self,
+        event_id: str,
+        *,
+        state: str,
+        posts: int,
+        next_attempt_at: float,
+        delivered_at: float | None,
+        status: int | None,
+        error: str | None,
+    ) -> None:
+        """Record one delivery attempt: delivered, abandoned, or pending until later."""
+        with self._autocommit() as conn:
+            conn.execute(
+                _EVENT_RESULT,
+                (state, posts, next_attempt_at, delivered_at, status, error, event_id),
+            )
+
+    def events(self) -> list[EventRow]:
+        """Every webhook event, oldest first."""
+        with self._autocommit() as conn:
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM webhook_events ORDER BY created_at, seq"
+            ).fetchall()
+        return [EventRow(*row) for row in rows]
 
     # -- the external systems' own books -----------------------------------------------
 
@@ -690,7 +807,7 @@ class PostgresStorage:
         return record, record.calls == 1
 
     def external_lookup(self, *, system: int, key: str) -> ExternalRecord | None:
-        with self._read() as conn:
+        with self._autocommit() as conn:
             row = conn.execute(_EXTERNAL_LOOKUP, (system, key)).fetchone()
         return None if row is None else ExternalRecord(*row)
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
-__all__ = ["KeyRecord", "LedgerEntry", "RecoveryReport"]
+__all__ = ["KeyRecord", "LedgerEntry", "RecoveryReport", "WebhookEventRecord", "WebhookReport"]
 
 
 class _JsonRecord:
@@ -96,3 +96,50 @@ class RecoveryReport(_JsonRecord):
     finished: int
     #: of those, rows still unresolved (an external system still unknown or down)
     unresolved: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookReport(_JsonRecord):
+    """What one pass of the webhook delivery loop did."""
+
+    #: pending events that were due
+    due: int
+    #: of those, acknowledged with a 2xx now
+    delivered: int
+    #: attempted and not acknowledged (to be retried, or abandoned)
+    failed: int
+    #: of the failed, given up for good after the last attempt
+    abandoned: int
+    #: held back by an injected delay, not attempted
+    postponed: int
+    #: due, but their client has no endpoint configured yet
+    waiting: int
+    #: HTTP requests sent, injected duplicates included
+    posts: int
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEventRecord(_JsonRecord):
+    """One webhook event in the server's outbox, and how its delivery is going."""
+
+    #: evt_...: the message id every delivery of it carries
+    id: str
+    #: payment.succeeded, payment.declined, payout.succeeded, payout.declined
+    type: str
+    client: str
+    resource_id: str
+    #: "pending", "delivered" or "abandoned"
+    state: str
+    #: delivery attempts made
+    attempts: int
+    #: HTTP requests sent, injected duplicates included
+    posts: int
+    created_at: float
+    #: when a pending event is next due (server clock)
+    next_attempt_at: float
+    delivered_at: float | None
+    #: the receiver's last HTTP status, or None if there was no answer
+    last_status: int | None
+    last_error: str | None
+    #: the exact body every delivery sends (JSON text)
+    body: str

@@ -7,7 +7,7 @@ whichever side of the socket the server is on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -16,7 +16,8 @@ import httpx
 
 from ._external import ExternalMode
 from ._protocol import Phase, render_retry_after
-from ._records import KeyRecord, LedgerEntry, RecoveryReport
+from ._records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
+from ._webhooks import WebhookFault
 
 __all__ = ["SandboxClient"]
 
@@ -101,6 +102,35 @@ class SandboxClient:
         self._call(
             "POST", f"/external/{system}", json={"mode": ExternalMode(mode).value, "times": times}
         )
+
+    # -- webhooks ------------------------------------------------------------------------
+
+    def set_webhook_endpoint(
+        self, url: str | None, *, secrets: Sequence[str] | None = None, client: str | None = None
+    ) -> tuple[str, ...]:
+        spec: dict[str, Any] = {"url": url}
+        if secrets is not None:
+            if isinstance(secrets, str):
+                raise TypeError("secrets is a list of secrets, not one secret")
+            spec["secrets"] = list(secrets)
+        if client is not None:
+            spec["client"] = client
+        return tuple(self._call("POST", "/webhooks/endpoint", json=spec)["secrets"])
+
+    def deliver_webhooks(self, *, limit: int = 100) -> WebhookReport:
+        return WebhookReport.from_json(
+            self._call("POST", "/webhooks/deliver", json={"limit": limit})
+        )
+
+    def webhook_fault(
+        self, mode: WebhookFault | str, *, times: int = 1, seconds: float = 0.0
+    ) -> None:
+        spec = {"mode": WebhookFault(mode).value, "times": times, "seconds": seconds}
+        self._call("POST", "/webhooks/faults", json=spec)
+
+    def webhook_events(self) -> tuple[WebhookEventRecord, ...]:
+        data = self._call("GET", "/webhooks/events")["data"]
+        return tuple(WebhookEventRecord.from_json(item) for item in data)
 
     # -- time and maintenance ------------------------------------------------------------
 

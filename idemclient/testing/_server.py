@@ -1,6 +1,7 @@
 """`ReferenceServer`: the sandbox PSP as one object, with its fault and inspection API.
 
-It owns the storage, the clock, the fault scripts and the two external systems, and
+It owns the storage, the clock, the fault scripts, the two external systems and the
+webhook deliverer (which sends the events its resources queue, see `_webhooks`), and
 puts the protocol core and the `/_sandbox/` control endpoints behind one `handle`.
 Every adapter (the httpx transport, respx, the ASGI app, the live server) talks to it
 through that one method, so in-process and over-the-socket behaviour cannot drift.
@@ -9,7 +10,7 @@ through that one method, so in-process and over-the-socket behaviour cannot drif
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 
@@ -24,8 +25,9 @@ from ._external import ExternalMode, ExternalSystem
 from ._faults import Answer, Crash, Delay, FaultPlan, Gate
 from ._messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol import Phase
-from ._records import KeyRecord, LedgerEntry, RecoveryReport
+from ._records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
 from ._transport import ReferenceTransport
+from ._webhooks import DEFAULT_MAX_ATTEMPTS, Deliverer, WebhookFault
 
 __all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
 
@@ -53,9 +55,14 @@ class ReferenceServer:
         lease: float = DEFAULT_LEASE,
         key_ttl: float = DEFAULT_KEY_TTL,
         sandbox: bool = True,
+        webhook_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        webhook_timeout: float = 10.0,
     ) -> None:
         self._clock: ServerClock = clock if clock is not None else ManualClock()
         self._storage = open_storage(db)
+        self._deliverer = Deliverer(
+            self._storage, self._clock, max_attempts=webhook_max_attempts, timeout=webhook_timeout
+        )
         self._faults = FaultPlan()
         self._externals = (
             ExternalSystem(1, self._storage, self._clock),
@@ -175,13 +182,77 @@ class ReferenceServer:
         return self._external(system).hold(timeout=timeout)
 
     def pending_faults(self) -> int:
-        """How many requests the scripted faults will still affect."""
-        return self._faults.pending()
+        """How many requests (and webhook deliveries) scripted faults will still affect."""
+        return self._faults.pending() + self._deliverer.pending_faults()
 
     def _external(self, system: int) -> ExternalSystem:
         if system not in (1, 2):
             raise ValueError(f"there are external systems 1 and 2, not {system!r}")
         return self._externals[system - 1]
+
+    # -- webhooks ------------------------------------------------------------------------
+
+    def set_webhook_endpoint(
+        self,
+        url: str | None,
+        *,
+        secrets: Sequence[str] | None = None,
+        client: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> tuple[str, ...]:
+        """Deliver `client`'s webhook events (every client's, for None) to `url`.
+
+        Signed with each of `secrets` (several during a rotation); one is generated
+        when none is given. Returns the secrets. `transport` delivers in-process (an
+        `httpx.WSGITransport`, a `MockTransport`) instead of over the network.
+        `url=None` removes the endpoint: events wait, pending, until there is one.
+        """
+        if isinstance(secrets, str):
+            raise TypeError("secrets is a list of secrets, not one secret")
+        return self._deliverer.set_endpoint(
+            url,
+            secrets_=None if secrets is None else tuple(secrets),
+            client=client,
+            transport=transport,
+        )
+
+    def deliver_webhooks(self, *, limit: int = 100) -> WebhookReport:
+        """Run the delivery loop once: each due event gets one attempt, now.
+
+        Due means pending and past its retry time on the server's clock; advance the
+        clock to bring retries due. The live server runs this in the background.
+        """
+        return self._deliverer.deliver_once(limit=limit)
+
+    def webhook_fault(
+        self, mode: WebhookFault | str, *, times: int = 1, seconds: float = 0.0
+    ) -> None:
+        """Misbehave on the next `times` deliveries: "duplicate" (sent twice),
+        "lose_ack" (the 2xx is ignored, so it comes again), "delay" (held back
+        `seconds`, so later events overtake it), "reorder" (the next `times` passes
+        send their batch shuffled)."""
+        self._deliverer.add_fault(mode, times=times, seconds=seconds)
+
+    def webhook_events(self) -> tuple[WebhookEventRecord, ...]:
+        """Every webhook event queued so far, oldest first, with its delivery state."""
+        return tuple(
+            WebhookEventRecord(
+                id=row.id,
+                type=row.type,
+                client=row.client,
+                resource_id=row.resource_id,
+                state=row.state,
+                attempts=row.attempts,
+                posts=row.posts,
+                created_at=row.created_at,
+                next_attempt_at=row.next_attempt_at,
+                delivered_at=row.delivered_at,
+                last_status=row.last_status,
+                last_error=row.last_error,
+                body=row.body.decode(),
+            )
+            for row in self._storage.events()
+        )
 
     # -- time and maintenance ------------------------------------------------------------
 
@@ -205,8 +276,10 @@ class ReferenceServer:
         return self._core.reap_once()
 
     def reset(self) -> None:
-        """Forget everything: keys, resources, external books and pending faults."""
+        """Forget everything: keys, resources, external books, webhook events and pending
+        faults. Webhook endpoints are configuration and stay."""
         self._faults.clear()
+        self._deliverer.clear()
         for external in self._externals:
             external.clear()
         self._storage.reset()
@@ -261,9 +334,10 @@ class ReferenceServer:
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the gates and close the database."""
+        """Release the gates, close the webhook connections and the database."""
         for external in self._externals:
             external.clear()
+        self._deliverer.close()
         self._storage.close()
 
     def __enter__(self) -> ReferenceServer:

@@ -11,6 +11,10 @@ still owns the row, so an attempt that stalled past its lease and was taken over
 cannot commit a phase twice. The external systems keep their own records in their own
 tables here for convenience; their writes never share a transaction with the
 server's phases.
+
+Webhook events are an outbox: Handler3 inserts the event in the same transaction that
+finishes the resource, so an event exists exactly when its resource is final, and
+delivery (slow, failing, retried) happens later from that table, never inside a phase.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from dataclasses import dataclass
 
 from ._protocol import Phase
 
-__all__ = ["SCHEMA_VERSION", "ExternalRecord", "KeyRow", "ResourceRow", "Storage"]
+__all__ = ["SCHEMA_VERSION", "EventRow", "ExternalRecord", "KeyRow", "ResourceRow", "Storage"]
 
-SCHEMA_VERSION = 1
+# 2: webhook_events. Version 1 files gain the table when opened (CREATE IF NOT EXISTS).
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -91,6 +96,26 @@ CREATE TABLE IF NOT EXISTS external_effects (
   PRIMARY KEY (system, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS external_effects_resource ON external_effects (resource_id);
+
+-- The webhook outbox: one row per event, written with the resource's final status.
+CREATE TABLE IF NOT EXISTS webhook_events (
+  id              TEXT    PRIMARY KEY,           -- evt_...: the message id on every delivery
+  client          TEXT    NOT NULL,              -- whose endpoint receives it
+  type            TEXT    NOT NULL,              -- payment.succeeded, payout.declined, ...
+  resource_id     TEXT    NOT NULL,
+  body            BLOB    NOT NULL,              -- fixed once: every delivery sends these bytes
+  created_at      REAL    NOT NULL,
+  state           TEXT    NOT NULL CHECK (state IN ('pending', 'delivered', 'abandoned')),
+  attempts        INTEGER NOT NULL DEFAULT 0,    -- delivery attempts made (acknowledged or not)
+  posts           INTEGER NOT NULL DEFAULT 0,    -- HTTP requests sent, injected duplicates included
+  next_attempt_at REAL    NOT NULL,              -- due from then; a claim pushes it forward
+  delivered_at    REAL,
+  last_status     INTEGER,                       -- the receiver's last HTTP status, if any
+  last_error      TEXT                           -- or why there was none
+);
+-- The deliverer reads only pending events, the soonest due first.
+CREATE INDEX IF NOT EXISTS webhook_events_due
+  ON webhook_events (next_attempt_at) WHERE state = 'pending';
 """
 
 # Column lists are spelled out in each statement: plain constants, prepared once by
@@ -175,6 +200,7 @@ _SET_EXTERNAL = {
     2: "UPDATE resources SET ext2 = ? WHERE id = ?",
 }
 _RESET = (
+    "DELETE FROM webhook_events",
     "DELETE FROM idempotency_keys",
     "DELETE FROM resources",
     "DELETE FROM journal",
@@ -196,6 +222,30 @@ VALUES (?, ?, ?, ?, ?, ?, ?, 1)
 ON CONFLICT (system, key) DO UPDATE SET calls = calls + 1
 RETURNING outcome, reference, calls
 """
+_EVENT_COLUMNS = (
+    "id, client, type, resource_id, body, created_at, state, attempts, posts, next_attempt_at,"
+    " delivered_at, last_status, last_error"
+)
+_INSERT_EVENT = (
+    "INSERT INTO webhook_events (id, client, type, resource_id, body, created_at, state,"
+    " next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)"
+)
+_DUE_EVENTS = (
+    f"SELECT {_EVENT_COLUMNS} FROM webhook_events"
+    " WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, rowid LIMIT ?"
+)
+# A claim moves the due time forward, conditional on the value just read: of two
+# deliverers that read the same event, one gets it; if the winner dies, the event is
+# due again when the claim runs out (at least once, never never).
+_CLAIM_EVENT = (
+    "UPDATE webhook_events SET next_attempt_at = ?"
+    " WHERE id = ? AND state = 'pending' AND next_attempt_at = ?"
+)
+_EVENT_RESULT = (
+    "UPDATE webhook_events SET state = ?, attempts = attempts + ?, posts = posts + ?,"
+    " next_attempt_at = ?, delivered_at = ?, last_status = ?, last_error = ?"
+    " WHERE id = ? AND state = 'pending'"
+)
 _EXTERNAL_LOOKUP = (
     "SELECT outcome, reference, calls FROM external_effects WHERE system = ? AND key = ?"
 )
@@ -241,6 +291,25 @@ class ResourceRow:
 
 
 @dataclass(frozen=True, slots=True)
+class EventRow:
+    """One row of the webhook outbox."""
+
+    id: str
+    client: str
+    type: str
+    resource_id: str
+    body: bytes
+    created_at: float
+    state: str
+    attempts: int
+    posts: int
+    next_attempt_at: float
+    delivered_at: float | None
+    last_status: int | None
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ExternalRecord:
     """What an external system holds under one derived key."""
 
@@ -278,7 +347,7 @@ class Storage:
         # NORMAL keeps commits cheap without risking corruption.
         conn.execute("PRAGMA synchronous = NORMAL")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
+        if not 0 <= version <= SCHEMA_VERSION:
             raise ValueError(
                 f"{self.path!r} holds reference-server schema version {version}; "
                 f"this version reads {SCHEMA_VERSION}"
@@ -427,8 +496,10 @@ class Storage:
         status: str,
         response_code: int,
         response_body: bytes,
+        event: EventRow | None = None,
     ) -> bool:
-        """Handler3: final status, stored response, state finished, lease cleared."""
+        """Handler3: final status, stored response, state finished, lease cleared, and
+        the webhook event queued, all in one transaction."""
         try:
             with self._write() as conn:
                 resource_id = self._fenced(
@@ -436,6 +507,19 @@ class Storage:
                 )
                 conn.execute("UPDATE resources SET status = ? WHERE id = ?", (status, resource_id))
                 conn.execute(_JOURNAL, (resource_id, "H3", now))
+                if event is not None:
+                    conn.execute(
+                        _INSERT_EVENT,
+                        (
+                            event.id,
+                            event.client,
+                            event.type,
+                            event.resource_id,
+                            event.body,
+                            event.created_at,
+                            event.next_attempt_at,
+                        ),
+                    )
         except _LeaseLost:
             return False
         return True
@@ -509,6 +593,54 @@ class Storage:
         with self._write() as conn:
             for statement in _RESET:
                 conn.execute(statement)
+
+    # -- the webhook outbox -----------------------------------------------------------
+
+    def due_events(self, *, now: float, limit: int) -> list[EventRow]:
+        """Pending events due at `now`, soonest first."""
+        with self._read() as conn:
+            rows = conn.execute(_DUE_EVENTS, (now, limit)).fetchall()
+        return [EventRow(*row) for row in rows]
+
+    def claim_event(self, event: EventRow, *, until: float) -> bool:
+        """Hold `event` (as read) for one deliverer until `until`. False: someone else has it."""
+        with self._write() as conn:
+            cursor = conn.execute(_CLAIM_EVENT, (until, event.id, event.next_attempt_at))
+            return cursor.rowcount == 1
+
+    def postpone_event(self, event_id: str, *, until: float) -> None:
+        """Make a pending event due at `until` (no attempt is counted)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE webhook_events SET next_attempt_at = ? WHERE id = ? AND state = 'pending'",
+                (until, event_id),
+            )
+
+    def event_result(
+        self,
+        event_id: str,
+        *,
+        state: str,
+        posts: int,
+        next_attempt_at: float,
+        delivered_at: float | None,
+        status: int | None,
+        error: str | None,
+    ) -> None:
+        """Record one delivery attempt: delivered, abandoned, or pending until later."""
+        with self._write() as conn:
+            conn.execute(
+                _EVENT_RESULT,
+                (state, 1, posts, next_attempt_at, delivered_at, status, error, event_id),
+            )
+
+    def events(self) -> list[EventRow]:
+        """Every webhook event, oldest first."""
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM webhook_events ORDER BY created_at, rowid"
+            ).fetchall()
+        return [EventRow(*row) for row in rows]
 
     # -- the external systems' own books -----------------------------------------------
 

@@ -14,6 +14,11 @@ EXAMPLES = ROOT / "examples"
 
 EXPECTED = {
     "quickstart.py": [r"^succeeded pay_[0-9a-f]+$"],
+    "asgi_checkout.py": [
+        r"answers: 200 200",
+        r"same payment: True",
+        r"charges on the PSP: 1$",
+    ],
     "wrap_existing_client.py": [
         r"201 after 2 attempts; replayed: True",
         r"payments on the server: 1",
@@ -27,6 +32,11 @@ EXPECTED = {
         r"50 rows, 50 succeeded, 0 replayed",
         r"50 rows, 50 succeeded, 50 replayed",
         r"payouts on the server: 50$",
+    ],
+    "webhook_receiver.py": [
+        r"webhook deliveries: (\d+) for 5 events",
+        r"orders paid: 5 of 5; paid more than once: 0; ledger entries: 5$",
+        r"^EVERY EVENT APPLIED EXACTLY ONCE$",
     ],
     "demo.py": [
         r"SIGKILL sent with \d+ payouts applied on the server",

@@ -1,10 +1,12 @@
-"""Collecting tests/server's test functions again, against this folder's fixtures.
+"""Collecting another folder's test functions again, against this folder's fixtures.
 
 pytest collects every `test_*` function (and every fixture) it finds in a test
 module's namespace, wherever it was defined, and resolves the fixtures a test asks for
-from the folder it is collected in. So a module here that takes the functions of a
-tests/server module into its own namespace runs those very bodies with `env`,
-`inproc`, `reference_server` and `live_reference_server` on PostgreSQL.
+from the folder (and module) it is collected in. So a module here that takes the
+functions of a tests/server module into its own namespace runs those very bodies with
+`env`, `inproc`, `reference_server` and `live_reference_server` on PostgreSQL; one
+that takes tests/inbox/test_delivery.py's and defines its own `server` runs the
+webhook tests there.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The SQLite store: durability, privacy, leases, retention, and refusing what is not ours."""
+"""What is particular to the SQLite store: its file (private, WAL, fsync levels, the
+bytes on disk), refusing files that are not ours, migrations, processes creating one
+store at once, and group commit. The behaviour every backend shares is pinned by
+tests/postgres/test_store_contract.py, which runs on SQLite and PostgreSQL alike."""
 
 import hashlib
 import os
@@ -14,7 +17,6 @@ import sqlite_utils
 from idemclient import (
     Durability,
     ForeignStore,
-    OperationMismatch,
     SQLiteStore,
     State,
     StoreCorrupt,
@@ -115,25 +117,6 @@ def test_secret_headers_are_never_written(store_path: Path) -> None:
     assert b"req_1" in raw  # the check below looks at the right bytes
     for value in [*secrets.values(), "set_cookie_secret"]:
         assert value.encode() not in raw, value
-
-
-def test_response_bodies_over_the_cap_keep_only_size_and_hash(store_path: Path) -> None:
-    with SQLiteStore(store_path, max_stored_body=10) as store:
-        for op, body in (("small", b"0123456789"), ("large", b"0123456789A")):
-            owner = new_owner()
-            store.begin(make_intent(op, f"key-{op}"), owner=owner, now=NOW, lease_until=NOW + 9)
-            record = store.finish(
-                op,
-                owner=owner,
-                state=State.SUCCEEDED,
-                progress=progress(),
-                response=StoredResponse.of(201, (), body),
-            )
-            assert record.response is not None
-            assert record.response.body_size == len(body)
-            assert record.response.body_sha256 == hashlib.sha256(body).hexdigest()
-            assert record.response.body == (body if op == "small" else b"")
-            assert record.response.body_omitted is (op == "large")
 
 
 # -- files that are not ours -----------------------------------------------------------
@@ -252,205 +235,6 @@ def test_a_failed_migration_changes_nothing(store_path: Path) -> None:
     del before  # the WAL may be checkpointed; what matters is the schema above
 
 
-# -- admission, leases, mismatches -----------------------------------------------------
-
-
-def test_begin_admits_once_then_finds(store: SQLiteStore) -> None:
-    first, second = new_owner(), new_owner()
-    begun = store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
-    assert begun.claim is Claim.CREATED
-    assert begun.record.state is State.IN_FLIGHT
-    assert begun.record.lease_owner == first
-    again = store.begin(make_intent(), owner=second, now=NOW + 1, lease_until=NOW + 61)
-    assert again.claim is Claim.BUSY  # the first owner's lease is live
-    after = store.begin(make_intent(), owner=second, now=NOW + 61, lease_until=NOW + 121)
-    assert after.claim is Claim.CLAIMED  # expired: taken over
-    assert after.record.lease_owner == second
-
-
-def test_a_finished_operation_is_never_claimed(store: SQLiteStore) -> None:
-    owner = new_owner()
-    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
-    store.finish(
-        "op-1",
-        owner=owner,
-        state=State.SUCCEEDED,
-        progress=progress(),
-        response=StoredResponse.of(201, (), b"{}"),
-    )
-    again = store.begin(make_intent(), owner=new_owner(), now=NOW + 999, lease_until=NOW + 1999)
-    assert again.claim is Claim.FINISHED
-    assert store.claim("op-1", owner=new_owner(), now=NOW, lease_until=NOW).claim is Claim.FINISHED
-
-
-def test_a_dead_local_owner_is_taken_over_at_once(store: SQLiteStore) -> None:
-    child = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    dead_pid = int(child.stdout)
-    live = new_owner()
-    host, _pid, token, n = live.split(":")
-    dead = f"{host}:{dead_pid}:{token}:{n}"
-    store.begin(make_intent(), owner=dead, now=NOW, lease_until=NOW + 3600)
-    taken = store.claim("op-1", owner=live, now=NOW + 1, lease_until=NOW + 60)
-    assert taken.claim is Claim.CLAIMED
-    assert taken.record.lease_owner == live
-
-
-def test_another_hosts_owner_is_respected_until_expiry(store: SQLiteStore) -> None:
-    store.begin(make_intent(), owner="elsewhere:1:abc:1", now=NOW, lease_until=NOW + 60)
-    assert store.claim("op-1", owner=new_owner(), now=NOW + 59, lease_until=NOW).claim is Claim.BUSY
-
-
-def test_same_operation_with_another_body_is_refused(store: SQLiteStore) -> None:
-    store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
-    with pytest.raises(OperationMismatch, match="another body"):
-        store.begin(
-            make_intent(body=b'{"amount":999}'), owner=new_owner(), now=NOW, lease_until=NOW
-        )
-
-
-def test_a_key_cannot_move_to_another_operation(store: SQLiteStore) -> None:
-    store.begin(make_intent("op-1", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW + 60)
-    with pytest.raises(OperationMismatch, match="already belongs"):
-        store.begin(make_intent("op-2", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW)
-
-
-def test_a_given_key_never_replaces_a_recorded_one(store: SQLiteStore) -> None:
-    store.begin(make_intent("op-1", "key-1"), owner=new_owner(), now=NOW, lease_until=NOW + 60)
-    with pytest.raises(OperationMismatch, match="never replaced"):
-        store.begin(make_intent("op-1", "key-2"), owner=new_owner(), now=NOW, lease_until=NOW)
-    # A minted key (not given) yields to the recorded one: same operation, same key.
-    found = store.begin(
-        make_intent("op-1", "fresh", key_given=False),
-        owner=new_owner(),
-        now=NOW + 61,
-        lease_until=NOW + 99,
-    )
-    assert found.record.key == "key-1"
-
-
-def test_giving_up_only_counts_while_holding_the_lease(store: SQLiteStore) -> None:
-    first, second = new_owner(), new_owner()
-    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
-    record = store.finish("op-1", owner=first, state=State.NOT_SENT, progress=progress())
-    assert record.state is State.IN_FLIGHT
-    assert record.lease_owner == second
-    assert not store.record_attempt("op-1", owner=first, progress=progress(), lease_until=NOW)
-
-
-def test_a_final_answer_is_recorded_whoever_holds_the_lease(store: SQLiteStore) -> None:
-    first, second = new_owner(), new_owner()
-    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
-    record = store.finish(
-        "op-1",
-        owner=first,
-        state=State.SUCCEEDED,
-        progress=progress(),
-        response=StoredResponse.of(201, (), b"{}"),
-    )
-    assert record.state is State.SUCCEEDED
-    assert record.lease_owner is None
-
-
-def test_maybe_applied_never_goes_back(store: SQLiteStore) -> None:
-    owner = new_owner()
-    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
-    store.record_attempt("op-1", owner=owner, progress=progress(applied=True), lease_until=NOW)
-    record = store.finish(
-        "op-1", owner=owner, state=State.NOT_SENT, progress=progress(applied=False)
-    )
-    assert record.maybe_applied is True
-
-
-# -- registering, listing, reaping -----------------------------------------------------
-
-
-def test_register_records_all_rows_in_one_transaction(store: SQLiteStore) -> None:
-    intents = [make_intent(f"op-{n}", f"key-{n}") for n in range(50)]
-    assert store.register(intents, now=NOW) == 50
-    assert store.register(intents, now=NOW) == 0  # the same file again: nothing new
-    assert store.counts()[State.PENDING] == 50
-    changed = [
-        *intents[:10],
-        make_intent("op-10", "key-10", body=b"{}"),
-        make_intent("op-new", "key-new"),
-    ]
-    with pytest.raises(OperationMismatch):
-        store.register(changed, now=NOW)
-    assert store.get("op-new") is None  # nothing of the failed registration was kept
-    assert store.counts()[State.PENDING] == 50
-
-
-def test_unfinished_operations_use_the_partial_index(store: SQLiteStore) -> None:
-    plan = store._conn.execute(
-        "EXPLAIN QUERY PLAN SELECT id FROM operations WHERE finished_at IS NULL ORDER BY created_at"
-    ).fetchall()
-    assert any("operations_unfinished" in str(row) for row in plan), plan
-
-
-def test_unfinished_lists_oldest_first_and_skips_finished(store: SQLiteStore) -> None:
-    owner = new_owner()
-    for n in range(3):
-        store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW + n, lease_until=NOW)
-    store.finish(
-        "op-1",
-        owner=owner,
-        state=State.FAILED,
-        progress=progress(),
-        response=StoredResponse.of(400, (), b""),
-    )
-    assert [r.operation_id for r in store.unfinished()] == ["op-0", "op-2"]
-    assert [r.operation_id for r in store.unfinished(limit=1)] == ["op-0"]
-
-
-def test_reap_drops_old_finished_operations_only(store_path: Path) -> None:
-    with SQLiteStore(store_path, retention=100) as store:
-        owner = new_owner()
-        for n, state in enumerate([State.SUCCEEDED, State.FAILED, State.INDETERMINATE]):
-            store.begin(make_intent(f"op-{n}", f"key-{n}"), owner=owner, now=NOW, lease_until=NOW)
-            store.finish(
-                f"op-{n}",
-                owner=owner,
-                state=state,
-                progress=progress(),
-                response=StoredResponse.of(200, (), b"") if state.finished else None,
-            )
-        assert store.reap(now=NOW + 50) == 0  # within retention
-        assert store.reap(now=NOW + 101) == 2
-        assert [r.operation_id for r in store.operations()] == ["op-2"]  # unfinished kept
-
-
-def test_purge_refuses_unfinished_operations(store: SQLiteStore) -> None:
-    owner = new_owner()
-    store.begin(make_intent("a", "ka"), owner=owner, now=NOW, lease_until=NOW)
-    store.begin(make_intent("b", "kb"), owner=owner, now=NOW, lease_until=NOW)
-    store.finish(
-        "a",
-        owner=owner,
-        state=State.SUCCEEDED,
-        progress=progress(),
-        response=StoredResponse.of(201, (), b""),
-    )
-    with pytest.raises(ValueError, match="not finished"):
-        store.purge(["a", "b"])
-    assert store.get("a") is not None  # nothing purged
-    assert store.purge(["a"]) == 1
-    assert store.get("a") is None
-
-
-def test_a_closed_store_says_so(store_path: Path) -> None:
-    store = SQLiteStore(store_path)
-    store.close()
-    with pytest.raises(StoreUnavailable, match="closed"):
-        store.get("x")
-
-
 OPEN = """
 import sys
 from idemclient import SQLiteStore
@@ -494,3 +278,39 @@ def test_concurrent_intents_are_committed_in_groups(store: SQLiteStore) -> None:
     assert len(store.operations()) == 320
     # Each commit (one fsync) admitted several intents at once.
     assert len(commits) < 240, len(commits)
+
+
+def test_only_a_damaged_file_is_called_damaged() -> None:
+    from idemclient._store._schema import store_error
+
+    not_a_db = sqlite3.DatabaseError("file is not a database")
+    not_a_db.sqlite_errorcode = 26  # type: ignore[attr-defined]
+    locked = sqlite3.OperationalError("database is locked")
+    locked.sqlite_errorcode = 5  # type: ignore[attr-defined]
+    closed = sqlite3.ProgrammingError("Cannot operate on a closed database.")
+    assert isinstance(store_error("f.db", not_a_db), StoreCorrupt)
+    assert isinstance(store_error("f.db", locked), StoreUnavailable)
+    assert isinstance(store_error("f.db", closed), StoreUnavailable)
+    assert "f.db" in str(store_error("f.db", closed))
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_operations(store_path: Path) -> None:
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:1]).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
+            " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+            " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 1.0)"
+        )
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(operations)")}
+    assert "operations_reference" in indexes
+    with SQLiteStore(store_path) as store:
+        [record] = store.unfinished()
+    assert (record.operation_id, record.attempts, record.evidence) == ("old", 3, "HTTP 500")
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(operations)")}
+    assert "operations_reference" not in indexes

@@ -1,0 +1,76 @@
+"""A `WebhookReceiver` as an ASGI 3 application.
+
+The inbox's work is synchronous database work, and the handler may be too, so each
+delivery runs in a worker thread (`anyio.to_thread`): the event loop keeps serving
+other requests meanwhile. The response is sent only after the commit returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+
+if TYPE_CHECKING:
+    from ._webhook import WebhookReceiver, WebhookResponse
+
+__all__ = ["ASGIApp", "asgi_app"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
+    """An ASGI application that answers every POST with `receiver.handle`."""
+    from ._webhook import _answer
+
+    async def send_response(send: Send, response: WebhookResponse) -> None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+        headers.append((b"content-length", str(len(response.body)).encode()))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            # Nothing to start or stop; answering lets any server run with lifespan on.
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        if scope["method"] != "POST":
+            response = _answer(405, "invalid", None, detail="webhooks are delivered by POST")
+            await send_response(send, response)
+            return
+        body = bytearray()
+        too_large = False
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the sender gave up; it will redeliver
+            chunk = message.get("body", b"")
+            # Keep reading to the end (so the connection stays usable) but stop storing.
+            if not too_large:
+                body += chunk
+                too_large = len(body) > receiver.max_body
+            more = message.get("more_body", False)
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope.get("headers", ())
+        ]
+        if too_large:
+            response = _answer(413, "too_large", None, detail=f"at most {receiver.max_body} bytes")
+        else:
+            response = await anyio.to_thread.run_sync(receiver.handle, headers, bytes(body))
+        await send_response(send, response)
+
+    return app

@@ -1,0 +1,318 @@
+"""Where an inbox keeps the ids it has processed: the interface, and SQLite.
+
+The inbox's table must live in the application's own database, because the whole point
+is one transaction holding both the message id and the application's effect. So an
+`InboxStorage` does not own a database: it opens (or is handed) the application's
+connection, adds one table to it, and offers transactions on it in which the
+application writes its effect.
+
+The interface is small so that other databases fit behind it. A PostgreSQL one needs
+the same four statements (`INSERT .. ON CONFLICT DO NOTHING`, a look-up, a batched
+`DELETE`, `BEGIN`/`COMMIT`/`ROLLBACK`) on a psycopg connection; a second delivery of
+the same id blocks on the first one's uncommitted row and then sees the conflict, the
+behaviour SQLite's write lock gives here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar
+
+from .._errors import ForeignStore, StoreTooNew, StoreUnavailable
+from .._store._schema import _create_or_check_header, store_error
+
+__all__ = ["INBOX_TABLE", "SCHEMA_TABLE", "InboxStorage", "SQLiteInboxStorage"]
+
+Tx = TypeVar("Tx")
+
+#: The application's database gains these two tables, and nothing else is touched.
+INBOX_TABLE = "idemclient_inbox"
+SCHEMA_TABLE = "idemclient_schema"
+_COMPONENT = "inbox"
+
+
+class InboxStorage(Protocol[Tx]):
+    """The processed-messages table in an application's database.
+
+    `Tx` is what the application writes its effect through (a `sqlite3.Connection`,
+    a psycopg connection). Implementations are thread-safe.
+    """
+
+    @property
+    def name(self) -> str:
+        """The database, for messages (a file path; never a password)."""
+        ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction: committed durably on a normal exit, rolled back on an
+        exception. The caller's effect and `insert` share it."""
+        ...
+
+    def in_transaction(self, tx: Tx) -> bool:
+        """Whether `tx` has a transaction open (`insert` outside one is refused)."""
+        ...
+
+    def insert(self, tx: Tx, sender: str, message_id: str, now: float) -> bool:
+        """Record the id inside `tx`'s transaction. False: it was recorded before."""
+        ...
+
+    def contains(self, sender: str, message_id: str) -> bool:
+        """Whether the id is recorded (committed)."""
+        ...
+
+    def delete_older(self, cutoff: float, *, batch: int) -> int:
+        """Delete up to `batch` ids received before `cutoff` (wall-clock seconds)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        f"CREATE TABLE {INBOX_TABLE} ("
+        " sender TEXT NOT NULL,"
+        " message_id TEXT NOT NULL,"
+        " received_at REAL NOT NULL,"  # wall clock: retention spans restarts and hosts
+        " PRIMARY KEY (sender, message_id))"
+    )
+    # The reaper reads the oldest rows first; without this it would scan the table.
+    conn.execute(f"CREATE INDEX {INBOX_TABLE}_received ON {INBOX_TABLE} (received_at)")
+
+
+#: MIGRATIONS[n - 1] takes the inbox's tables from version n - 1 to n. Append only.
+MIGRATIONS: Sequence[Callable[[sqlite3.Connection], None]] = (_v1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_INSERT = (
+    f"INSERT INTO {INBOX_TABLE} (sender, message_id, received_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (sender, message_id) DO NOTHING"
+)
+_CONTAINS = f"SELECT 1 FROM {INBOX_TABLE} WHERE sender = ? AND message_id = ?"
+_REAP = (
+    f"DELETE FROM {INBOX_TABLE} WHERE rowid IN"
+    f" (SELECT rowid FROM {INBOX_TABLE} WHERE received_at < ? ORDER BY received_at LIMIT ?)"
+)
+
+
+class SQLiteInboxStorage:
+    """The inbox's table in a SQLite database: a path, or the application's connection.
+
+    Given a path, it opens the file itself (creating it with mode 0600, in WAL mode,
+    if it does not exist) and commits with ``synchronous = FULL``: a 2xx goes back to
+    the sender only after the commit, so that commit must survive a power loss, or
+    the message would be acknowledged and lost. The application writes its effect
+    through the connection each transaction yields.
+
+    Given a `sqlite3.Connection`, it uses that one and changes none of its settings;
+    the application decides its durability. The connection must not be in a
+    transaction when it is handed over (the table may need creating).
+
+    The table lives in the main database of the connection, never in an attached one:
+    SQLite does not make a transaction across attached WAL databases atomic.
+    """
+
+    def __init__(
+        self,
+        database: str | os.PathLike[str] | sqlite3.Connection,
+        *,
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._closed = False
+        if isinstance(database, sqlite3.Connection):
+            self._owned = False
+            self._conn = database
+            self._name = _main_file(database)
+            if database.in_transaction:
+                raise ValueError(
+                    "hand the connection to the inbox outside a transaction:"
+                    " it may need to create its table"
+                )
+            self._prepare()
+        else:
+            self._owned = True
+            self._name = os.fspath(database)
+            self._conn = self._open(busy_timeout)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"SQLiteInboxStorage({self._name!r})"
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _open(self, busy_timeout: float) -> sqlite3.Connection:
+        path = self._name
+        in_memory = path == ":memory:"
+        created = in_memory or not os.path.exists(path) or os.path.getsize(path) == 0
+        if not in_memory:
+            _create_or_check_header(path)
+        try:
+            conn = sqlite3.connect(
+                path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(path, f"cannot be opened: {exc}") from exc
+        self._conn = conn
+        try:
+            if created and not in_memory:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode != "wal":
+                    raise StoreUnavailable(path, f"cannot use write-ahead logging ({mode!r})")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._prepare()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _prepare(self) -> None:
+        try:
+            with self._locked_transaction() as tx:
+                tables = {
+                    name
+                    for (name,) in tx.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                        (INBOX_TABLE, SCHEMA_TABLE),
+                    )
+                }
+                version = 0
+                if SCHEMA_TABLE in tables:
+                    row = tx.execute(
+                        f"SELECT version FROM {SCHEMA_TABLE} WHERE component = ?", (_COMPONENT,)
+                    ).fetchone()
+                    version = 0 if row is None else int(row[0])
+                else:
+                    tx.execute(
+                        f"CREATE TABLE {SCHEMA_TABLE}"
+                        " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                    )
+                if version == 0 and INBOX_TABLE in tables:
+                    raise ForeignStore(
+                        self._name,
+                        f"has a table {INBOX_TABLE!r} that idemclient did not create;"
+                        " it is left as found",
+                    )
+                if version > SCHEMA_VERSION:
+                    raise StoreTooNew(
+                        self._name,
+                        f"has inbox schema version {version}; this idemclient understands"
+                        f" up to {SCHEMA_VERSION}",
+                    )
+                for step in MIGRATIONS[version:]:
+                    step(tx)
+                tx.execute(
+                    f"INSERT INTO {SCHEMA_TABLE} (component, version) VALUES (?, ?)"
+                    " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                    (_COMPONENT, SCHEMA_VERSION),
+                )
+        except sqlite3.Error as exc:
+            raise store_error(self._name, exc) from exc
+
+    # -- the interface -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._check_open()
+            if self._conn.in_transaction:
+                raise ValueError(
+                    f"the connection to {self._name!r} is already in a transaction; inside"
+                    " your own transaction, use inbox.record(conn, sender, message_id)"
+                )
+            with self._locked_transaction() as tx:
+                yield tx
+
+    @contextlib.contextmanager
+    def _locked_transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        with self._lock:
+            # IMMEDIATE: take the write lock now. A second delivery of the same id then
+            # waits for the first to commit or roll back before it looks, instead of
+            # failing to upgrade a read lock half way through the application's work.
+            self._execute_ours("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            if not conn.in_transaction:
+                raise ValueError(
+                    "the transaction was ended inside the handler (COMMIT or ROLLBACK);"
+                    " the inbox commits it, so that the id and the effect go together"
+                )
+            try:
+                self._execute_ours("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def in_transaction(self, tx: sqlite3.Connection) -> bool:
+        return tx.in_transaction
+
+    def insert(self, tx: sqlite3.Connection, sender: str, message_id: str, now: float) -> bool:
+        with self._lock:
+            return self._execute_ours(_INSERT, (sender, message_id, now), conn=tx).rowcount == 1
+
+    def contains(self, sender: str, message_id: str) -> bool:
+        with self._lock:
+            self._check_open()
+            return self._execute_ours(_CONTAINS, (sender, message_id)).fetchone() is not None
+
+    def delete_older(self, cutoff: float, *, batch: int) -> int:
+        with self._lock:
+            self._check_open()
+            if self._conn.in_transaction:
+                raise ValueError(f"the connection to {self._name!r} is in a transaction")
+            with self._locked_transaction() as tx:
+                return self._execute_ours(_REAP, (cutoff, batch), conn=tx).rowcount
+
+    def close(self) -> None:
+        """Close the connection if the inbox opened it (never the application's own)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                if self._owned:
+                    self._conn.close()
+
+    # -- inside the lock ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreUnavailable(self._name, "the inbox is closed")
+
+    def _execute_ours(
+        self,
+        sql: str,
+        params: tuple[object, ...] = (),
+        *,
+        conn: sqlite3.Connection | None = None,
+    ) -> sqlite3.Cursor:
+        """Run one of the inbox's own statements, naming the file if SQLite refuses it.
+
+        The application's statements in its handler are not wrapped: their errors are
+        the application's, and reach it unchanged.
+        """
+        try:
+            return (conn or self._conn).execute(sql, params)
+        except sqlite3.Error as exc:
+            raise store_error(self._name, exc) from exc
+
+
+def _main_file(conn: sqlite3.Connection) -> str:
+    """The file behind a connection's main database, or ":memory:"."""
+    try:
+        for _, name, file in conn.execute("PRAGMA database_list"):
+            if name == "main":
+                return str(file) or ":memory:"
+    except sqlite3.Error as exc:
+        raise StoreUnavailable("<connection>", f"cannot be used: {exc}") from exc
+    return ":memory:"
