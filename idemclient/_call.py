@@ -380,7 +380,11 @@ class Call:
         if outcome.state is State.NOT_SENT:
             error = NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
         elif self._reconcile:
-            error = ReconcileRequired(text, outcome)
+            error = ReconcileRequired(
+                text + ". Settle it with Client.reconcile(operation_id, lookup=...): a"
+                " look-up on the server, never a second send.",
+                outcome,
+            )
         else:
             error = Indeterminate(
                 text + ". It may have been applied: resume it with the same key, or look it up.",

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import CALL_OPTIONS, KEY_HEADER, OUTCOME, CallOptions, Settings
+from ._call import CALL_OPTIONS, KEY_HEADER, LEASE_MARGIN, OUTCOME, CallOptions, Settings
 from ._clock import Clock
 from ._errors import KeyConflict, OutcomeError
 from ._hooks import Hooks
 from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State
 from ._policy import RetryPolicy
-from ._store import OperationRecord, Store
+from ._reconcile import default_found, judge, lookup_url, settled, unsettled
+from ._store import Claim, OperationRecord, Progress, Store, StoredResponse, new_owner
 from ._transport import (
     DEFAULT_MAX_REQUEST_BODY,
     AsyncIdempotentTransport,
@@ -257,6 +258,65 @@ class _Common:
         if self._owns_store:
             self.settings.store.close()
 
+    # -- reconciliation: the store's half (the network's half is in each client) -------
+
+    def _take_for_lookup(
+        self, operation_id: str, lookup: str
+    ) -> tuple[OperationRecord, str, str] | Outcome:
+        """Lease an unfinished operation for a look-up (its record, the lease's owner and
+        the look-up's URL); a finished one is its outcome."""
+        store, clock = self.settings.store, self.settings.clock
+        before = store.get(operation_id)
+        if before is None:
+            raise ValueError(f"no operation {operation_id!r} in {store.path}")
+        if before.state.finished:
+            return _stored_outcome(before)
+        url = lookup_url(lookup, before)  # a bad template fails before the lease is taken
+        owner = new_owner()
+        now = clock.time()
+        begin = store.claim(operation_id, owner=owner, now=now, lease_until=now + LEASE_MARGIN)
+        if begin.claim is Claim.FINISHED:
+            return _stored_outcome(begin.record)
+        if begin.claim is Claim.BUSY:
+            raise unsettled(before, "it is being sent by another caller right now")
+        return before, owner, url
+
+    def _release_after_lookup(self, before: OperationRecord, owner: str) -> None:
+        """Give the operation back exactly as it was: the look-up settled nothing."""
+        self.settings.store.finish(
+            before.operation_id,
+            owner=owner,
+            state=before.state,
+            progress=Progress(
+                attempts=before.attempts,
+                maybe_applied=before.maybe_applied,
+                evidence=before.evidence,
+                not_before=before.not_before,
+                now=self.settings.clock.time(),
+            ),
+        )
+
+    def _settle_after_lookup(
+        self, before: OperationRecord, owner: str, url: str, response: httpx.Response, finding: str
+    ) -> Outcome:
+        if finding == "unknown":
+            self._release_after_lookup(before, owner)
+            raise unsettled(before, f"GET {url} answered HTTP {response.status_code}")
+        applied = finding == "applied"
+        record = self.settings.store.settle(
+            before.operation_id,
+            owner=owner,
+            applied=applied,
+            evidence=f"settled by look-up: GET {url} answered HTTP {response.status_code}",
+            now=self.settings.clock.time(),
+            response=StoredResponse.of(
+                response.status_code, tuple(response.headers.multi_items()), response.content
+            )
+            if applied
+            else None,
+        )
+        return settled(record, response)
+
 
 class Client(_Common):
     """An httpx client whose unsafe requests are durable operations.
@@ -342,6 +402,34 @@ class Client(_Common):
         """Finish every unfinished operation in the store (see `idemclient.resume`)."""
         return resume(self.http, limit=limit)
 
+    def reconcile(
+        self,
+        operation_id: str,
+        *,
+        lookup: str,
+        found: Callable[[httpx.Response], bool] = default_found,
+    ) -> Outcome:
+        """Settle an unfinished operation by looking it up on the server, never re-sending.
+
+        `lookup` is a URL template with `{reference}` or `{key}`, for example
+        ``"/v1/payments?reference={reference}"``: prefer the end-to-end reference, which
+        the server keeps after it has forgotten keys. Found (a 2xx that `found` accepts):
+        the operation succeeded, with the look-up's answer as its response. Not found
+        (404, or a 2xx that `found` rejects): it was never applied, and becomes
+        `not_sent`, safe to send again. Anything else raises `Indeterminate` and leaves
+        the operation as it was.
+        """
+        taken = self._take_for_lookup(operation_id, lookup)
+        if isinstance(taken, Outcome):
+            return taken
+        before, owner, url = taken
+        try:
+            response = self.http.get(url)
+        except httpx.TransportError as exc:
+            self._release_after_lookup(before, owner)
+            raise unsettled(before, f"GET {url} failed: {type(exc).__name__}") from exc
+        return self._settle_after_lookup(before, owner, url, response, judge(response, found))
+
     def close(self) -> None:
         self.http.close()
         self._close_store()
@@ -415,6 +503,28 @@ class AsyncClient(_Common):
 
     async def resume(self, *, limit: int | None = None) -> list[Outcome]:
         return await aresume(self.http, limit=limit)
+
+    async def reconcile(
+        self,
+        operation_id: str,
+        *,
+        lookup: str,
+        found: Callable[[httpx.Response], bool] = default_found,
+    ) -> Outcome:
+        """See `Client.reconcile`."""
+        taken = await anyio.to_thread.run_sync(self._take_for_lookup, operation_id, lookup)
+        if isinstance(taken, Outcome):
+            return taken
+        before, owner, url = taken
+        try:
+            response = await self.http.get(url)
+        except httpx.TransportError as exc:
+            await anyio.to_thread.run_sync(self._release_after_lookup, before, owner)
+            raise unsettled(before, f"GET {url} failed: {type(exc).__name__}") from exc
+        finding = judge(response, found)
+        return await anyio.to_thread.run_sync(
+            self._settle_after_lookup, before, owner, url, response, finding
+        )
 
     async def aclose(self) -> None:
         await self.http.aclose()

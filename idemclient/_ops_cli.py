@@ -12,7 +12,7 @@ import click
 
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._client import Client
-from ._errors import StoreError
+from ._errors import OutcomeError, StoreError
 from ._outcome import State
 from ._store import OperationRecord, Store
 from ._store._open import open_store
@@ -152,6 +152,42 @@ def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     if states - {State.SUCCEEDED, State.FAILED}:
         sys.exit(3)
     sys.exit(4 if State.FAILED in states else 0)
+
+
+@ops.command("reconcile")
+@_STORE
+@click.argument("operation_id")
+@click.option("--url", required=True, envvar="IDEMCLIENT_URL", help="The PSP's base URL.")
+@click.option("--token", required=True, envvar="IDEMCLIENT_TOKEN", help="Bearer token.")
+@click.option(
+    "--lookup",
+    required=True,
+    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}",
+)
+def reconcile_command(
+    store: Path | str, operation_id: str, url: str, token: str, lookup: str
+) -> None:
+    """Settle an unfinished operation by looking it up on the server, never re-sending it.
+
+    Exit 0 when settled (succeeded, or not sent and safe to send again), 3 when the
+    look-up could not tell.
+    """
+    missing = describe_missing(store)
+    if missing is not None:
+        _fail(missing)
+    try:
+        client = Client(store=store, base_url=url, headers={"Authorization": f"Bearer {token}"})
+    except (StoreError, ImportError) as exc:
+        _fail(str(exc))
+    with client:
+        try:
+            outcome = client.reconcile(operation_id, lookup=lookup)
+        except ValueError as exc:
+            _fail(str(exc))
+        except OutcomeError as exc:
+            click.echo(str(exc), err=True)
+            sys.exit(3)
+    click.echo(f"{outcome.operation_id}  {outcome.state.value:<13} {outcome.evidence}")
 
 
 @ops.command("purge")

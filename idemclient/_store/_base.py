@@ -172,6 +172,24 @@ class Store(Protocol):
         """Store where the call left the operation and release the lease."""
         ...
 
+    def settle(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        applied: bool,
+        evidence: str,
+        now: float,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        """Record what a look-up on the server found, while `owner` holds the lease.
+
+        Applied: the operation succeeded (`response` is what the look-up returned).
+        Not applied: it is `not_sent`, and no longer "maybe applied", so that it can be
+        sent again. The only way "maybe applied" is ever cleared.
+        """
+        ...
+
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         """Record many pending operations in one transaction; returns how many were new."""
         ...

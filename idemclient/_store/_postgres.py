@@ -255,6 +255,44 @@ class PostgresStore:
             ).fetchone()
             return record_from_row(row) if row is not None else self._fetch(conn, operation_id)
 
+    def settle(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        applied: bool,
+        evidence: str,
+        now: float,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        if applied:
+            stored = response or StoredResponse.of(200, (), b"")
+            sets = (
+                "state = %s, status_code = %s, response_headers = %s::jsonb, response_body = %s,"
+                " response_sha256 = %s, response_size = %s, finished_at = %s"
+            )
+            values: tuple[Any, ...] = (
+                State.SUCCEEDED.value,
+                stored.status_code,
+                dump_headers(redact(stored.headers, self.secret_headers)),
+                stored.body if stored.body_size <= self.max_stored_body else b"",
+                stored.body_sha256,
+                stored.body_size,
+                now,
+            )
+        else:
+            sets = "state = %s, maybe_applied = false"
+            values = (State.NOT_SENT.value,)
+        with self._write(durable=self.durability is Durability.FULL) as conn:
+            row = conn.execute(
+                f"UPDATE {self._table} SET {sets}, evidence = %s, not_before = NULL,"
+                " lease_owner = NULL, lease_expires = NULL, updated_at = %s"
+                " WHERE id = %s AND finished_at IS NULL AND lease_owner = %s"
+                f" RETURNING {COLUMNS}",
+                (*values, evidence, now, operation_id, owner),
+            ).fetchone()
+            return record_from_row(row) if row is not None else self._fetch(conn, operation_id)
+
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         intents = list(intents)
         if not intents:

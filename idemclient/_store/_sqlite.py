@@ -230,6 +230,44 @@ class SQLiteStore:
             # stored record is the truth.
             return record_from_row(rows[0]) if rows else self._fetch(conn, operation_id)
 
+    def settle(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        applied: bool,
+        evidence: str,
+        now: float,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        if applied:
+            stored = response or StoredResponse.of(200, (), b"")
+            sets = (
+                "state = ?, status_code = ?, response_headers = ?, response_body = ?,"
+                " response_sha256 = ?, response_size = ?, finished_at = ?"
+            )
+            values: tuple[Any, ...] = (
+                State.SUCCEEDED.value,
+                stored.status_code,
+                dump_headers(redact(stored.headers, self.secret_headers)),
+                stored.body if stored.body_size <= self.max_stored_body else b"",
+                stored.body_sha256,
+                stored.body_size,
+                now,
+            )
+        else:
+            sets = "state = ?, maybe_applied = 0"
+            values = (State.NOT_SENT.value,)
+        with self._use(durable=self.durability is Durability.FULL) as conn:
+            rows = conn.execute(
+                f"UPDATE operations SET {sets}, evidence = ?, not_before = NULL,"
+                " lease_owner = NULL, lease_expires = NULL, updated_at = ?"
+                " WHERE id = ? AND finished_at IS NULL AND lease_owner = ?"
+                f" RETURNING {COLUMNS}",
+                (*values, evidence, now, operation_id, owner),
+            ).fetchall()
+            return record_from_row(rows[0]) if rows else self._fetch(conn, operation_id)
+
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
         intents = list(intents)
         stored: dict[Headers, str] = {}  # rows of a batch share their headers: redact once

@@ -144,3 +144,32 @@ def test_a_missing_or_foreign_store_is_a_clear_error(tmp_path: Path) -> None:
     assert code == 2
     assert "not a SQLite database" in err
     assert foreign.read_text() == "my notes\n" * 20
+
+
+def test_reconcile_settles_by_lookup(store_with_history: Path, live: LiveServer) -> None:
+    code, out, err = run(
+        "ops", "reconcile", "order-2", "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1",
+        "--lookup", "/v1/payments?idempotency_key={key}",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "order-2  succeeded" in out
+    assert "settled by look-up" in out
+    assert len(live.server.ledger()) == 2  # nothing was sent again
+
+
+def test_reconcile_that_cannot_tell_exits_3(store_with_history: Path, live: LiveServer) -> None:
+    live.server.answer(500, path="/v1/payments")
+    code, _, err = run(
+        "ops", "reconcile", "order-2", "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1",
+        "--lookup", "/v1/payments?idempotency_key={key}",
+    )  # fmt: skip
+    assert code == 3
+    assert "HTTP 500" in err
+    code, _, err = run(
+        "ops", "reconcile", "order-2", "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1", "--lookup", "/v1/payments?id={id}",
+    )  # fmt: skip
+    assert code == 2
+    assert "only use" in err

@@ -353,3 +353,44 @@ def test_unfinished_operations_are_found_through_the_partial_index(
             ).fetchall()
         assert "operations_unfinished" in str(plan), plan
     assert [r.operation_id for r in store.unfinished()] == ["op-7"]
+
+
+# -- settling by look-up ------------------------------------------------------------------
+
+
+def test_a_lookup_that_finds_the_payment_settles_it_succeeded(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish("op-1", owner=owner, state=State.INDETERMINATE, progress=progress())
+    store.claim("op-1", owner=owner, now=NOW + 1, lease_until=NOW + 60)
+    found = StoredResponse.of(200, (("Set-Cookie", "sid=secret"),), b'{"data": [1]}')
+    record = store.settle(
+        "op-1", owner=owner, applied=True, evidence="found", now=NOW + 2, response=found
+    )
+    assert record.state is State.SUCCEEDED
+    assert record.finished_at == NOW + 2
+    assert record.lease_owner is None
+    assert record.response is not None
+    assert record.response.body == b'{"data": [1]}'
+    assert record.response.headers == ()  # redacted like any response
+
+
+def test_a_lookup_that_finds_nothing_clears_maybe_applied(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish("op-1", owner=owner, state=State.INDETERMINATE, progress=progress(applied=True))
+    store.claim("op-1", owner=owner, now=NOW + 1, lease_until=NOW + 60)
+    record = store.settle("op-1", owner=owner, applied=False, evidence="not found", now=NOW + 2)
+    assert record.state is State.NOT_SENT
+    assert record.maybe_applied is False
+    assert record.finished_at is None
+    assert record.evidence == "not found"
+
+
+def test_only_the_lease_holder_may_settle(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    record = store.settle("op-1", owner=new_owner(), applied=False, evidence="x", now=NOW)
+    assert record.state is State.IN_FLIGHT
+    assert record.maybe_applied is False
+    assert record.lease_owner == owner
