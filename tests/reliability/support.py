@@ -6,7 +6,11 @@ imports nothing from the test package itself.
 
 from __future__ import annotations
 
+import os
 import random
+import selectors
+import subprocess
+import time
 from typing import Any
 
 import httpx
@@ -62,3 +66,31 @@ class Counting(httpx.BaseTransport, httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.requests += 1
         return await self.inner.handle_async_request(request)
+
+
+class ChildLines:
+    """The lines a child process prints on stdout, each waited for with a bound.
+
+    Reads the pipe's file descriptor directly (never through a buffered reader that a
+    selector cannot see into); every wait is on the pipe itself, never on a timer.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        self._fd = process.stdout.fileno()
+        self._buffer = b""
+
+    def next(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    raise AssertionError(f"no line from the child within {timeout} s")
+                chunk = os.read(self._fd, 65536)
+                if not chunk:
+                    raise AssertionError("the child closed its output before the line came")
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
