@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from idemclient.testing import LiveServer, serve
@@ -97,6 +97,9 @@ _values = st.one_of(
 
 @FUZZ
 @given(headers=st.lists(st.tuples(_names, _values), max_size=4))
+@example(headers=[(b"Expect", b"100-continue")])  # an interim 100 before the answer
+@example(headers=[(b"Transfer-Encoding", b"chunked")])  # with Content-Length: smuggling
+@example(headers=[(b"Content-Length", b"1")])  # two lengths that disagree
 def test_any_header_bytes_get_a_protocol_answer(
     live: LiveServer, figures: Figures, headers: list[tuple[bytes, bytes]]
 ) -> None:

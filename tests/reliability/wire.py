@@ -48,6 +48,9 @@ def raw_exchange(base_url: str, request: bytes, *, timeout: float = 10.0) -> Raw
                 break
             received += chunk
     head, _, body = bytes(received).partition(b"\r\n\r\n")
+    # Interim answers (100 Continue to an Expect header) come before the final one.
+    while head.startswith(b"HTTP/1.1 1") and body:
+        head, _, body = body.partition(b"\r\n\r\n")
     status = None
     if head.startswith(b"HTTP/1.1 "):
         status = int(head[9:12])
@@ -71,8 +74,20 @@ def _dechunk(head: bytes, body: bytes) -> bytes:
 def raw_post(
     base_url: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> RawAnswer:
-    """A POST with exactly these header lines (plus Host, Content-Length, Connection)."""
+    """A POST with exactly these header lines (plus Host, Content-Length, Connection).
+
+    When the given headers ask for chunked transfer coding, the body is framed that
+    way (Content-Length is still sent: the two disagree, as in request smuggling), so
+    that the request is always complete and the server always owes an answer.
+    """
     lines = [b"POST " + path.encode() + b" HTTP/1.1", b"Host: psp"]
     lines += [name + b": " + value for name, value in headers]
     lines += [b"Content-Length: " + str(len(body)).encode(), b"Connection: close"]
+    chunked = any(
+        name.strip(b" \t").lower() == b"transfer-encoding"
+        and value.strip(b" \t").lower() == b"chunked"
+        for name, value in headers
+    )
+    if chunked:
+        body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     return raw_exchange(base_url, b"\r\n".join(lines) + b"\r\n\r\n" + body)
