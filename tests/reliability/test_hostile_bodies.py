@@ -270,3 +270,26 @@ def test_a_body_over_64_kib_is_413(server: ReferenceServer) -> None:
     response = http.post(PATH, json=body, headers={"Idempotency-Key": "k-big"})
     assert response.status_code == 413
     assert server.ledger() == ()
+
+
+@pytest.mark.anyio
+async def test_an_async_body_is_refused_once_past_the_limit_not_after(tmp_path: Path) -> None:
+    read = 0
+
+    async def long_body() -> AsyncIterator[bytes]:
+        nonlocal read
+        for _ in range(100_000):  # 10 MB if it were all read
+            read += 100
+            yield b"x" * 100
+
+    with ReferenceServer() as server:
+        async with AsyncClient(
+            store=tmp_path / "client.db",
+            transport=server.transport,
+            base_url="http://psp.test",
+            headers=AUTH,
+            max_request_body=LIMIT,
+        ) as client:
+            with pytest.raises(RequestNotReplayable, match="max_request_body"):
+                await client.post(PATH, content=long_body())
+    assert read <= LIMIT + 100

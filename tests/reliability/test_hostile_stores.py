@@ -6,8 +6,13 @@ Through every door that opens a store (`Client`, `idemclient batch submit`,
 byte for byte as it was, with no -wal or -shm file created beside it.
 
 The suite runs as root, whom file permissions do not stop. The read-only checks
-therefore run in a child process as the unprivileged user `nobody` (setpriv), and
-first prove that the mechanism works there: a direct write to the file must fail.
+therefore run in a child process from which setpriv has dropped the capabilities that
+let root ignore file modes (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER): the
+modes then bind it as they bind any user, while it can still read the project and
+pytest's private temporary directory wherever they are (a switch to the user nobody
+would need both to be readable by all). The child first proves that the mechanism
+works: the capabilities are gone and a direct write to the file fails. If setpriv is
+missing or cannot drop them, the tests fail; they never skip.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -177,32 +181,28 @@ def test_a_damaged_store_is_refused_by_every_door_and_left_as_it_was(
     figures.count("hostile input", damaged_store_files_refused=1, doors_per_store_file=5)
 
 
-# -- read-only: a real unprivileged process ------------------------------------------------
+# -- read-only: a child bound by file permissions ----------------------------------------
 
 CHILD = r"""
 import json, os, sys
-import httpx
 from click.testing import CliRunner
 from idemclient import Client, StoreError
 from idemclient.cli import main
 from idemclient.testing import ReferenceServer
 
 store = sys.argv[1]
-report = {"euid": os.geteuid()}
+with open("/proc/self/status") as status:
+    effective = status.read().split("CapEff:")[1].split()[0]
+report = {"cap_eff": int(effective, 16)}
 try:  # prove the mechanism: this process must not be able to write the file
     with open(store, "r+b"):
         report["direct_write"] = "allowed"
-except PermissionError:
-    report["direct_write"] = "refused"
 except OSError as exc:
     report["direct_write"] = f"refused: {exc.strerror}"
 server = ReferenceServer()
-def client():
-    return Client(store=store, transport=server.transport, base_url="http://psp.test",
-                  headers={"Authorization": "Bearer merchant-1"})
 try:
-    with client() as opened:
-        report["opened"] = True
+    with Client(store=store, transport=server.transport, base_url="http://psp.test",
+                headers={"Authorization": "Bearer merchant-1"}) as opened:
         outcome = opened.post("/v1/payments", json={"amount": 1, "currency": "EUR",
                                                      "reference": "r-new"})
         report["state"] = outcome.state.value
@@ -216,12 +216,15 @@ report["cli_output"] = result.output
 print(json.dumps(report))
 """
 
+#: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER: capability bits 1, 2 and 3
+PERMISSION_CAPABILITIES = (1 << 1) | (1 << 2) | (1 << 3)
 
-def as_nobody(store: Path) -> dict[str, Any]:
-    """Run CHILD as the user nobody. Fails loudly if the mechanism is unavailable."""
+
+def bound_by_permissions(store: Path) -> dict[str, Any]:
+    """Run CHILD without root's power over file modes. Fails loudly if it cannot."""
     setpriv = shutil.which("setpriv")
-    assert setpriv is not None, "setpriv (util-linux) is needed to drop root for this test"
-    drop = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    assert setpriv is not None, "setpriv (util-linux) is needed to drop root's powers"
+    drop = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
     done = subprocess.run(
         [*drop, sys.executable, "-c", CHILD, str(store)],
         capture_output=True,
@@ -232,30 +235,27 @@ def as_nobody(store: Path) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
-    assert report["euid"] != 0, "the child still runs as root: permissions prove nothing"
+    assert report["cap_eff"] & PERMISSION_CAPABILITIES == 0, "modes would prove nothing"
     return report
 
 
 @pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory the user nobody can reach (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="idemclient-readonly-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
+def directory(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "stores"
+    path.mkdir()
+    yield path
+    path.chmod(0o755)  # whatever a test made of it, pytest cleans it up
 
 
 def test_a_read_only_store_is_refused_untouched_and_usable_once_writable_again(
-    shared_dir: Path, figures: Figures
+    directory: Path, figures: Figures
 ) -> None:
-    shared_dir.chmod(0o777)  # nobody may create files here: only the store is read-only
-    store = shared_dir / "payments.db"
+    store = directory / "payments.db"  # the directory stays writable: only the file is not
     make_real_store(store)
     store.chmod(0o444)
-    before = snapshot(shared_dir)
+    before = snapshot(directory)
 
-    refused = as_nobody(store)
+    refused = bound_by_permissions(store)
     assert refused["direct_write"].startswith("refused")
     assert refused["error"] == "StoreUnavailable", refused
     assert str(store) in refused["message"]
@@ -263,44 +263,43 @@ def test_a_read_only_store_is_refused_untouched_and_usable_once_writable_again(
     assert refused["cli_exit"] == 2
     assert str(store) in refused["cli_output"]
     # Nothing written, and no read-only -wal or -shm left behind to poison the store.
-    assert snapshot(shared_dir) == before
+    assert snapshot(directory) == before
 
-    store.chmod(0o666)  # the owner makes it writable again: it must just work
-    repaired = as_nobody(store)
+    store.chmod(0o644)  # the owner makes it writable again: it must just work
+    repaired = bound_by_permissions(store)
     assert repaired.get("error") is None, repaired
     assert (repaired["state"], repaired["operations"]) == ("succeeded", 31)
-    figures.count("hostile input", read_only_store_checks_as_nobody=2)
+    figures.count("hostile input", read_only_store_checks_without_root_powers=2)
 
 
 def test_a_store_in_a_directory_that_cannot_be_written_is_refused_naming_it(
-    shared_dir: Path,
+    directory: Path, figures: Figures
 ) -> None:
-    shared_dir.chmod(0o755)  # nobody may read here but not create the -wal and -shm
-    store = shared_dir / "payments.db"
+    store = directory / "payments.db"
     make_real_store(store)
-    os.chown(store, 65534, 65534)  # the file itself is nobody's, and writable
-    before = snapshot(shared_dir)
+    directory.chmod(0o555)  # the file is writable, but no -wal or -shm can be created
+    before = snapshot(directory)
 
-    refused = as_nobody(store)
+    refused = bound_by_permissions(store)
     assert refused["direct_write"] == "allowed"
     assert refused["error"] == "StoreUnavailable", refused
-    assert "directory" in refused["message"]
-    assert str(shared_dir) in refused["message"]
-    assert snapshot(shared_dir) == before
+    assert f"its directory {str(directory)!r} is not writable" in refused["message"]
+    assert "payments.db-wal and payments.db-shm" in refused["message"]
+    assert snapshot(directory) == before
+    figures.count("hostile input", read_only_store_checks_without_root_powers=1)
 
 
-def test_a_read_only_shm_beside_the_store_is_named(shared_dir: Path) -> None:
-    shared_dir.chmod(0o777)
-    store = shared_dir / "payments.db"
+def test_a_read_only_wal_beside_the_store_is_named(directory: Path, figures: Figures) -> None:
+    store = directory / "payments.db"
     make_real_store(store)
-    os.chown(store, 65534, 65534)
-    for suffix in ("-wal", "-shm"):  # left by another user's process, read-only to nobody
+    for suffix in ("-wal", "-shm"):  # left read-only by another user's failed open
         companion = Path(f"{store}{suffix}")
         companion.write_bytes(b"")
         companion.chmod(0o444)
-    before = snapshot(shared_dir)
+    before = snapshot(directory)
 
-    refused = as_nobody(store)
+    refused = bound_by_permissions(store)
     assert refused["error"] == "StoreUnavailable", refused
     assert "payments.db-wal" in refused["message"]
-    assert snapshot(shared_dir) == before
+    assert snapshot(directory) == before
+    figures.count("hostile input", read_only_store_checks_without_root_powers=1)
