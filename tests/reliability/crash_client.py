@@ -44,7 +44,9 @@ class CutStream(httpx.SyncByteStream):
 
     def __init__(self, body: bytes, cut: float) -> None:
         self.body = body
-        self.size = max(1, min(len(body), round(len(body) * cut)))
+        # Part of it (at least one byte, never all), or, for a cut of 1, all of it.
+        part = max(1, min(len(body) - 1, int(len(body) * cut)))
+        self.size = len(body) if cut >= 1 else part
 
     def __iter__(self) -> Iterator[bytes]:
         yield self.body[: self.size]
@@ -71,7 +73,9 @@ class Sabotage(httpx.BaseTransport):
         with self.lock:
             mine = self.armed is not None and request.headers["idempotency-key"] == self.armed
         if mine and self.point == "during-send":
-            body = b"".join(request.stream)  # type: ignore[union-attr]
+            stream = request.stream
+            assert isinstance(stream, httpx.SyncByteStream)
+            body = b"".join(stream)
             request.stream = CutStream(body, self.cut)
         response = self.inner.handle_request(request)
         final = 200 <= response.status_code < 300 and response.status_code != 202

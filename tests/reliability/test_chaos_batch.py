@@ -103,6 +103,8 @@ def kill_when(process: subprocess.Popen[bytes], reached: Callable[[], bool]) -> 
         except subprocess.TimeoutExpired:
             continue
         return False
+    process.kill()
+    process.wait(timeout=60)
     raise AssertionError("the submitter neither finished nor reached its kill point")
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +101,11 @@ class Incarnation:
             self.lines = ChildLines(self.process)
             assert self.lines.next(timeout=60) == "ready"
         self.sandbox = SandboxClient(self.url)
+        chain.incarnations.append(self)
 
     def kill(self) -> None:
+        if self.process.returncode is not None:
+            return  # killed already
         self.sandbox.close()
         self.process.kill()  # SIGKILL: no shutdown, no cleanup, no final commit
         self.process.wait(timeout=30)
@@ -121,6 +124,7 @@ class Chain:
     port: int
     #: how far every server clock so far was pushed: each heir goes a lease further
     offset: float = 0.0
+    incarnations: list[Incarnation] = field(default_factory=list)
 
     def client(self, attempts: int) -> Client:
         return Client(
@@ -186,7 +190,9 @@ def check_the_dead_servers_file(chain: Chain, key: str, scenario: Scenario) -> N
     """Read the file the killed process left: the row is where the scenario put it."""
     with ReferenceServer(db=chain.db) as offline:
         record = offline.key_record("merchant-1", key)
-        [entry] = [e for e in offline.ledger() if e.idempotency_key == key] or [None]
+        entries = [e for e in offline.ledger() if e.idempotency_key == key]
+    entry = entries[0] if entries else None
+    assert len(entries) <= 1
     assert record is not None
     assert record.state == ("finished" if scenario.finished else "started")
     assert record.recovery_point == scenario.point
@@ -217,16 +223,18 @@ def finish(chain: Chain, heir: Incarnation, key: str, scenario: Scenario) -> Led
 def run_chain(finisher: str, work: Path) -> list[tuple[str, LedgerEntry]]:
     chain = Chain(finisher, work / f"psp-{finisher}.sqlite3", work / f"{finisher}.db", free_port())
     results = []
-    victim: Incarnation | None = Incarnation(chain)
-    for scenario in CRASHES:
-        key = bring_down(chain, victim, scenario)
-        check_the_dead_servers_file(chain, key, scenario)
-        heir = Incarnation(chain)
-        entry = finish(chain, heir, key, scenario)
-        results.append((scenario.name, entry))
-        victim = heir
-    assert victim is not None
-    victim.kill()
+    try:
+        victim = Incarnation(chain)
+        for scenario in CRASHES:
+            key = bring_down(chain, victim, scenario)
+            check_the_dead_servers_file(chain, key, scenario)
+            heir = Incarnation(chain)
+            entry = finish(chain, heir, key, scenario)
+            results.append((scenario.name, entry))
+            victim = heir
+    finally:
+        for incarnation in chain.incarnations:  # none outlives the test, pass or fail
+            incarnation.kill()
     return results
 
 
