@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass
 
 import httpx
@@ -80,19 +80,75 @@ class Settings:
     rng: random.Random
 
 
-def body_from_chunks(chunks: Iterable[bytes], limit: int) -> bytes:
-    """Buffer a request body so that every attempt can send it again, up to `limit`."""
-    parts: list[bytes] = []
-    size = 0
-    for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
+#: What reading a caller's body can raise: a file opened write-only or in text mode, a
+#: closed file, a generator httpx has already consumed.
+_UNREADABLE = (OSError, ValueError, TypeError, httpx.StreamError)
+
+
+class _BodyBuffer:
+    """A request body being buffered so that every attempt can send it again.
+
+    At most `limit` bytes are held: a longer body is refused as soon as it is seen to be
+    too long, not after it has all been read into memory.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, chunk: object) -> None:
+        if not isinstance(chunk, bytes | bytearray | memoryview):
             raise RequestNotReplayable(
-                f"request body is over max_request_body ({limit} bytes): it must be"
+                f"the request body yielded {type(chunk).__name__}, not bytes: send bytes,"
+                " or open a file in binary mode"
+            )
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise RequestNotReplayable(
+                f"request body is over max_request_body ({self.limit} bytes): it must be"
                 " buffered to be sent again with the same key; raise the limit or send less"
             )
-        parts.append(chunk)
-    return b"".join(parts)
+        self.parts.append(bytes(chunk))
+
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _unreadable(error: BaseException) -> RequestNotReplayable:
+    """The error for a body whose reading failed (chained to the cause by the caller)."""
+    return RequestNotReplayable(
+        f"the request body could not be read ({type(error).__name__}: {error}), so it"
+        " cannot be buffered and sent again with the same key; nothing was recorded or sent"
+    )
+
+
+def body_from_chunks(chunks: Iterable[bytes], limit: int) -> bytes:
+    """Buffer a request body so that every attempt can send it again, up to `limit`."""
+    buffer = _BodyBuffer(limit)
+    iterator = iter(chunks)
+    while True:
+        try:
+            chunk = next(iterator)
+        except StopIteration:
+            return buffer.body()
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from exc
+        buffer.add(chunk)
+
+
+async def abody_from_chunks(chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """`body_from_chunks` for an async body."""
+    buffer = _BodyBuffer(limit)
+    iterator = aiter(chunks)
+    while True:
+        try:
+            chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return buffer.body()
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from exc
+        buffer.add(chunk)
 
 
 def buffered_body(request: httpx.Request, limit: int) -> bytes | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -115,7 +115,15 @@ def _options(
     if identity is not None:
         parts = (identity,) if isinstance(identity, str) else tuple(identity)
         key = key_from_identity(*parts)
-    merged = httpx.Headers(headers)
+    try:
+        merged = httpx.Headers(headers)
+    except UnicodeEncodeError:
+        # httpx refuses a non-ASCII header value; when it is the key, say so as for any
+        # other invalid key (validate_key raises InvalidKey naming the character).
+        given = _raw_key(headers)
+        if given is not None:
+            validate_key(given)
+        raise
     if key is not None:
         merged[KEY_HEADER] = validate_key(key)
     elif KEY_HEADER in merged:
@@ -125,6 +133,16 @@ def _options(
         operation_id=operation_id, reference=reference, hooks=hooks
     )
     return merged, extended
+
+
+def _raw_key(headers: Any) -> object:
+    """The Idempotency-Key among headers as the caller gave them, or None."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    for name, value in pairs or ():
+        text = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        if text.lower() == KEY_HEADER.lower():
+            return value
+    return None
 
 
 def _outcome(response: httpx.Response) -> Outcome:

@@ -19,7 +19,7 @@ import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import Call, Settings, body_from_chunks, buffered_body
+from ._call import Call, Settings, abody_from_chunks, body_from_chunks, buffered_body
 from ._classify import Classification
 from ._clock import Clock, SystemClock
 from ._hooks import Hooks
@@ -224,8 +224,7 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
             stream = request.stream
             if not isinstance(stream, httpx.AsyncByteStream):
                 raise TypeError("an async transport needs a request with an async body")
-            chunks = [chunk async for chunk in stream]
-            body = body_from_chunks(chunks, settings.max_request_body)
+            body = await abody_from_chunks(stream, settings.max_request_body)
         call = Call(settings, request, body)
         store, clock = settings.store, settings.clock
         owner = new_owner()

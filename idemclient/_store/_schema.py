@@ -1,8 +1,10 @@
 """The SQLite store's file: recognising it, creating it privately, and migrating it.
 
-A file is ours when its SQLite header carries idemclient's application id. Anything
-else (not SQLite, damaged, another program's database, a newer schema) raises an error
-naming the file, and the file is left exactly as it was found.
+A file is ours when its SQLite header carries idemclient's application id and its
+operations table has the columns we read. Anything else (not SQLite, damaged, another
+program's database, a newer schema) raises an error naming the file, and the file is
+left exactly as it was found. So is a file this process cannot write: it is refused
+before SQLite opens it (see `_check_writable`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import sqlite_utils
 
 from .._errors import ForeignStore, StoreCorrupt, StoreError, StoreTooNew, StoreUnavailable
 
-__all__ = ["APPLICATION_ID", "MIGRATIONS", "SCHEMA_VERSION", "open_database", "store_error"]
+__all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "REQUIRED_COLUMNS",
+    "SCHEMA_VERSION",
+    "open_database",
+    "store_error",
+]
 
 APPLICATION_ID = 0x49444D43  # "IDMC"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -104,6 +113,36 @@ def _v2(db: sqlite_utils.Database) -> None:
     db.execute("DROP INDEX IF EXISTS operations_reference")
 
 
+#: The columns of `operations` that every schema version from 1 on has. A file that
+#: claims to be a store (our application id, a schema version) without them is damaged.
+REQUIRED_COLUMNS = frozenset(
+    {
+        "id",
+        "key",
+        "method",
+        "url",
+        "headers",
+        "body",
+        "fingerprint",
+        "reference",
+        "state",
+        "attempts",
+        "maybe_applied",
+        "evidence",
+        "not_before",
+        "lease_owner",
+        "lease_expires",
+        "status_code",
+        "response_headers",
+        "response_body",
+        "response_sha256",
+        "response_size",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    }
+)
+
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
@@ -172,24 +211,56 @@ def _create_or_check_header(path: str) -> None:
         raise StoreUnavailable(path, "is a directory, not a store file") from exc
     except OSError as exc:
         raise StoreUnavailable(path, f"cannot be read: {exc.strerror}") from exc
-    if not header:
-        return  # created empty (by us, before a crash): nothing to lose
-    if not header.startswith(_SQLITE_MAGIC):
+    # An empty file was created by us, before a crash: nothing to lose.
+    if header and not header.startswith(_SQLITE_MAGIC):
         raise StoreCorrupt(path, "is not a SQLite database (wrong file header)")
-    if len(header) < _HEADER_SIZE:
+    if header and len(header) < _HEADER_SIZE:
         raise StoreCorrupt(path, "is truncated: shorter than a SQLite header")
+    _check_writable(path)
+
+
+def _check_writable(path: str) -> None:
+    """Refuse a store this process cannot write, before SQLite opens it.
+
+    SQLite opens a file it cannot write read-only, and then creates the -wal and -shm
+    files beside it, read-only too. Those outlive the failed open and keep the store
+    unusable even after the file is made writable again. So the file, and any -wal or
+    -shm already beside it, are opened for writing here first (nothing is written),
+    and the directory must be writable when SQLite has still to create them.
+    """
+    for candidate in (path, f"{path}-wal", f"{path}-shm"):
+        try:
+            fd = os.open(candidate, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            which = "" if candidate == path else f" ({os.path.basename(candidate)} beside it)"
+            raise StoreUnavailable(
+                path, f"is read-only for this process{which}: {exc.strerror}; nothing was changed"
+            ) from exc
+        os.close(fd)
+    directory = os.path.dirname(os.path.abspath(path))
+    companions = all(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm"))
+    if not companions and not os.access(directory, os.W_OK):
+        name = os.path.basename(path)
+        raise StoreUnavailable(
+            path,
+            f"its directory {directory!r} is not writable, and SQLite must create"
+            f" {name}-wal and {name}-shm there; nothing was changed",
+        )
 
 
 def _check_and_migrate(
     conn: sqlite3.Connection, path: str, in_memory: bool, migrations: Sequence[Migration]
 ) -> None:
-    # One read transaction, so that all three come from the same snapshot: another
+    # One read transaction, so that all of these come from the same snapshot: another
     # process may be creating the store right now.
     conn.execute("BEGIN")
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         (tables,) = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(operations)")}
     finally:
         conn.execute("COMMIT")
     if app_id == 0:
@@ -207,6 +278,18 @@ def _check_and_migrate(
     if version > latest:
         raise StoreTooNew(
             path, f"has schema version {version}; this idemclient understands up to {latest}"
+        )
+    missing = sorted(REQUIRED_COLUMNS - columns)
+    if version >= 1 and missing:
+        found = (
+            "there is no operations table"
+            if not columns
+            else f"the operations table lacks {', '.join(missing)}"
+        )
+        raise StoreCorrupt(
+            path,
+            f"has idemclient's application id and schema version {version} but not its"
+            f" schema: {found}",
         )
     if not in_memory:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

@@ -9,6 +9,7 @@ phase machine runs next.
 
 from __future__ import annotations
 
+import collections
 import enum
 import hashlib
 import json
@@ -205,6 +206,27 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    # 1e400 is valid JSON but no finite float: stored, it would be echoed back as
+    # "Infinity", which is not JSON at all.
+    value = float(text)
+    if not math.isfinite(value):
+        raise _bad_body(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # {"amount": 1, "amount": 100}: parsers disagree on which one counts (first, last,
+    # or an error), so a proxy and this server could read different amounts. A payment
+    # instruction must mean one thing: refuse it.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        counts = collections.Counter(name for name, _ in pairs)
+        twice = next(name for name, count in counts.items() if count > 1)
+        raise _bad_body(f"the field name {twice[:40]!r} appears more than once in one object")
+    return value
+
+
 def parse_payment(body: bytes) -> tuple[Payment, bytes]:
     """The instruction in `body` and its canonical bytes, or a 400/413 `Problem`.
 
@@ -220,7 +242,14 @@ def parse_payment(body: bytes) -> tuple[Payment, bytes]:
         )
     try:
         text = body.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_names,
+        )
+    except Problem:
+        raise
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise _bad_body("the body must be a UTF-8 JSON object") from None
     if not isinstance(value, dict):
