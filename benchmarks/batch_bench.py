@@ -48,7 +48,7 @@ def child(csv_path: str, url: str, store_path: str) -> dict[str, Any]:
 
     from idemclient import DEFAULT_NAMESPACE, Client, SQLiteStore
     from idemclient.batch import read_batch, submit
-    from idemclient.batch._run import _Plan, _register
+    from idemclient.batch._run import _Plan, _registered
 
     headers = {"Authorization": "Bearer bench-batch"}
     started = time.perf_counter()
@@ -58,11 +58,10 @@ def child(csv_path: str, url: str, store_path: str) -> dict[str, Any]:
     # request, record all rows in one transaction.
     with Client(base_url=url, headers=headers, store=SQLiteStore(store_path + ".reg")) as client:
         before = time.perf_counter()
-        intents = _Plan(NOOP, "payout", DEFAULT_NAMESPACE).intents(client.http, batch)
-        _register(client.store, batch, intents, time.time())
+        plan = _Plan(NOOP, "payout", DEFAULT_NAMESPACE)
+        _registered(client.store, batch, plan, client.http, time.time())
         register_s = time.perf_counter() - before
         client.store.close()
-    del intents
     # The whole submission (registration included) into a fresh store.
     with Client(base_url=url, headers=headers, store=store_path) as client:
         began = time.perf_counter()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import sqlite3
 import threading
@@ -42,6 +43,7 @@ _INSERT = (
     " ON CONFLICT DO NOTHING"
 )
 _SELECT = f"SELECT {COLUMNS} FROM operations"
+_REGISTER_CHUNK = 5_000
 _UNFINISHED = "finished_at IS NULL"
 
 
@@ -269,50 +271,54 @@ class SQLiteStore:
             return record_from_row(rows[0]) if rows else self._fetch(conn, operation_id)
 
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
-        intents = list(intents)
         stored: dict[Headers, str] = {}  # rows of a batch share their headers: redact once
-        rows = [
-            (
-                i.operation_id,
-                i.key,
-                i.method,
-                i.url,
-                stored.get(i.headers) or stored.setdefault(i.headers, self._stored_headers(i)),
-                i.body,
-                i.fingerprint,
-                i.reference,
-                State.PENDING.value,
-                None,
-                None,
-                now,
-                now,
-            )
-            for i in intents
-        ]
+        created = 0
+        conflicts: list[tuple[str, str, str]] = []
         durable = self.durability is not Durability.BUFFERED
         with self._use(durable=durable) as conn, _transaction(conn):
-            before = conn.total_changes
-            conn.executemany(_INSERT, rows)
-            created = conn.total_changes - before
-            if created != len(rows):
-                # Some existed already: each must be the same request, or nothing is
-                # recorded (the transaction rolls back). Every conflict is named.
-                conflicts = []
-                for intent in intents:
-                    try:
-                        self._find_for(conn, intent)
-                    except OperationMismatch as exc:
-                        conflicts.append((intent.operation_id, str(exc)))
-                if conflicts:
-                    first = conflicts[0][0]
-                    raise OperationMismatch(
-                        f"{len(conflicts)} operation(s) were recorded before for other"
-                        f" requests; nothing was registered. First: {conflicts[0][1]}",
-                        operation_id=first,
-                        key=next(i.key for i in intents if i.operation_id == first),
-                        conflicts=tuple(conflicts),
+            # In chunks, inside one transaction: all rows or none, and a batch of a
+            # hundred thousand rows is never held whole a second time.
+            for chunk in _chunks(intents, _REGISTER_CHUNK):
+                rows = [
+                    (
+                        i.operation_id,
+                        i.key,
+                        i.method,
+                        i.url,
+                        stored.get(i.headers)
+                        or stored.setdefault(i.headers, self._stored_headers(i)),
+                        i.body,
+                        i.fingerprint,
+                        i.reference,
+                        State.PENDING.value,
+                        None,
+                        None,
+                        now,
+                        now,
                     )
-            return created
+                    for i in chunk
+                ]
+                before = conn.total_changes
+                conn.executemany(_INSERT, rows)
+                added = conn.total_changes - before
+                created += added
+                if added != len(rows):
+                    # Some existed already: each must be the same request.
+                    for intent in chunk:
+                        try:
+                            self._find_for(conn, intent)
+                        except OperationMismatch as exc:
+                            conflicts.append((intent.operation_id, intent.key, str(exc)))
+            if conflicts:  # raised inside the transaction: it rolls back, nothing is kept
+                first_id, first_key, first_reason = conflicts[0]
+                raise OperationMismatch(
+                    f"{len(conflicts)} operation(s) were recorded before for other"
+                    f" requests; nothing was registered. First: {first_reason}",
+                    operation_id=first_id,
+                    key=first_key,
+                    conflicts=tuple((op, reason) for op, _key, reason in conflicts),
+                )
+        return created
 
     def _stored_headers(self, intent: Intent) -> str:
         return dump_headers(redact(intent.headers, self.secret_headers))
@@ -462,6 +468,12 @@ class SQLiteStore:
         if cursor.rowcount != 1:
             return Begin(Claim.BUSY, record)
         return Begin(Claim.CLAIMED, self._fetch(conn, record.operation_id))
+
+
+def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 @dataclasses.dataclass(slots=True)

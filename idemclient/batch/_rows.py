@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import csv
 import datetime
-import io
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,19 +34,21 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 @dataclass(frozen=True, slots=True)
 class PayoutRow:
-    """One validated row. `fields` keeps every column as read, in file order."""
+    """One validated row. `values` keeps every column as read, in the order of
+    `columns` (one tuple shared by every row of a batch)."""
 
     number: int
     reference: str
     amount: int
     currency: str
     value_date: datetime.date
-    fields: tuple[tuple[str, str], ...]
+    columns: tuple[str, ...]
+    values: tuple[str, ...]
 
     def payload(self) -> dict[str, object]:
         """The JSON body: every column, with the amount in integer minor units and the
         row's reference as `reference`."""
-        body: dict[str, object] = dict(self.fields)
+        body: dict[str, object] = dict(zip(self.columns, self.values, strict=True))
         body.update(
             amount=self.amount,
             currency=self.currency,
@@ -82,14 +84,16 @@ class Batch:
         header: list[str] = []
         for record in listed:
             header.extend(name for name in record if name not in header)
-        return _validate(
-            source,
+        rows, problems = _validate(
             reference,
             header,
-            [(n, record) for n, record in enumerate(listed, start=1)],
+            ((n, [r.get(name, "") for name in header]) for n, r in enumerate(listed, start=1)),
             _Columns(reference_column, amount_column, currency_column, date_column),
             amount_format,
         )
+        if problems:
+            raise BatchInvalid(source, problems)
+        return cls(source=source, reference=reference, rows=rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,47 +122,55 @@ def read_batch(
     """
     file = Path(path)
     source = str(file)
-    raw = file.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise BatchInvalid(
-            source, [(0, f"is not UTF-8 text ({exc.reason} at byte {exc.start})")]
-        ) from exc
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        table = list(reader)
-    except csv.Error as exc:
-        raise BatchInvalid(source, [(0, f"is not valid CSV: {exc}")]) from exc
-    table = [row for row in table if any(cell.strip() for cell in row)]  # blank lines
-    if not table:
-        raise BatchInvalid(source, [(0, "is empty: a header row and at least one row are needed")])
-    header = [name.strip() for name in table[0]]
-    problems: list[tuple[int, str]] = []
-    if len(set(header)) != len(header):
-        duplicated = sorted({name for name in header if header.count(name) > 1})
-        problems.append((0, f"header repeats column(s) {', '.join(duplicated)}"))
-    records: list[tuple[int, dict[str, str]]] = []
-    for number, cells in enumerate(table[1:], start=1):
-        if len(cells) != len(header):
-            problems.append((number, f"has {len(cells)} fields; the header has {len(header)}"))
-            continue
-        records.append((number, dict(zip(header, (c.strip() for c in cells), strict=True))))
-    if problems:
-        raise BatchInvalid(source, problems)
     reference = batch_reference if batch_reference is not None else file.stem
     columns = _Columns(reference_column, amount_column, currency_column, date_column)
-    return _validate(source, reference, header, records, columns, amount_format)
+    shape: list[tuple[int, str]] = []
+    # Streamed, row by row: a file of a hundred thousand rows is never held twice.
+    with file.open(encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle)
+        lines = (cells for cells in reader if any(cell.strip() for cell in cells))
+        try:
+            first = next(lines, None)
+            if first is None:
+                raise BatchInvalid(
+                    source, [(0, "is empty: a header row and at least one row are needed")]
+                )
+            header = [name.strip() for name in first]
+            if len(set(header)) != len(header):
+                duplicated = sorted({name for name in header if header.count(name) > 1})
+                raise BatchInvalid(
+                    source, [(0, f"header repeats column(s) {', '.join(duplicated)}")]
+                )
+
+            def records() -> Iterator[tuple[int, list[str]]]:
+                for number, cells in enumerate(lines, start=1):
+                    if len(cells) != len(header):
+                        shape.append(
+                            (number, f"has {len(cells)} fields; the header has {len(header)}")
+                        )
+                        continue
+                    yield number, [cell.strip() for cell in cells]
+
+            rows, problems = _validate(reference, header, records(), columns, amount_format)
+        except UnicodeDecodeError as exc:
+            raise BatchInvalid(
+                source, [(0, f"is not UTF-8 text ({exc.reason} near line {reader.line_num + 1})")]
+            ) from exc
+        except csv.Error as exc:
+            raise BatchInvalid(source, [(0, f"is not valid CSV: {exc}")]) from exc
+    if shape or problems:  # a row of the wrong shape hides its values' problems
+        raise BatchInvalid(source, shape or problems)
+    return Batch(source=source, reference=reference, rows=rows)
 
 
 def _validate(
-    source: str,
     batch_reference: str,
     header: Sequence[str],
-    records: Sequence[tuple[int, Mapping[str, str]]],
+    records: Iterable[tuple[int, Sequence[str]]],
     columns: _Columns,
     amount_format: AmountFormat,
-) -> Batch:
+) -> tuple[tuple[PayoutRow, ...], list[tuple[int, str]]]:
+    """The valid rows, and every problem found (row 0: the file itself)."""
     problems: list[tuple[int, str]] = []
     if not batch_reference.strip() or _CONTROL.search(batch_reference):
         problems.append(
@@ -170,14 +182,21 @@ def _validate(
         problems.append(
             (0, f"missing column(s): {', '.join(missing)} (found: {', '.join(header)})")
         )
-        raise BatchInvalid(source, problems)
-    if not records:
-        problems.append((0, "has a header but no rows"))
+        return (), problems
+    shared = tuple(header)
+    at_ref, at_amount, at_currency, at_date = (shared.index(name) for name in required)
     rows: list[PayoutRow] = []
     first_use: dict[str, int] = {}
-    for number, record in records:
+    seen = 0
+    for number, read in records:
+        seen += 1
+        values = list(read)
+        # Columns that repeat across a file (currency, date) share one string: a
+        # hundred thousand rows hold a few copies, not a hundred thousand.
+        values[at_currency] = sys.intern(values[at_currency])
+        values[at_date] = sys.intern(values[at_date])
         row_problems: list[str] = []
-        reference = record.get(columns.reference, "")
+        reference = values[at_ref]
         if not reference:
             row_problems.append(f"empty reference ({columns.reference})")
         elif len(reference) > MAX_REFERENCE_LENGTH:
@@ -188,13 +207,13 @@ def _validate(
             row_problems.append(f"reference {reference!r} repeats row {first_use[reference]}")
         else:
             first_use[reference] = number
-        currency = record.get(columns.currency, "")
+        currency = values[at_currency]
         if currency not in MINOR_UNITS:
             row_problems.append(f"currency {currency!r} is not an ISO 4217 code")
-        amount = _amount(record.get(columns.amount, ""), MINOR_UNITS.get(currency), amount_format)
+        amount = _amount(values[at_amount], MINOR_UNITS.get(currency), amount_format)
         if isinstance(amount, str):
             row_problems.append(amount)
-        value_date = _date(record.get(columns.date, ""))
+        value_date = _date(values[at_date])
         if isinstance(value_date, str):
             row_problems.append(value_date)
         if row_problems or isinstance(amount, str) or isinstance(value_date, str):
@@ -207,12 +226,13 @@ def _validate(
                 amount=amount,
                 currency=currency,
                 value_date=value_date,
-                fields=tuple((name, record.get(name, "")) for name in header),
+                columns=shared,
+                values=tuple(values),
             )
         )
-    if problems:
-        raise BatchInvalid(source, problems)
-    return Batch(source=source, reference=batch_reference, rows=tuple(rows))
+    if not seen:
+        problems.append((0, "has a header but no rows"))
+    return tuple(rows), problems
 
 
 def _amount(text: str, exponent: int | None, amount_format: AmountFormat) -> int | str:

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -127,33 +126,31 @@ class _Plan:
             },
         )
 
-    def intents(self, http: httpx.Client | httpx.AsyncClient, batch: Batch) -> list[Intent]:
+    def intents(
+        self, http: httpx.Client | httpx.AsyncClient, batch: Batch, keys: Sequence[str]
+    ) -> Iterator[Intent]:
         """Every row's intent, exactly as the transport will find it when the row is sent
         (same key, URL and body bytes, so the same fingerprint), without building an
-        httpx request per row: the URL and headers are the same for every row."""
+        httpx request per row: the URL and headers are the same for every row. Made
+        one at a time, as the store takes them."""
         template = intent_for(
             http.build_request("POST", self.path, headers={"Content-Type": "application/json"}),
             b"",
         )
         url = httpx.URL(template.url)
-        intents = []
-        for row in batch.rows:
-            key = self.key(batch, row)
+        for row, key in zip(batch.rows, keys, strict=True):
             body = _body(row)
-            intents.append(
-                Intent(
-                    operation_id=key,
-                    key=key,
-                    key_given=True,
-                    method="POST",
-                    url=template.url,
-                    headers=template.headers,
-                    body=body,
-                    fingerprint=fingerprint("POST", url, body),
-                    reference=row.reference,
-                )
+            yield Intent(
+                operation_id=key,
+                key=key,
+                key_given=True,
+                method="POST",
+                url=template.url,
+                headers=template.headers,
+                body=body,
+                fingerprint=fingerprint("POST", url, body),
+                reference=row.reference,
             )
-        return intents
 
 
 def _body(row: PayoutRow) -> bytes:
@@ -165,14 +162,16 @@ def _body(row: PayoutRow) -> bytes:
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
-def _register(store: Store, batch: Batch, intents: list[Intent], now: float) -> None:
-    """All rows in one transaction, or none (a row changed since it was first sent)."""
+def _registered(
+    store: Store, batch: Batch, plan: _Plan, http: httpx.Client | httpx.AsyncClient, now: float
+) -> list[str]:
+    """Register every row in one transaction, or none (a row changed since it was first
+    sent); return the rows' keys."""
+    keys = [plan.key(batch, row) for row in batch.rows]
     try:
-        store.register(intents, now=now)
+        store.register(plan.intents(http, batch, keys), now=now)
     except OperationMismatch as exc:
-        row_of = {
-            intent.operation_id: row.number for intent, row in zip(intents, batch.rows, strict=True)
-        }
+        row_of = {key: row.number for key, row in zip(keys, batch.rows, strict=True)}
         problems = [
             (
                 row_of.get(operation_id, 0),
@@ -183,6 +182,7 @@ def _register(store: Store, batch: Batch, intents: list[Intent], now: float) -> 
             for operation_id, _reason in exc.conflicts
         ]
         raise BatchInvalid(batch.source, problems) from exc
+    return keys
 
 
 def _row_report(row: PayoutRow, outcome: Outcome) -> ReportRow:
@@ -221,25 +221,46 @@ def submit(
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     plan = _Plan(path, operation, namespace)
-    intents = plan.intents(client.http, batch)
-    _register(client.store, batch, intents, client.settings.clock.time())
-    tracker = _Tracker(len(intents), on_progress)
+    now = client.settings.clock.time()
+    keys = _registered(client.store, batch, plan, client.http, now)
+    tracker = _Tracker(len(keys), on_progress)
+    results: list[ReportRow | None] = [None] * len(keys)
+    work = iter(range(len(keys)))
+    lock = threading.Lock()
+    failures: list[BaseException] = []
 
-    def send(row: PayoutRow, key: str) -> ReportRow:
-        if tracker.credentials_refused:
-            outcome = _unstarted(client.store, key)
-        else:
-            outcome = _send(client.http, plan.request(client.http, key, row, tracker.hooks(key)))
-        tracker.finished(key, outcome)
-        return _row_report(row, outcome)
+    def worker() -> None:
+        # A few threads pulling rows, not a future per row: a hundred thousand rows
+        # cost a hundred thousand report lines, and nothing else.
+        while not failures:
+            with lock:
+                index = next(work, None)
+            if index is None:
+                return
+            row, key = batch.rows[index], keys[index]
+            try:
+                if tracker.credentials_refused:
+                    outcome = _unstarted(client.store, key)
+                else:
+                    request = plan.request(client.http, key, row, tracker.hooks(key))
+                    outcome = _send(client.http, request)
+            except BaseException as exc:  # re-raised by the caller, not lost in a thread
+                failures.append(exc)
+                return
+            tracker.finished(key, outcome)
+            results[index] = _row_report(row, outcome)
 
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="idemclient-batch") as pool:
-        futures = [
-            pool.submit(send, row, intent.operation_id)
-            for row, intent in zip(batch.rows, intents, strict=True)
-        ]
-        rows = tuple(future.result() for future in futures)
-    return Report(batch=batch.reference, rows=rows)
+    threads = [
+        threading.Thread(target=worker, name=f"idemclient-batch-{n}", daemon=True)
+        for n in range(min(concurrency, max(1, len(keys))))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return Report(batch=batch.reference, rows=tuple(r for r in results if r is not None))
 
 
 def _send(http: httpx.Client, request: httpx.Request) -> Outcome:
@@ -267,15 +288,15 @@ async def asubmit(
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
     plan = _Plan(path, operation, namespace)
-    intents = plan.intents(client.http, batch)
     now = client.settings.clock.time()
-    await anyio.to_thread.run_sync(lambda: _register(client.store, batch, intents, now))
-    tracker = _Tracker(len(intents), on_progress)
-    limiter = anyio.CapacityLimiter(concurrency)
-    results: dict[int, ReportRow] = {}
+    keys = await anyio.to_thread.run_sync(_registered, client.store, batch, plan, client.http, now)
+    tracker = _Tracker(len(keys), on_progress)
+    results: list[ReportRow | None] = [None] * len(keys)
+    work = iter(range(len(keys)))
 
-    async def send(index: int, row: PayoutRow, key: str) -> None:
-        async with limiter:
+    async def worker() -> None:
+        for index in work:  # tasks share one iterator: each row is taken once
+            row, key = batch.rows[index], keys[index]
             if tracker.credentials_refused:
                 outcome = await anyio.to_thread.run_sync(_unstarted, client.store, key)
             else:
@@ -291,6 +312,6 @@ async def asubmit(
             results[index] = _row_report(row, outcome)
 
     async with anyio.create_task_group() as group:
-        for index, (row, intent) in enumerate(zip(batch.rows, intents, strict=True)):
-            group.start_soon(send, index, row, intent.operation_id)
-    return Report(batch=batch.reference, rows=tuple(results[i] for i in range(len(results))))
+        for _ in range(min(concurrency, max(1, len(keys)))):
+            group.start_soon(worker)
+    return Report(batch=batch.reference, rows=tuple(r for r in results if r is not None))
