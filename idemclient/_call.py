@@ -219,6 +219,7 @@ class Call:
         self.evidence = ""
         self.not_before: float | None = None
         self.created_at = 0.0
+        self.record: OperationRecord | None = None
         self.settled = False
         self._sending = False
         self._reconcile = False
@@ -243,6 +244,7 @@ class Call:
         self.evidence = record.evidence
         self.not_before = record.not_before
         self.created_at = record.created_at
+        self.record = record
 
     def busy_wait(self) -> float | None:
         """Seconds to wait for another owner's lease, or None to give up now."""

@@ -179,6 +179,7 @@ class IdempotentTransport(httpx.BaseTransport):
             state=call.final_state(found),
             progress=call.progress(settling=True),
             response=stored,
+            known=call.record,
         )
         call.outcome(record, response)
         return response
@@ -288,6 +289,7 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
                         state=call.final_state(found),
                         progress=call.progress(settling=True),
                         response=stored,
+                        known=call.record,
                     )
                     call.outcome(record, response)
                     return response

@@ -168,8 +168,13 @@ class Store(Protocol):
         state: State,
         progress: Progress,
         response: StoredResponse | None = None,
+        known: OperationRecord | None = None,
     ) -> OperationRecord:
-        """Store where the call left the operation and release the lease."""
+        """Store where the call left the operation and release the lease.
+
+        `known` is the record as the caller last saw it (from `begin` or `claim`): when
+        the write lands, the store may answer from it instead of reading the row back.
+        """
         ...
 
     def settle(

@@ -212,6 +212,7 @@ class PostgresStore:
         state: State,
         progress: Progress,
         response: StoredResponse | None = None,
+        known: OperationRecord | None = None,  # one round trip either way: RETURNING
     ) -> OperationRecord:
         response_values: tuple[Any, ...] = (None, None, None, None, None)
         if response is not None:

@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 APPLICATION_ID = 0x49444D43  # "IDMC"
+PAGE_SIZE = 2048
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
 
@@ -292,6 +293,11 @@ def _check_and_migrate(
             f" schema: {found}",
         )
     if not in_memory:
+        if tables == 0:
+            # Set once, before the first table: each commit writes whole pages to the
+            # WAL, and an operation's rows are small, so 2 KiB pages write about a
+            # quarter less per operation than the default 4 KiB (measured).
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
             raise StoreUnavailable(path, f"cannot use write-ahead logging (journal mode {mode!r})")

@@ -187,15 +187,22 @@ class SQLiteStore:
         state: State,
         progress: Progress,
         response: StoredResponse | None = None,
+        known: OperationRecord | None = None,
     ) -> OperationRecord:
+        kept = response
         response_values: tuple[Any, ...] = (None, None, None, None, None)
         if response is not None:
+            headers = redact(response.headers, self.secret_headers)
+            # Over the cap, only the size and hash are kept: the table must not become a
+            # blob store.
+            body = response.body if response.body_size <= self.max_stored_body else b""
+            kept = StoredResponse(
+                response.status_code, headers, body, response.body_sha256, response.body_size
+            )
             response_values = (
                 response.status_code,
-                dump_headers(redact(response.headers, self.secret_headers)),
-                # Over the cap, only the size and hash are kept: the table must not
-                # become a blob store.
-                response.body if response.body_size <= self.max_stored_body else b"",
+                dump_headers(headers),
+                body,
                 response.body_sha256,
                 response.body_size,
             )
@@ -208,13 +215,13 @@ class SQLiteStore:
         guard = "finished_at IS NULL" if state.finished else "lease_owner = ?"
         guard_args: tuple[Any, ...] = () if state.finished else (owner,)
         with self._use(durable=self.durability is Durability.FULL) as conn:
-            rows = conn.execute(
+            cursor = conn.execute(
                 "UPDATE operations SET state = ?, attempts = ?,"
                 " maybe_applied = max(maybe_applied, ?), evidence = ?, not_before = ?,"
                 " lease_owner = NULL, lease_expires = NULL, status_code = ?,"
                 " response_headers = ?, response_body = ?, response_sha256 = ?,"
                 " response_size = ?, updated_at = ?, finished_at = ?"
-                f" WHERE id = ? AND {guard} RETURNING {COLUMNS}",
+                f" WHERE id = ? AND {guard}",
                 (
                     state.value,
                     progress.attempts,
@@ -227,10 +234,24 @@ class SQLiteStore:
                     operation_id,
                     *guard_args,
                 ),
-            ).fetchall()  # drained: the statement, and so its transaction, ends here
-            # Not updated (a final answer was there first, or the lease moved on): the
-            # stored record is the truth.
-            return record_from_row(rows[0]) if rows else self._fetch(conn, operation_id)
+            )
+            if cursor.rowcount != 1 or known is None:
+                # Not written as asked (a final answer was there first, or the lease
+                # moved on), or nothing to answer from: the stored row is the truth.
+                return self._fetch(conn, operation_id)
+        return dataclasses.replace(
+            known,
+            state=state,
+            attempts=progress.attempts,
+            maybe_applied=known.maybe_applied or progress.maybe_applied,
+            evidence=progress.evidence,
+            not_before=not_before,
+            lease_owner=None,
+            lease_expires=None,
+            response=kept,
+            updated_at=now,
+            finished_at=finished_at,
+        )
 
     def settle(
         self,
