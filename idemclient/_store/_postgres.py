@@ -48,7 +48,15 @@ from ._base import (
 )
 from ._owners import owner_is_dead
 from ._pg_schema import StoreIdentity, open_schema, read_identity
-from ._rows import COLUMNS, DEFAULT_SECRET_HEADERS, dump_headers, mismatch, record_from_row, redact
+from ._rows import (
+    COLUMNS,
+    DEFAULT_SECRET_HEADERS,
+    as_stored,
+    dump_headers,
+    mismatch,
+    record_from_row,
+    redact,
+)
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
@@ -214,17 +222,7 @@ class PostgresStore:
         response: StoredResponse | None = None,
         known: OperationRecord | None = None,  # one round trip either way: RETURNING
     ) -> OperationRecord:
-        response_values: tuple[Any, ...] = (None, None, None, None, None)
-        if response is not None:
-            response_values = (
-                response.status_code,
-                dump_headers(redact(response.headers, self.secret_headers)),
-                # Over the cap, only the size and hash are kept: the table must not
-                # become a blob store.
-                response.body if response.body_size <= self.max_stored_body else b"",
-                response.body_sha256,
-                response.body_size,
-            )
+        _kept, response_values = as_stored(response, self.secret_headers, self.max_stored_body)
         now = progress.now
         finished_at = now if state.finished else None
         # A final answer ends any wait the server asked for.
@@ -267,20 +265,16 @@ class PostgresStore:
         response: StoredResponse | None = None,
     ) -> OperationRecord:
         if applied:
-            stored = response or StoredResponse.of(200, (), b"")
+            _kept, columns = as_stored(
+                response or StoredResponse.of(200, (), b""),
+                self.secret_headers,
+                self.max_stored_body,
+            )
             sets = (
                 "state = %s, status_code = %s, response_headers = %s::jsonb, response_body = %s,"
                 " response_sha256 = %s, response_size = %s, finished_at = %s"
             )
-            values: tuple[Any, ...] = (
-                State.SUCCEEDED.value,
-                stored.status_code,
-                dump_headers(redact(stored.headers, self.secret_headers)),
-                stored.body if stored.body_size <= self.max_stored_body else b"",
-                stored.body_sha256,
-                stored.body_size,
-                now,
-            )
+            values: tuple[Any, ...] = (State.SUCCEEDED.value, *columns, now)
         else:
             sets = "state = %s, maybe_applied = false"
             values = (State.NOT_SENT.value,)

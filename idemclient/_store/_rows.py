@@ -14,6 +14,7 @@ from ._base import Headers, Intent, OperationRecord, StoredResponse
 __all__ = [
     "COLUMNS",
     "DEFAULT_SECRET_HEADERS",
+    "as_stored",
     "dump_headers",
     "mismatch",
     "record_from_row",
@@ -46,6 +47,22 @@ def redact(headers: Headers, secret: frozenset[str]) -> Headers:
         for name, value in headers
         if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
     )
+
+
+def as_stored(
+    response: StoredResponse | None, secret: frozenset[str], max_body: int
+) -> tuple[StoredResponse | None, tuple[Any, ...]]:
+    """A response as a store keeps it (secret headers gone; over `max_body`, the body
+    kept only as its size and hash, so the table never becomes a blob store), and the
+    values of its five columns: status, headers, body, sha256, size."""
+    if response is None:
+        return None, (None, None, None, None, None)
+    headers = redact(response.headers, secret)
+    body = response.body if response.body_size <= max_body else b""
+    kept = StoredResponse(
+        response.status_code, headers, body, response.body_sha256, response.body_size
+    )
+    return kept, (kept.status_code, dump_headers(headers), body, kept.body_sha256, kept.body_size)
 
 
 def dump_headers(headers: Headers) -> str:

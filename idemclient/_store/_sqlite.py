@@ -31,7 +31,15 @@ from ._base import (
     StoredResponse,
 )
 from ._owners import owner_is_dead
-from ._rows import COLUMNS, DEFAULT_SECRET_HEADERS, dump_headers, mismatch, record_from_row, redact
+from ._rows import (
+    COLUMNS,
+    DEFAULT_SECRET_HEADERS,
+    as_stored,
+    dump_headers,
+    mismatch,
+    record_from_row,
+    redact,
+)
 from ._schema import open_database, store_error
 
 __all__ = ["SQLiteStore"]
@@ -189,23 +197,7 @@ class SQLiteStore:
         response: StoredResponse | None = None,
         known: OperationRecord | None = None,
     ) -> OperationRecord:
-        kept = response
-        response_values: tuple[Any, ...] = (None, None, None, None, None)
-        if response is not None:
-            headers = redact(response.headers, self.secret_headers)
-            # Over the cap, only the size and hash are kept: the table must not become a
-            # blob store.
-            body = response.body if response.body_size <= self.max_stored_body else b""
-            kept = StoredResponse(
-                response.status_code, headers, body, response.body_sha256, response.body_size
-            )
-            response_values = (
-                response.status_code,
-                dump_headers(headers),
-                body,
-                response.body_sha256,
-                response.body_size,
-            )
+        kept, response_values = as_stored(response, self.secret_headers, self.max_stored_body)
         now = progress.now
         finished_at = now if state.finished else None
         # A final answer ends any wait the server asked for.
@@ -264,20 +256,16 @@ class SQLiteStore:
         response: StoredResponse | None = None,
     ) -> OperationRecord:
         if applied:
-            stored = response or StoredResponse.of(200, (), b"")
+            _kept, columns = as_stored(
+                response or StoredResponse.of(200, (), b""),
+                self.secret_headers,
+                self.max_stored_body,
+            )
             sets = (
                 "state = ?, status_code = ?, response_headers = ?, response_body = ?,"
                 " response_sha256 = ?, response_size = ?, finished_at = ?"
             )
-            values: tuple[Any, ...] = (
-                State.SUCCEEDED.value,
-                stored.status_code,
-                dump_headers(redact(stored.headers, self.secret_headers)),
-                stored.body if stored.body_size <= self.max_stored_body else b"",
-                stored.body_sha256,
-                stored.body_size,
-                now,
-            )
+            values: tuple[Any, ...] = (State.SUCCEEDED.value, *columns, now)
         else:
             sets = "state = ?, maybe_applied = 0"
             values = (State.NOT_SENT.value,)
