@@ -133,6 +133,10 @@ class MerchantDatabase:
             )  # the same DDL on both
             conn.commit()
 
+    def close(self) -> None:
+        for inbox in self.opened:
+            inbox.close()
+
     def open_inbox(self, **options: Any) -> Inbox[Any]:
         inbox: Inbox[Any]
         if self.backend == "sqlite":
@@ -186,5 +190,4 @@ def merchant(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Merchan
     else:
         database = MerchantDatabase("postgres", request.getfixturevalue("pg_url"))
     yield database
-    for inbox in database.opened:
-        inbox.close()
+    database.close()
