@@ -1,15 +1,17 @@
-"""The PostgreSQL store's tables: recognising them, creating them, and migrating them.
+"""Our tables in a PostgreSQL schema: recognising them, creating them, and migrating them.
 
-The store lives in one PostgreSQL schema (namespace), `idemclient` unless told
-otherwise, so that it never meets the application's own tables. It is ours when its
-`store_version` table says so. Anything else found under our table names (a foreign
-`operations` table, a version table that is not ours, a newer schema version) raises
-an error naming it, and nothing in the database is changed.
+Each idemclient component that keeps tables in PostgreSQL (the store; the inbox) lives
+in one PostgreSQL schema (namespace) of its own, so that it never meets the
+application's own tables. A `Layout` says what the component's tables are called and
+how to migrate them. They are ours when the layout's version table says so. Anything
+else found under our table names (a foreign main table, a version table that is not
+ours, a newer schema version) raises an error naming it, and nothing in the database
+is changed.
 
-Every process that opens the store runs `open_schema`; a transaction-scoped advisory
+Every process that opens a component runs `open_schema`; a transaction-scoped advisory
 lock makes them take turns, so that several hosts starting at once migrate it once.
-DDL is transactional in PostgreSQL: a migration that fails leaves the store exactly at
-the version it had.
+DDL is transactional in PostgreSQL: a migration that fails leaves the tables exactly at
+the version they had.
 """
 
 from __future__ import annotations
@@ -27,7 +29,17 @@ from psycopg.rows import tuple_row
 from .._errors import ForeignStore, StoreTooNew
 from .._outcome import UNFINISHED_STATES, State
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "StoreIdentity", "open_schema"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "STORE",
+    "Layout",
+    "Migration",
+    "StoreIdentity",
+    "create_version_table",
+    "open_schema",
+    "read_identity",
+]
 
 APPLICATION = "idemclient"
 
@@ -36,13 +48,12 @@ APPLICATION = "idemclient"
 Migration = Callable[[psycopg.Connection[Any], str], None]
 
 
-def _v1(conn: psycopg.Connection[Any], schema: str) -> None:
-    states = ", ".join(f"'{s.value}'" for s in State)
-    unfinished = ", ".join(f"'{s}'" for s in UNFINISHED_STATES)
+def create_version_table(conn: psycopg.Connection[Any], schema: str, name: str) -> None:
+    """The one-row table that says the tables beside it are ours, and at which version."""
     conn.execute(
         f"""
-        CREATE TABLE {schema}.store_version (
-            -- one row: the store's identity and the version of its tables
+        CREATE TABLE {schema}.{name} (
+            -- one row: the component's identity and the version of its tables
             singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
             application text NOT NULL CHECK (application = '{APPLICATION}'),
             store_id uuid NOT NULL,
@@ -51,6 +62,12 @@ def _v1(conn: psycopg.Connection[Any], schema: str) -> None:
         )
         """
     )
+
+
+def _v1(conn: psycopg.Connection[Any], schema: str) -> None:
+    states = ", ".join(f"'{s.value}'" for s in State)
+    unfinished = ", ".join(f"'{s}'" for s in UNFINISHED_STATES)
+    create_version_table(conn, schema, "store_version")
     # Times are the client's clock as epoch seconds (double precision), exactly as the
     # client compares them; read them with to_timestamp(). `seq` orders operations
     # created in the same instant (a batch) as they were recorded.
@@ -116,8 +133,30 @@ class StoreIdentity:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One component's tables in a schema.
+
+    `version_table` holds the one row that makes the schema's tables ours;
+    `main_table` is the table whose presence without it means someone else's;
+    `migrations[n - 1]` takes the tables from version n - 1 to n (the first creates the
+    version table with `create_version_table`). `noun` and `opener` name the
+    component in errors ("give the store another schema (PostgresStore(..., schema=...))").
+    """
+
+    version_table: str
+    main_table: str
+    migrations: Sequence[Migration]
+    noun: str
+    opener: str
+
+
+#: The client store's tables.
+STORE = Layout("store_version", "operations", MIGRATIONS, "store", "PostgresStore")
+
+
 def lock_id(schema: str) -> int:
-    """The advisory lock that serialises opening the store in `schema` (signed 64 bits)."""
+    """The advisory lock that serialises opening our tables in `schema` (signed 64 bits)."""
     digest = hashlib.sha256(f"{APPLICATION}:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
@@ -127,21 +166,24 @@ def open_schema(
     schema: str,
     *,
     where: str,
-    migrations: Sequence[Migration] = MIGRATIONS,
+    layout: Layout = STORE,
+    migrations: Sequence[Migration] | None = None,
 ) -> StoreIdentity:
-    """Check and migrate the store in `schema`; `conn` must be in autocommit mode.
+    """Check and migrate `layout`'s tables in `schema`; `conn` must be idle (no
+    transaction open). `migrations` replaces the layout's own (for tests).
 
-    `where` names the database in errors. Returns the store's identity.
+    `where` names the database in errors. Returns the tables' identity.
     """
+    steps = layout.migrations if migrations is None else migrations
     quoted = sql.Identifier(schema).as_string(conn)
-    latest = len(migrations)
+    latest = len(steps)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_id(schema),))
-        found = _inspect(conn, schema, quoted, where)
+        found = _inspect(conn, layout, quoted, where)
         if found is not None and found.version > latest:
             raise StoreTooNew(
                 where,
-                f"{quoted}.store_version says schema version {found.version}; this"
+                f"{quoted}.{layout.version_table} says schema version {found.version}; this"
                 f" idemclient understands up to {latest}. Nothing was changed.",
             )
         if found is not None and found.version == latest:
@@ -149,11 +191,11 @@ def open_schema(
         if found is None:
             conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
         version = 0 if found is None else found.version
-        for step in migrations[version:]:
+        for step in steps[version:]:
             step(conn, quoted)
         store_id = str(uuid.uuid4()) if found is None else found.store_id
         conn.execute(
-            f"INSERT INTO {quoted}.store_version (application, store_id, version)"
+            f"INSERT INTO {quoted}.{layout.version_table} (application, store_id, version)"
             " VALUES (%s, %s, %s) ON CONFLICT (singleton) DO UPDATE"
             " SET version = excluded.version, migrated_at = now()",
             (APPLICATION, store_id, latest),
@@ -162,29 +204,33 @@ def open_schema(
 
 
 def read_identity(
-    conn: psycopg.Connection[Any], schema: str, *, where: str
+    conn: psycopg.Connection[Any], schema: str, *, where: str, layout: Layout = STORE
 ) -> StoreIdentity | None:
-    """The identity of the store in `schema`, None if there is none, without changing
-    anything and without an SQL error (so an application's transaction stays usable).
-    Raises `ForeignStore` when our table names hold something else."""
-    return _inspect(conn, schema, sql.Identifier(schema).as_string(conn), where)
+    """The identity of `layout`'s tables in `schema`, None if there are none, without
+    changing anything and without an SQL error (so an application's transaction stays
+    usable). Raises `ForeignStore` when our table names hold something else."""
+    return _inspect(conn, layout, sql.Identifier(schema).as_string(conn), where)
 
 
 def _inspect(
-    conn: psycopg.Connection[Any], schema: str, quoted: str, where: str
+    conn: psycopg.Connection[Any], layout: Layout, quoted: str, where: str
 ) -> StoreIdentity | None:
+    versions = f"{quoted}.{layout.version_table}"
+    main = f"{quoted}.{layout.main_table}"
+    elsewhere = (
+        f"it was left as it is. Give the {layout.noun} another schema"
+        f" ({layout.opener}(..., schema=...))."
+    )
     with conn.cursor(row_factory=tuple_row) as cur:
-        version_table, operations_table = cur.execute(
-            "SELECT to_regclass(%s)::text, to_regclass(%s)::text",
-            (f"{quoted}.store_version", f"{quoted}.operations"),
+        version_table, main_table = cur.execute(
+            "SELECT to_regclass(%s)::text, to_regclass(%s)::text", (versions, main)
         ).fetchone() or (None, None)
         if version_table is None:
-            if operations_table is not None:
+            if main_table is not None:
                 raise ForeignStore(
                     where,
-                    f"table {quoted}.operations was not created by idemclient (there is no"
-                    f" {quoted}.store_version beside it); it was left as it is. Give the"
-                    " store another schema (PostgresStore(..., schema=...)).",
+                    f"table {main} was not created by idemclient (there is no {versions}"
+                    f" beside it); {elsewhere}",
                 )
             return None
         # Read the columns through the catalogue first: selecting columns that a
@@ -194,23 +240,20 @@ def _inspect(
             for (name,) in cur.execute(
                 "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass"
                 " AND attnum > 0 AND NOT attisdropped",
-                (f"{quoted}.store_version",),
+                (versions,),
             )
         }
         if not {"application", "store_id", "version"} <= columns:
             raise ForeignStore(
-                where,
-                f"table {quoted}.store_version was not created by idemclient; it was left"
-                " as it is. Give the store another schema (PostgresStore(..., schema=...)).",
+                where, f"table {versions} was not created by idemclient; {elsewhere}"
             )
         row = cur.execute(
-            f"SELECT application::text, store_id::text, version::integer"
-            f" FROM {quoted}.store_version LIMIT 2"
+            f"SELECT application::text, store_id::text, version::integer FROM {versions} LIMIT 2"
         ).fetchall()
     if len(row) != 1 or row[0][0] != APPLICATION:
         raise ForeignStore(
             where,
-            f"table {quoted}.store_version does not describe one idemclient store; it was"
+            f"table {versions} does not describe one idemclient {layout.noun}; it was"
             " left as it is",
         )
     _, store_id, version = row[0]

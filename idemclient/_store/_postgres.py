@@ -30,12 +30,10 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg import errors, sql
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import TransactionStatus
+from psycopg import sql
 from psycopg.rows import tuple_row
 
-from .._errors import OperationMismatch, StoreCorrupt, StoreError, StoreUnavailable
+from .._errors import OperationMismatch, StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import (
     Begin,
@@ -47,7 +45,17 @@ from ._base import (
     StoredResponse,
 )
 from ._owners import owner_is_dead
-from ._pg_schema import StoreIdentity, open_schema, read_identity
+from ._pg_conn import (
+    COMMIT_OFF,
+    Conn,
+    check_joinable,
+    configure,
+    connect_args,
+    display,
+    durable_level,
+    pg_error,
+)
+from ._pg_schema import STORE, StoreIdentity, open_schema
 from ._rows import (
     COLUMNS,
     DEFAULT_SECRET_HEADERS,
@@ -66,10 +74,6 @@ _INSERT_COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, lease_owner,"
     " lease_expires, created_at, updated_at"
 )
-_OFF = "SET LOCAL synchronous_commit = off"
-_ON = "SET LOCAL synchronous_commit = on"
-
-Conn = psycopg.Connection[Any]
 
 
 class PostgresStore:
@@ -112,7 +116,7 @@ class PostgresStore:
             raise ValueError("lock_timeout must be positive")
         if not schema or len(schema.encode()) > 63:
             raise ValueError("schema must be 1..63 bytes (a PostgreSQL identifier)")
-        self._where = _display(url)
+        self._where = display(url)
         self._quoted = sql.Identifier(schema).as_string()
         self.schema = schema
         self.durability = Durability(durability)
@@ -121,22 +125,18 @@ class PostgresStore:
         self.secret_headers = DEFAULT_SECRET_HEADERS | {h.lower() for h in secret_headers}
         self._closed = False
         self._close_lock = threading.Lock()
-        connect_args: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in conninfo_to_dict(url):
-            connect_args["connect_timeout"] = max(1, round(connect_timeout))
+        connect_kwargs = connect_args(url, connect_timeout)
         # Open and migrate on one plain connection first: a wrong URL or a foreign
         # schema then fails here, at once and with its own message, instead of in the
         # pool's background reconnection loop.
         try:
-            with psycopg.connect(url, **connect_args) as conn:
+            with psycopg.connect(url, **connect_kwargs) as conn:
                 self.identity: StoreIdentity = open_schema(conn, schema, where=self._where)
-                setting = conn.execute("SHOW synchronous_commit").fetchone()
+                self._durable_level = durable_level(conn)
         except StoreError:
             raise
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
-        # The DBA's setting stands for durable commits, unless it is `off`.
-        self._durable_level = _ON if setting is not None and setting[0] == "off" else None
         self._table = f"{self._quoted}.operations"
         self._select = f"SELECT {COLUMNS} FROM {self._table}"
         self._insert = (
@@ -146,11 +146,11 @@ class PostgresStore:
         )
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             url,
-            kwargs=connect_args,
+            kwargs=connect_kwargs,
             min_size=1,
             max_size=max_connections,
             timeout=connect_timeout,
-            configure=functools.partial(_configure, lock_timeout=lock_timeout),
+            configure=functools.partial(configure, lock_timeout=lock_timeout),
             # A connection broken by a database restart is replaced, not handed out.
             check=psycopg_pool.ConnectionPool.check_connection,
             name=f"idemclient-{schema}",
@@ -416,7 +416,7 @@ class PostgresStore:
     def _transaction(self, *, durable: bool) -> Iterator[Conn]:
         """A transaction whose commit waits for the WAL flush only when `durable`."""
         with self._use() as conn, conn.transaction():
-            level = self._durable_level if durable else _OFF
+            level = self._durable_level if durable else COMMIT_OFF
             if level is not None:
                 conn.execute(level)
             yield conn
@@ -425,7 +425,7 @@ class PostgresStore:
     def _write(self, *, durable: bool) -> Iterator[Conn]:
         """For one statement: in a transaction only when the commit level must change
         (`SET LOCAL` needs one), else autocommitted in a single round trip."""
-        level = self._durable_level if durable else _OFF
+        level = self._durable_level if durable else COMMIT_OFF
         if level is None:
             with self._use() as conn:
                 yield conn
@@ -435,11 +435,7 @@ class PostgresStore:
                 yield conn
 
     def _translate(self, error: psycopg.Error) -> StoreError:
-        if isinstance(error, errors.UndefinedTable | errors.UndefinedColumn):
-            return StoreCorrupt(
-                self._where, f"the tables in schema {self._quoted} changed: {error}"
-            )
-        return StoreUnavailable(self._where, f"cannot be used: {error}".strip())
+        return pg_error(self._where, self._quoted, error)
 
     # -- inside a transaction --------------------------------------------------------
 
@@ -512,39 +508,14 @@ class PostgresStore:
         return created
 
     def _check_outbox_connection(self, conn: object) -> None:
-        if not isinstance(conn, psycopg.Connection):
-            raise TypeError(
-                f"the outbox needs the psycopg (3) Connection of your transaction, not"
-                f" {type(conn).__module__}.{type(conn).__qualname__}"
-            )
-        if conn.closed:
-            raise ValueError("the connection is closed")
-        status = conn.info.transaction_status
-        if status is TransactionStatus.INERROR:
-            raise ValueError(
-                "the connection's transaction has failed already; roll it back: nothing"
-                " of it (your rows included) can commit"
-            )
-        if status is TransactionStatus.IDLE and conn.autocommit:
-            raise ValueError(
-                "the connection is in autocommit mode with no transaction open, so the"
-                " operation would commit alone, apart from your business rows: record"
-                " it inside `with conn.transaction(): ...` together with them"
-            )
-        if status not in (TransactionStatus.IDLE, TransactionStatus.INTRANS):
-            raise ValueError(f"the connection is busy ({status.name}); wait for its result")
-        try:
-            found = read_identity(conn, self.schema, where=self._where)
-        except psycopg.Error as exc:
-            raise self._translate(exc) from exc
-        if found is None or found.store_id != self.identity.store_id:
-            there = "another idemclient store" if found else "no idemclient store"
-            raise ValueError(
-                f"the connection is to database {conn.info.dbname!r}, where schema"
-                f" {self._quoted} holds {there}; this store is {self._where} (schema"
-                f" {self._quoted}). Record the operation through a connection to the"
-                " store's own database."
-            )
+        check_joinable(
+            conn,
+            schema=self.schema,
+            layout=STORE,
+            identity=self.identity,
+            where=self._where,
+            what="operation",
+        )
 
     def _fetch(self, conn: Conn, operation_id: str) -> OperationRecord:
         row = conn.execute(f"{self._select} WHERE id = %s", (operation_id,)).fetchone()
@@ -599,25 +570,3 @@ class PostgresStore:
         if row is None:
             return Begin(Claim.BUSY, record)
         return Begin(Claim.CLAIMED, record_from_row(row))
-
-
-def _configure(conn: Conn, *, lock_timeout: float) -> None:
-    """Set up a new pooled connection. A thread that posts an operation its own open
-    outbox transaction recorded would otherwise wait for itself forever."""
-    conn.execute(
-        "SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(lock_timeout * 1000))}ms",)
-    )
-
-
-def _display(url: str) -> str:
-    """The connection string without its password, for messages and `path`."""
-    try:
-        parts = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"not a PostgreSQL connection string: {exc}") from None
-    user = parts.get("user")
-    host = parts.get("host") or "localhost"
-    port = parts.get("port")
-    database = parts.get("dbname") or user or ""
-    where = f"{host}:{port}" if port else str(host)
-    return f"postgresql://{f'{user}@' if user else ''}{where}/{database}"

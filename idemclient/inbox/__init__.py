@@ -6,7 +6,8 @@ app = receiver.asgi_app()  # or receiver.wsgi_app(), or receiver.handle(headers,
 
 `on_event(event, tx)` writes its effect through `tx`; the message id is recorded in the
 same transaction, so a duplicate is dropped and a crash before the commit means the
-redelivery is processed as new. See docs/inbox.md.
+redelivery is processed as new. On PostgreSQL, use `idemclient.postgres.PostgresInbox`
+in place of `SQLiteInbox`. See docs/inbox.md.
 """
 
 from .._errors import InvalidMessageId, SignatureInvalid

@@ -6,9 +6,10 @@ is one transaction holding both the message id and the application's effect. So 
 connection, adds one table to it, and offers transactions on it in which the
 application writes its effect.
 
-The interface is small so that other databases fit behind it. A PostgreSQL one needs
-the same four statements (`INSERT .. ON CONFLICT DO NOTHING`, a look-up, a batched
-`DELETE`, `BEGIN`/`COMMIT`/`ROLLBACK`) on a psycopg connection; a second delivery of
+The interface is small so that other databases fit behind it: four statements
+(`INSERT .. ON CONFLICT DO NOTHING`, a look-up, a batched `DELETE`,
+`BEGIN`/`COMMIT`/`ROLLBACK`). The PostgreSQL one is `idemclient.postgres`'s
+`PostgresInboxStorage`, kept there because it needs psycopg; there a second delivery of
 the same id blocks on the first one's uncommitted row and then sees the conflict, the
 behaviour SQLite's write lock gives here.
 """

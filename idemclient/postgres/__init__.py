@@ -1,5 +1,8 @@
 """PostgreSQL: one store for an application on many hosts, and the outbox.
 
+- `PostgresInbox`: the webhook inbox (`idemclient.inbox`) in your PostgreSQL database:
+  each message id recorded in the same transaction as its effect, so it is processed
+  once; `PostgresInboxStorage` is its storage, for `Inbox(storage, ...)`.
 - `PostgresStore`: the `Store` in a PostgreSQL database. `Client(store="postgresql://...")`
   opens one from a URL.
 - `record_pending`: record an operation inside your own database transaction, in the
@@ -22,6 +25,15 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 
 from .._store._postgres import DEFAULT_SCHEMA, PostgresStore
+from ._inbox import PostgresInbox, PostgresInboxStorage
 from ._outbox import asend_pending, record_pending, send_pending
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresStore", "asend_pending", "record_pending", "send_pending"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PostgresInbox",
+    "PostgresInboxStorage",
+    "PostgresStore",
+    "asend_pending",
+    "record_pending",
+    "send_pending",
+]

@@ -58,7 +58,7 @@ import psycopg_pool
 from psycopg import errors, sql
 from psycopg.conninfo import conninfo_to_dict
 
-from .._store._postgres import _display
+from .._store._pg_conn import display as _display
 from ._backend import LedgerRow
 from ._protocol import Phase
 from ._storage import EventRow, ExternalRecord, KeyRow, ResourceRow

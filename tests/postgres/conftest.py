@@ -1,8 +1,11 @@
-"""Databases in the session's PostgreSQL (`pg_cluster`, tests/conftest.py), and stores
-of both kinds for the contract tests."""
+"""Databases in the session's PostgreSQL (`pg_cluster`, tests/conftest.py), stores of
+both kinds for the contract tests, and a merchant's database of both kinds for the
+inbox's."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,7 +15,8 @@ import psycopg
 import pytest
 
 from idemclient import SQLiteStore, Store
-from idemclient.postgres import PostgresStore
+from idemclient.inbox import Inbox, SQLiteInbox
+from idemclient.postgres import PostgresInbox, PostgresStore
 from idemclient.testing._pgcluster import Cluster
 
 
@@ -106,3 +110,84 @@ def raw_dump(store: Store) -> bytes:
             f'SELECT row_to_json(o)::text FROM "{store.schema}".operations o'
         ).fetchall()
     return "\n".join(text for (text,) in rows).encode()
+
+
+# -- the inbox: a merchant's database on either backend ---------------------------------
+
+
+class MerchantDatabase:
+    """A merchant's database holding its own `effects` table (no unique constraint: a
+    message processed twice leaves two rows), and the inboxes opened on it.
+
+    `target` is a SQLite file or a PostgreSQL URL; the inbox's tables go beside the
+    merchant's, in the same database, as an application would have them.
+    """
+
+    def __init__(self, backend: str, target: str) -> None:
+        self.backend = backend
+        self.target = target
+        self.opened: list[Inbox[Any]] = []
+        with self.connect() as conn:
+            conn.execute(
+                "CREATE TABLE effects (message_id text NOT NULL, note text)"
+            )  # the same DDL on both
+            conn.commit()
+
+    def close(self) -> None:
+        for inbox in self.opened:
+            inbox.close()
+
+    def open_inbox(self, **options: Any) -> Inbox[Any]:
+        inbox: Inbox[Any]
+        if self.backend == "sqlite":
+            inbox = SQLiteInbox(self.target, **options)
+        else:
+            inbox = PostgresInbox(self.target, **options)
+        self.opened.append(inbox)
+        return inbox
+
+    def connect(self) -> Any:
+        """The merchant's own connection, outside the inbox (Python's default modes)."""
+        if self.backend == "sqlite":
+            return contextlib.closing(sqlite3.connect(self.target))
+        return psycopg.connect(self.target)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """The merchant's own transaction on its own connection, committed on exit."""
+        if self.backend == "sqlite":
+            with contextlib.closing(sqlite3.connect(self.target, isolation_level=None)) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                yield conn
+                conn.execute("COMMIT")
+        else:
+            with psycopg.connect(self.target, autocommit=True) as conn, conn.transaction():
+                yield conn
+
+    def effects(self) -> dict[str, int]:
+        """message id -> how many times its effect was applied (committed rows)."""
+        with self.connect() as conn:
+            rows = conn.execute("SELECT message_id, count(*) FROM effects GROUP BY message_id")
+            return {message_id: int(n) for message_id, n in rows.fetchall()}
+
+    def recorded(self) -> set[tuple[str, str]]:
+        table = "idemclient_inbox" if self.backend == "sqlite" else "idemclient_inbox.inbox"
+        with self.connect() as conn:
+            return {(s, m) for s, m in conn.execute(f"SELECT sender, message_id FROM {table}")}
+
+
+def add_effect(tx: Any, message_id: str, note: str | None = None) -> None:
+    """The merchant's effect, written through the transaction the inbox hands over."""
+    mark = "?" if isinstance(tx, sqlite3.Connection) else "%s"
+    sql = f"INSERT INTO effects (message_id, note) VALUES ({mark}, {mark})"
+    tx.execute(sql, (message_id, note))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def merchant(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MerchantDatabase]:
+    if request.param == "sqlite":
+        database = MerchantDatabase("sqlite", str(tmp_path / "merchant.db"))
+    else:
+        database = MerchantDatabase("postgres", request.getfixturevalue("pg_url"))
+    yield database
+    database.close()

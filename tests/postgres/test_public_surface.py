@@ -14,6 +14,8 @@ def test_the_postgres_surface_is_exactly_all() -> None:
     assert public == set(idemclient.postgres.__all__)
     assert idemclient.postgres.__all__ == [
         "DEFAULT_SCHEMA",
+        "PostgresInbox",
+        "PostgresInboxStorage",
         "PostgresStore",
         "asend_pending",
         "record_pending",

@@ -1,0 +1,141 @@
+"""What every PostgreSQL user in idemclient does the same way with connections.
+
+The store, the inbox and the reference server all name the database in messages
+without its password, connect with the same arguments, translate psycopg's errors at
+one boundary, and keep a commit durable when the database runs with
+``synchronous_commit = off``. The store's outbox and the inbox both join a transaction
+that the application opened on its own connection, and check that connection the same
+way before writing into it. So all of it is here, once.
+
+psycopg is an optional dependency: nothing imports this module until PostgreSQL is
+asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import errors, sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+
+from .._errors import StoreCorrupt, StoreError, StoreUnavailable
+from ._pg_schema import Layout, StoreIdentity, read_identity
+
+__all__ = [
+    "COMMIT_OFF",
+    "COMMIT_ON",
+    "Conn",
+    "check_joinable",
+    "configure",
+    "connect_args",
+    "display",
+    "durable_level",
+    "pg_error",
+]
+
+Conn = psycopg.Connection[Any]
+
+COMMIT_OFF = "SET LOCAL synchronous_commit = off"
+COMMIT_ON = "SET LOCAL synchronous_commit = on"
+
+
+def display(url: str) -> str:
+    """The connection string without its password, for messages and `path`."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"not a PostgreSQL connection string: {exc}") from None
+    user = parts.get("user")
+    host = parts.get("host") or "localhost"
+    port = parts.get("port")
+    database = parts.get("dbname") or user or ""
+    where = f"{host}:{port}" if port else str(host)
+    return f"postgresql://{f'{user}@' if user else ''}{where}/{database}"
+
+
+def connect_args(url: str, connect_timeout: float) -> dict[str, Any]:
+    """Arguments for `psycopg.connect` and a pool: autocommit (transactions are
+    explicit), and `connect_timeout` unless the URL sets its own."""
+    args: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in conninfo_to_dict(url):
+        args["connect_timeout"] = max(1, round(connect_timeout))
+    return args
+
+
+def configure(conn: Conn, *, lock_timeout: float) -> None:
+    """Set up a new pooled connection. A statement waiting for a row that another
+    transaction holds (an outbox operation not yet committed, a message id another
+    delivery is processing) gives up after `lock_timeout` instead of hanging; a thread
+    that waits for its own open transaction would otherwise wait forever."""
+    conn.execute(
+        "SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(lock_timeout * 1000))}ms",)
+    )
+
+
+def durable_level(conn: Conn) -> str | None:
+    """What a commit that must survive a power loss sets first: nothing (the DBA's
+    setting stands), unless the database runs with `synchronous_commit = off`."""
+    setting = conn.execute("SHOW synchronous_commit").fetchone()
+    return COMMIT_ON if setting is not None and setting[0] == "off" else None
+
+
+def pg_error(where: str, schema: str, error: psycopg.Error) -> StoreError:
+    """psycopg's error as ours, naming the database (`where`) and the quoted schema."""
+    if isinstance(error, errors.UndefinedTable | errors.UndefinedColumn):
+        return StoreCorrupt(where, f"the tables in schema {schema} changed: {error}")
+    return StoreUnavailable(where, f"cannot be used: {error}".strip())
+
+
+def check_joinable(
+    conn: object,
+    *,
+    schema: str,
+    layout: Layout,
+    identity: StoreIdentity,
+    where: str,
+    what: str,
+) -> None:
+    """Refuse to write `what` through the application's `conn` unless it will commit
+    together with the application's rows, in the database that holds our tables.
+
+    `conn` must be a psycopg 3 connection, open, with a transaction open or one about
+    to begin (not autocommit), not failed, not busy, to the database whose `schema`
+    holds the tables `identity` names. Raises `TypeError` or `ValueError` saying which,
+    having changed nothing (the look-up of our tables cannot fail the transaction).
+    """
+    if not isinstance(conn, psycopg.Connection):
+        raise TypeError(
+            f"recording the {what} needs the psycopg (3) Connection of your transaction, not"
+            f" {type(conn).__module__}.{type(conn).__qualname__}"
+        )
+    if conn.closed:
+        raise ValueError("the connection is closed")
+    status = conn.info.transaction_status
+    if status is TransactionStatus.INERROR:
+        raise ValueError(
+            "the connection's transaction has failed already; roll it back: nothing"
+            " of it (your rows included) can commit"
+        )
+    if status is TransactionStatus.IDLE and conn.autocommit:
+        raise ValueError(
+            f"the connection is in autocommit mode with no transaction open, so the"
+            f" {what} would commit alone, apart from your own rows: record it inside"
+            " `with conn.transaction(): ...` together with them"
+        )
+    if status not in (TransactionStatus.IDLE, TransactionStatus.INTRANS):
+        raise ValueError(f"the connection is busy ({status.name}); wait for its result")
+    quoted = sql.Identifier(schema).as_string(conn)
+    try:
+        found = read_identity(conn, schema, where=where, layout=layout)
+    except psycopg.Error as exc:
+        raise pg_error(where, quoted, exc) from exc
+    if found is None or found.store_id != identity.store_id:
+        there = f"another idemclient {layout.noun}" if found else f"no idemclient {layout.noun}"
+        raise ValueError(
+            f"the connection is to database {conn.info.dbname!r}, where schema"
+            f" {quoted} holds {there}; this {layout.noun} is {where} (schema"
+            f" {quoted}). Record the {what} through a connection to the"
+            f" {layout.noun}'s own database."
+        )
