@@ -8,8 +8,9 @@ the same fencing, so the protocol cannot tell them apart:
 - `PostgresStorage` (`_pg_storage`): PostgreSQL with the seed's schema, the key table
   partitioned by day. Chosen by a `postgresql://` (or `postgres://`) URL.
 
-The row types (`KeyRow`, `ResourceRow`, `ExternalRecord`, `EventRow`) are defined
-beside the SQLite backend, which came first; both backends return them.
+The row types (`KeyRow`, `ResourceRow`, `ExternalRecord`, `EventRow`, `LedgerRow`)
+are in `_rows`; both backends return them. What the two do the same way is written
+once, in `_transactions` and `_statements`.
 
 Every write is one local transaction. Phase writes (`handler1` .. `release`) are fenced
 by the lease owner: they return False, having written nothing, when `owner` no longer
@@ -24,13 +25,10 @@ from typing import Protocol
 
 from .._store._open import INSTALL_POSTGRES, POSTGRES_SCHEMES
 from ._protocol import Phase
-from ._storage import EventRow, ExternalRecord, KeyRow, ResourceRow, Storage
+from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
+from ._storage import Storage
 
 __all__ = ["LedgerRow", "StorageBackend", "is_postgres_url", "open_storage"]
-
-#: A resource, its key's state and recovery point, its effect counts
-#: (E1 applied, E2 applied, E1 calls, E2 calls), and the handlers that ran for it.
-LedgerRow = tuple[ResourceRow, str | None, str | None, tuple[int, int, int, int], list[str]]
 
 
 class StorageBackend(Protocol):

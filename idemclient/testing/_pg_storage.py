@@ -40,6 +40,10 @@ as epoch seconds, so leases expire when a test's clock says so. Commits run with
 holds it), and a crash of the database itself can lose only the last commits, a suffix
 the protocol absorbs by resuming one phase earlier.
 
+The phases, look-ups and outbox writes are `_transactions.Transactions`, shared with
+the SQLite backend, whose statements this module renders for PostgreSQL; what is its
+own is here: the schema, the pool, partitions, admission, the reaper and reset.
+
 psycopg is an optional dependency: nothing imports this module until a `postgresql://`
 URL is opened (see `_backend.open_storage`).
 """
@@ -59,9 +63,9 @@ from psycopg import errors, sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .._store._pg_conn import display as _display
-from ._backend import LedgerRow
-from ._protocol import Phase
-from ._storage import EventRow, ExternalRecord, KeyRow, ResourceRow
+from ._rows import KeyRow
+from ._statements import Dialect, Statements
+from ._transactions import Transactions
 
 __all__ = ["DAY", "SCHEMA", "SCHEMA_VERSION", "PostgresStorage"]
 
@@ -187,121 +191,26 @@ _DDL = (
 )
 
 
+# The shared statements (`_statements`) write times with `to_timestamp(seconds)` and
+# read them back as epoch seconds; an identity `seq` keeps insertion order.
+_SQL = Statements(
+    Dialect(
+        param="%s",
+        time="to_timestamp(%s)",
+        epoch="extract(epoch FROM {})::float8",
+        order="seq",
+    )
+)
+#: The recovery sweep, answered from the partial index on unfinished keys.
+STALE = _SQL.stale
+
+
 def _epoch(column: str) -> str:
-    return f"extract(epoch FROM {column})::float8"
+    return _SQL.dialect.epoch.format(column)
 
-
-_KEY_COLUMNS = (
-    "client, key, request_hash, endpoint, request_body, state, recovery_point, resource_id,"
-    f" response_code, response_body, {_epoch('locked_at')}, lease_owner, attempts,"
-    f" {_epoch('last_attempt_at')}, {_epoch('created_at')}"
-)
-_RESOURCE_COLUMNS = (
-    "id, kind, client, idempotency_key, reference, amount, currency, status, fields, ext1, ext2,"
-    f" {_epoch('created_at')}"
-)
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s::int4, %s::int4)"
-_SELECT_KEY = f"SELECT {_KEY_COLUMNS} FROM idempotency_keys WHERE client = %s AND key = %s"
-# No conflict target: the unique index is each partition's own primary key, which
-# PostgreSQL consults when none is named (a target would need one on the parent).
-_ADMIT = f"""
-INSERT INTO idempotency_keys
-  (client, key, request_hash, endpoint, request_body, state, locked_at, lease_owner, created_at)
-VALUES (%s, %s, %s, %s, %s, 'started', to_timestamp(%s), %s, to_timestamp(%s))
-ON CONFLICT DO NOTHING
-RETURNING {_KEY_COLUMNS}
-"""
-# The seed's takeover: one conditional UPDATE. Of two racing resumers the second waits
-# for the first's row lock, re-checks the condition on the new row version, and
-# matches nothing.
-_TAKE_OVER = f"""
-UPDATE idempotency_keys SET locked_at = to_timestamp(%s), lease_owner = %s
-WHERE client = %s AND key = %s AND state = 'started'
-  AND (locked_at IS NULL OR locked_at < to_timestamp(%s))
-RETURNING {_KEY_COLUMNS}
-"""
-_ADVANCE = """
-UPDATE idempotency_keys SET recovery_point = %s, locked_at = to_timestamp(%s)
-WHERE client = %s AND key = %s AND state = 'started' AND lease_owner = %s
-RETURNING resource_id
-"""
-_ADVANCE_H1 = """
-UPDATE idempotency_keys SET recovery_point = %s, locked_at = to_timestamp(%s), resource_id = %s
-WHERE client = %s AND key = %s AND state = 'started' AND lease_owner = %s
-RETURNING resource_id
-"""
-_MARK_SENT = """
-UPDATE idempotency_keys
-SET recovery_point = %s, locked_at = to_timestamp(%s), attempts = attempts + 1,
-    last_attempt_at = to_timestamp(%s)
-WHERE client = %s AND key = %s AND state = 'started' AND lease_owner = %s
-RETURNING resource_id
-"""
-_FINISH = """
-UPDATE idempotency_keys
-SET state = 'finished', response_code = %s, response_body = %s, locked_at = NULL,
-    lease_owner = NULL
-WHERE client = %s AND key = %s AND state = 'started' AND lease_owner = %s
-RETURNING resource_id
-"""
-_RELEASE = """
-UPDATE idempotency_keys SET locked_at = NULL, lease_owner = NULL,
-    last_attempt_at = to_timestamp(%s)
-WHERE client = %s AND key = %s AND state = 'started' AND lease_owner = %s
-RETURNING resource_id
-"""
-#: The recovery sweep, answered from the partial index on unfinished keys.
-STALE = """
-SELECT client, key FROM idempotency_keys
-WHERE state = 'started' AND (locked_at IS NULL OR locked_at < to_timestamp(%s))
-ORDER BY created_at LIMIT %s
-"""
-_INSERT_RESOURCE = """
-INSERT INTO resources
-  (id, kind, client, idempotency_key, reference, amount, currency, status, fields, ext1, ext2,
-  created_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, to_timestamp(%s))
-"""
-_SET_STATUS = "UPDATE resources SET status = %s WHERE id = %s"
-_SET_EXTERNAL = {
-    1: "UPDATE resources SET ext1 = %s WHERE id = %s",
-    2: "UPDATE resources SET ext2 = %s WHERE id = %s",
-}
-_JOURNAL = "INSERT INTO journal (resource_id, step, at) VALUES (%s, %s, to_timestamp(%s))"
-_EXTERNAL_APPLY = """
-INSERT INTO external_effects AS e
-  (system, key, resource_id, outcome, reference, amount, applied_at, calls)
-VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s), 1)
-ON CONFLICT (system, key) DO UPDATE SET calls = e.calls + 1
-RETURNING outcome, reference, calls
-"""
-_EXTERNAL_LOOKUP = (
-    "SELECT outcome, reference, calls FROM external_effects WHERE system = %s AND key = %s"
-)
-_EVENT_COLUMNS = (
-    "id, client, type, resource_id, body, created_at, state, attempts, posts, next_attempt_at,"
-    " delivered_at, last_status, last_error"
-)
-_INSERT_EVENT = (
-    "INSERT INTO webhook_events (id, client, type, resource_id, body, created_at, state,"
-    " next_attempt_at) VALUES (%s, %s, %s, %s, %s, %s, 'pending', %s)"
-)
-_DUE_EVENTS = (
-    f"SELECT {_EVENT_COLUMNS} FROM webhook_events WHERE state = 'pending'"
-    " AND next_attempt_at <= %s ORDER BY next_attempt_at, seq LIMIT %s"
-)
-# Conditional on the due time just read: of two deliverers (in two server processes,
-# say) that read the same event, one gets it.
-_CLAIM_EVENT = (
-    "UPDATE webhook_events SET next_attempt_at = %s"
-    " WHERE id = %s AND state = 'pending' AND next_attempt_at = %s"
-)
-_EVENT_RESULT = (
-    "UPDATE webhook_events SET state = %s, attempts = attempts + 1, posts = posts + %s,"
-    " next_attempt_at = %s, delivered_at = %s, last_status = %s, last_error = %s"
-    " WHERE id = %s AND state = 'pending'"
-)
+
 _COVERED = (
     "SELECT 1 FROM key_partitions WHERE starts < to_timestamp(%s) AND ends > to_timestamp(%s)"
 )
@@ -331,19 +240,17 @@ def admission_lock(client: str, key: str) -> int:
     return int.from_bytes(digest[:4], "big", signed=True)
 
 
-class _LeaseLost(Exception):
-    """The attempt no longer owns the row: roll the phase back, write nothing."""
-
-
 Conn = psycopg.Connection[Any]
 
 
-class PostgresStorage:
+class PostgresStorage(Transactions):
     """PostgreSQL storage for the reference server. Safe to share between threads, and
     between processes (several servers on one database arbitrate through it).
 
     `url` is a libpq connection string. `max_connections` bounds this process's pool.
     """
+
+    _sql = _SQL
 
     def __init__(self, url: str, *, max_connections: int = 10, connect_timeout: float = 10.0):
         if max_connections < 1:
@@ -393,13 +300,16 @@ class PostgresStorage:
         with self._pool.connection() as conn, conn.transaction():
             yield conn
 
-    @staticmethod
-    def _fenced(conn: Conn, statement: str, params: tuple[object, ...]) -> str | None:
-        row = conn.execute(statement, params).fetchone()
-        if row is None:
-            raise _LeaseLost
-        resource_id: str | None = row[0]
-        return resource_id
+    # Reads, and writes of one statement (the outbox's), need no transaction of their own.
+    _read = _autocommit
+    _write_one = _autocommit
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[Conn]:
+        """One snapshot for several reads, as the SQLite backend's lock gives."""
+        with self._write() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
 
     # -- partitions --------------------------------------------------------------------
 
@@ -435,7 +345,7 @@ class PostgresStorage:
             ).fetchall()
         return [(name, starts, ends) for name, starts, ends in rows]
 
-    # -- admission and takeover --------------------------------------------------------
+    # -- admission: a plain read, or an advisory lock across every day -----------------
 
     def admit(
         self,
@@ -458,7 +368,7 @@ class PostgresStorage:
         (and the lock goes) as soon as the row is committed.
         """
         with self._autocommit() as conn:
-            existing = conn.execute(_SELECT_KEY, (client, key)).fetchone()
+            existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
         if existing is not None:
             return False, KeyRow(*existing)
         lock = (_ADMISSION_CLASS, admission_lock(client, key))
@@ -466,17 +376,18 @@ class PostgresStorage:
             try:
                 with self._write() as conn:
                     conn.execute(_LOCK, lock)
-                    existing = conn.execute(_SELECT_KEY, (client, key)).fetchone()
+                    existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
                     if existing is not None:
                         return False, KeyRow(*existing)
                     row = conn.execute(
-                        _ADMIT, (client, key, request_hash, endpoint, request_body, now, owner, now)
+                        self._sql.admit,
+                        (client, key, request_hash, endpoint, request_body, now, owner, now),
                     ).fetchone()
                     if row is not None:
                         return True, KeyRow(*row)
                     # A conflict under the lock: only a writer that bypassed `admit`
                     # could have put it there. The primary key still held it out.
-                    existing = conn.execute(_SELECT_KEY, (client, key)).fetchone()
+                    existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
                     assert existing is not None
                     return False, KeyRow(*existing)
             except errors.CheckViolation:
@@ -486,184 +397,6 @@ class PostgresStorage:
                     raise
                 self.ensure_partitions(day_of(now), day_of(now))
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def take_over(
-        self, *, client: str, key: str, owner: str, now: float, stale_before: float
-    ) -> KeyRow | None:
-        """Stamp a new lease on a started, stale row. None: someone else won or it moved on."""
-        with self._write() as conn:
-            row = conn.execute(_TAKE_OVER, (now, owner, client, key, stale_before)).fetchone()
-        return None if row is None else KeyRow(*row)
-
-    # -- phases: each one transaction, fenced by the lease owner -----------------------
-
-    def handler1(
-        self, *, client: str, key: str, owner: str, now: float, resource: ResourceRow
-    ) -> bool:
-        """Create the resource and commit H1_DONE together."""
-        try:
-            with self._write() as conn:
-                self._fenced(
-                    conn, _ADVANCE_H1, (Phase.H1_DONE.value, now, resource.id, client, key, owner)
-                )
-                conn.execute(
-                    _INSERT_RESOURCE,
-                    (
-                        resource.id,
-                        resource.kind,
-                        resource.client,
-                        resource.idempotency_key,
-                        resource.reference,
-                        resource.amount,
-                        resource.currency,
-                        resource.status,
-                        resource.fields,
-                        resource.created_at,
-                    ),
-                )
-                conn.execute(_JOURNAL, (resource.id, "H1", now))
-        except _LeaseLost:
-            return False
-        return True
-
-    def mark_sent(self, *, client: str, key: str, owner: str, now: float, point: Phase) -> bool:
-        """Commit the intent to call an external system (EXTn_SENT), before the call."""
-        try:
-            with self._write() as conn:
-                self._fenced(conn, _MARK_SENT, (point.value, now, now, client, key, owner))
-        except _LeaseLost:
-            return False
-        return True
-
-    def record_external(
-        self,
-        *,
-        client: str,
-        key: str,
-        owner: str,
-        now: float,
-        point: Phase,
-        system: int,
-        answer: str,
-    ) -> bool:
-        """Store an external system's answer on the resource and commit EXTn_DONE."""
-        try:
-            with self._write() as conn:
-                resource_id = self._fenced(conn, _ADVANCE, (point.value, now, client, key, owner))
-                conn.execute(_SET_EXTERNAL[system], (answer, resource_id))
-        except _LeaseLost:
-            return False
-        return True
-
-    def handler2(self, *, client: str, key: str, owner: str, now: float, status: str) -> bool:
-        """Handler2's work (the resource's new status) and H2_DONE together."""
-        try:
-            with self._write() as conn:
-                resource_id = self._fenced(
-                    conn, _ADVANCE, (Phase.H2_DONE.value, now, client, key, owner)
-                )
-                conn.execute(_SET_STATUS, (status, resource_id))
-                conn.execute(_JOURNAL, (resource_id, "H2", now))
-        except _LeaseLost:
-            return False
-        return True
-
-    def finish(
-        self,
-        *,
-        client: str,
-        key: str,
-        owner: str,
-        now: float,
-        status: str,
-        response_code: int,
-        response_body: bytes,
-        event: EventRow | None = None,
-    ) -> bool:
-        """Handler3: final status, stored response, state finished, lease cleared, and
-        the webhook event queued, all in one transaction."""
-        try:
-            with self._write() as conn:
-                resource_id = self._fenced(
-                    conn, _FINISH, (response_code, response_body, client, key, owner)
-                )
-                conn.execute(_SET_STATUS, (status, resource_id))
-                conn.execute(_JOURNAL, (resource_id, "H3", now))
-                if event is not None:
-                    conn.execute(
-                        _INSERT_EVENT,
-                        (
-                            event.id,
-                            event.client,
-                            event.type,
-                            event.resource_id,
-                            event.body,
-                            event.created_at,
-                            event.next_attempt_at,
-                        ),
-                    )
-        except _LeaseLost:
-            return False
-        return True
-
-    def release(self, *, client: str, key: str, owner: str, now: float) -> bool:
-        """Give the lease up without finishing, so the next actor may take over at once."""
-        try:
-            with self._write() as conn:
-                self._fenced(conn, _RELEASE, (now, client, key, owner))
-        except _LeaseLost:
-            return False
-        return True
-
-    # -- reads -------------------------------------------------------------------------
-
-    def key_row(self, client: str, key: str) -> KeyRow | None:
-        with self._autocommit() as conn:
-            row = conn.execute(_SELECT_KEY, (client, key)).fetchone()
-        return None if row is None else KeyRow(*row)
-
-    def resource(self, resource_id: str) -> ResourceRow | None:
-        with self._autocommit() as conn:
-            row = conn.execute(
-                f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE id = %s", (resource_id,)
-            ).fetchone()
-        return None if row is None else ResourceRow(*row)
-
-    def find_resources(
-        self,
-        *,
-        client: str,
-        kind: str,
-        resource_id: str | None = None,
-        reference: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> list[ResourceRow]:
-        """The caller's own resources of one kind matching every filter given."""
-        # Only the filters given go into the statement (each variant is planned for
-        # the index it can use); the fragments are constants, the values parameters.
-        where = ["client = %s", "kind = %s"]
-        params: list[object] = [client, kind]
-        for column, value in (
-            ("id", resource_id),
-            ("reference", reference),
-            ("idempotency_key", idempotency_key),
-        ):
-            if value is not None:
-                where.append(f"{column} = %s")
-                params.append(value)
-        with self._autocommit() as conn:
-            rows = conn.execute(
-                f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {' AND '.join(where)}"
-                " ORDER BY seq",
-                params,
-            ).fetchall()
-        return [ResourceRow(*row) for row in rows]
-
-    def stale_keys(self, *, stale_before: float, limit: int) -> list[tuple[str, str]]:
-        """Started rows whose lease expired or was released, oldest first."""
-        with self._autocommit() as conn:
-            rows = conn.execute(STALE, (stale_before, limit)).fetchall()
-        return [(client, key) for client, key in rows]
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -734,121 +467,6 @@ class PostgresStorage:
             conn.execute(
                 "TRUNCATE idempotency_keys, resources, journal, external_effects, webhook_events"
             )
-
-    # -- the webhook outbox ------------------------------------------------------------
-
-    def due_events(self, *, now: float, limit: int) -> list[EventRow]:
-        """Pending events due at `now`, soonest first."""
-        with self._autocommit() as conn:
-            rows = conn.execute(_DUE_EVENTS, (now, limit)).fetchall()
-        return [EventRow(*row) for row in rows]
-
-    def claim_event(self, event: EventRow, *, until: float) -> bool:
-        """Hold `event` (as read) for one deliverer until `until`. False: someone else has it."""
-        with self._autocommit() as conn:
-            cursor = conn.execute(_CLAIM_EVENT, (until, event.id, event.next_attempt_at))
-            return cursor.rowcount == 1
-
-    def postpone_event(self, event_id: str, *, until: float) -> None:
-        """Make a pending event due at `until` (no attempt is counted)."""
-        with self._autocommit() as conn:
-            conn.execute(
-                "UPDATE webhook_events SET next_attempt_at = %s"
-                " WHERE id = %s AND state = 'pending'",
-                (until, event_id),
-            )
-
-    def event_result(
-        self,
-        event_id: str,
-        *,
-        state: str,
-        posts: int,
-        next_attempt_at: float,
-        delivered_at: float | None,
-        status: int | None,
-        error: str | None,
-    ) -> None:
-        """Record one delivery attempt: delivered, abandoned, or pending until later."""
-        with self._autocommit() as conn:
-            conn.execute(
-                _EVENT_RESULT,
-                (state, posts, next_attempt_at, delivered_at, status, error, event_id),
-            )
-
-    def events(self) -> list[EventRow]:
-        """Every webhook event, oldest first."""
-        with self._autocommit() as conn:
-            rows = conn.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM webhook_events ORDER BY created_at, seq"
-            ).fetchall()
-        return [EventRow(*row) for row in rows]
-
-    # -- the external systems' own books -----------------------------------------------
-
-    def external_apply(
-        self,
-        *,
-        system: int,
-        key: str,
-        resource_id: str,
-        outcome: str,
-        reference: str,
-        amount: int,
-        now: float,
-    ) -> tuple[ExternalRecord, bool]:
-        """Apply an instruction under `key` unless that key was seen. (record, applied now)."""
-        with self._write() as conn:
-            row = conn.execute(
-                _EXTERNAL_APPLY, (system, key, resource_id, outcome, reference, amount, now)
-            ).fetchone()
-        assert row is not None
-        record = ExternalRecord(*row)
-        return record, record.calls == 1
-
-    def external_lookup(self, *, system: int, key: str) -> ExternalRecord | None:
-        with self._autocommit() as conn:
-            row = conn.execute(_EXTERNAL_LOOKUP, (system, key)).fetchone()
-        return None if row is None else ExternalRecord(*row)
-
-    # -- inspection --------------------------------------------------------------------
-
-    def ledger_rows(self) -> list[LedgerRow]:
-        """Every resource with its key state, effect counts and journal, oldest first."""
-        with self._write() as conn:
-            # One snapshot for the four reads, as the SQLite backend's lock gives.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            resources = [
-                ResourceRow(*row)
-                for row in conn.execute(f"SELECT {_RESOURCE_COLUMNS} FROM resources ORDER BY seq")
-            ]
-            keys = {
-                resource_id: (state, point)
-                for resource_id, state, point in conn.execute(
-                    "SELECT resource_id, state, recovery_point FROM idempotency_keys"
-                    " WHERE resource_id IS NOT NULL"
-                )
-            }
-            effects: dict[tuple[str, int], tuple[int, int]] = {}
-            for resource_id, system, applied, calls in conn.execute(
-                "SELECT resource_id, system, count(*), sum(calls) FROM external_effects"
-                " GROUP BY resource_id, system"
-            ):
-                effects[resource_id, system] = (int(applied), int(calls))
-            journal: dict[str, list[str]] = {}
-            for resource_id, step in conn.execute(
-                "SELECT resource_id, step FROM journal ORDER BY seq"
-            ):
-                journal.setdefault(resource_id, []).append(step)
-        out: list[LedgerRow] = []
-        for resource in resources:
-            state, point = keys.get(resource.id, (None, None))
-            e1 = effects.get((resource.id, 1), (0, 0))
-            e2 = effects.get((resource.id, 2), (0, 0))
-            out.append(
-                (resource, state, point, (e1[0], e2[0], e1[1], e2[1]), journal.get(resource.id, []))
-            )
-        return out
 
 
 def _configure(conn: Conn) -> None:
