@@ -19,32 +19,15 @@ reaping and reset.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar
 
+from .._store._sqlstore import Connection
 from ._protocol import Phase
 from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
 from ._statements import Statements
 
 __all__ = ["Connection", "Transactions"]
-
-
-class _Cursor(Protocol):
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-    def __iter__(self) -> Iterator[Any]: ...
-
-
-class Connection(Protocol):
-    """What the shared transactions use of a sqlite3 or a psycopg connection."""
-
-    def execute(self, query: str, params: Sequence[Any] = ..., /) -> _Cursor: ...
 
 
 class _LeaseLost(Exception):

@@ -1,0 +1,173 @@
+"""The stores' SQL, written once for SQLite and PostgreSQL.
+
+Both backends run the same statements for every write and look-up of an operation;
+they differ only in how a statement is spelled, which a `Dialect` says:
+
+- `table`: the operations table (PostgreSQL's lives in the store's own schema);
+- `param`: the placeholder (`?` for sqlite3, `%s` for psycopg), and `json` for a
+  parameter holding headers (PostgreSQL casts it to jsonb);
+- `same`: equality that holds between two NULLs (`IS`, `IS NOT DISTINCT FROM`);
+- `any` and `values`: a column matched against a list passed as one parameter
+  (`json_each` over a JSON array, `= ANY` over an array);
+- `order`: the order operations are listed in (PostgreSQL adds `seq`, which orders the
+  rows of one batch, all created in the same instant);
+- `lock`, `skip_locked`: the row locks PostgreSQL takes (SQLite's write transaction
+  locks the whole file, so it needs none);
+- `unlimited`: the LIMIT parameter that means no limit.
+
+`Statements(dialect)` renders every statement once, when a store is made (SQLite's at
+import; PostgreSQL's per store, since the schema is the store's): each is a plain
+constant string after that, which both drivers' statement caches key on, and nothing
+is assembled per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ._rows import COLUMNS
+
+__all__ = ["INSERT_COLUMNS", "Dialect", "Statements"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """How one database spells the stores' statements."""
+
+    #: the operations table
+    table: str
+    #: a parameter's placeholder
+    param: str
+    #: a parameter holding headers as JSON text
+    json: str
+    #: `a {same} b` holds when both are NULL, or equal
+    same: str
+    #: `column {any}` matches the values of one list parameter
+    any: str
+    #: a list of strings as that parameter
+    values: Callable[[Sequence[str]], object]
+    #: the order of operations in listings: oldest first
+    order: str
+    #: appended to a read whose rows a transaction then writes or deletes
+    lock: str
+    #: appended to the reaper's read: rows another host is reaping are left to it
+    skip_locked: str
+    #: the LIMIT parameter meaning "all rows"
+    unlimited: int | None
+
+
+#: The columns an admission writes, in the order of `admission_values`; the others
+#: take their defaults (no attempts, not maybe applied, no evidence).
+INSERT_COLUMNS = (
+    "id, key, method, url, headers, body, fingerprint, reference, state, lease_owner,"
+    " lease_expires, created_at, updated_at"
+)
+
+# Templates: {t} the table, {p} a parameter, {j} a headers parameter, {c} every column
+# (in the order `record_from_row` reads them), and the dialect's other words.
+_SELECT = "SELECT {c} FROM {t}"
+# Admission in one statement per intent: a row written means its caller owns the
+# operation. No conflict target: the id and the key are both unique, and either
+# conflicting means the operation (or its key) exists.
+_ADMIT = (
+    "INSERT INTO {t} ({insert}) VALUES ({p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}, {p}, {p},"
+    " {p}, {p}) ON CONFLICT DO NOTHING"
+)
+# The row that answers for an intent: the one with its id, else the one with its key.
+_FIND_FOR = _SELECT + " WHERE id = {p} OR key = {p} ORDER BY id = {p} DESC LIMIT 1"
+# Every row a set of intents could conflict with, by id or by key.
+_EXISTING = _SELECT + " WHERE id {any} OR key {any}"
+# The takeover is conditional on the holder just read: one guarded write, so of two
+# takers exactly one matches (on PostgreSQL, under READ COMMITTED, the second waits for
+# the first's row lock, re-checks the condition on the new row and matches nothing).
+_TAKE_OVER = (
+    "UPDATE {t} SET state = {p}, lease_owner = {p}, lease_expires = {p}, updated_at = {p}"
+    " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
+)
+_RECORD_ATTEMPT = (
+    "UPDATE {t} SET attempts = {p}, maybe_applied = maybe_applied OR {p}, evidence = {p},"
+    " not_before = {p}, lease_expires = {p}, updated_at = {p}"
+    " WHERE id = {p} AND lease_owner = {p} AND finished_at IS NULL"
+)
+_FINISH = (
+    "UPDATE {t} SET state = {p}, attempts = {p}, maybe_applied = maybe_applied OR {p},"
+    " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
+    " status_code = {p}, response_headers = {j}, response_body = {p},"
+    " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p}"
+    " WHERE id = {p} AND "
+)
+# A final answer is recorded whoever holds the lease: the server answers the same
+# under this key to everyone. Giving up only counts while the caller owns it.
+_FINAL_ANSWER = "finished_at IS NULL"
+_WHILE_OWNED = "lease_owner = {p}"
+_SETTLE = (
+    "UPDATE {t} SET {sets}, evidence = {p}, not_before = NULL, lease_owner = NULL,"
+    " lease_expires = NULL, updated_at = {p}"
+    " WHERE id = {p} AND finished_at IS NULL AND lease_owner = {p} RETURNING {c}"
+)
+_APPLIED = (
+    "state = {p}, status_code = {p}, response_headers = {j}, response_body = {p},"
+    " response_sha256 = {p}, response_size = {p}, finished_at = {p}"
+)
+_NOT_APPLIED = "state = {p}, maybe_applied = false"
+_REAP = (
+    "DELETE FROM {t} WHERE id IN (SELECT id FROM {t}"
+    " WHERE finished_at IS NOT NULL AND finished_at < {p} LIMIT {p}{skip_locked})"
+)
+_PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
+_PURGE = "DELETE FROM {t} WHERE id {any}"
+# Answered from the partial index on unfinished operations.
+_UNFINISHED = _SELECT + " WHERE finished_at IS NULL ORDER BY {order} LIMIT {p}"
+_OPERATIONS = _SELECT + " ORDER BY {order} LIMIT {p}"
+_OPERATIONS_IN = _SELECT + " WHERE state {any} ORDER BY {order} LIMIT {p}"
+_COUNTS = "SELECT state, count(*) FROM {t} GROUP BY state"
+
+
+class Statements:
+    """Every shared statement, rendered for one `Dialect`: built once, never changed
+    (every attribute is `Final`)."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        names = {
+            "t": dialect.table,
+            "p": dialect.param,
+            "j": dialect.json,
+            "c": COLUMNS,
+            "insert": INSERT_COLUMNS,
+            "same": dialect.same,
+            "any": dialect.any,
+            "order": dialect.order,
+            "lock": dialect.lock,
+            "skip_locked": dialect.skip_locked,
+        }
+
+        def render(template: str) -> str:
+            return template.format(**names)
+
+        finish = {
+            final: _FINISH + (_FINAL_ANSWER if final else _WHILE_OWNED) for final in (True, False)
+        }
+        self.dialect: Final = dialect
+        self.select_id: Final = render(_SELECT + " WHERE id = {p}")
+        self.select_key: Final = render(_SELECT + " WHERE key = {p}")
+        self.admit: Final = render(_ADMIT)
+        self.find_for: Final = render(_FIND_FOR)
+        self.existing: Final = render(_EXISTING)
+        self.take_over: Final = render(_TAKE_OVER)
+        self.record_attempt: Final = render(_RECORD_ATTEMPT)
+        # By `state.finished`: the final answer's guard, or the lease owner's.
+        self.finish: Final = {final: render(text) for final, text in finish.items()}
+        self.finish_returning: Final = {
+            final: render(text + " RETURNING {c}") for final, text in finish.items()
+        }
+        self.settle_applied: Final = render(_SETTLE.replace("{sets}", _APPLIED))
+        self.settle_not_applied: Final = render(_SETTLE.replace("{sets}", _NOT_APPLIED))
+        self.reap: Final = render(_REAP)
+        self.purgeable: Final = render(_PURGEABLE)
+        self.purge: Final = render(_PURGE)
+        self.unfinished: Final = render(_UNFINISHED)
+        self.operations: Final = render(_OPERATIONS)
+        self.operations_in: Final = render(_OPERATIONS_IN)
+        self.counts: Final = render(_COUNTS)
