@@ -78,6 +78,9 @@ class Settings:
     hooks: Hooks
     max_request_body: int
     rng: random.Random
+    #: the store was opened from a path or URL for these settings, so closing the
+    #: transports closes it too; a `Store` object passed in stays the caller's
+    owns_store: bool = False
 
 
 #: What reading a caller's body can raise: a file opened write-only or in text mode, a

@@ -245,7 +245,6 @@ class _Common:
         max_request_body: int,
         rng: random.Random | None,
     ) -> None:
-        self._owns_store = isinstance(store, str | os.PathLike)
         self.settings = make_settings(
             store,
             policy=policy,
@@ -273,7 +272,9 @@ class _Common:
         return None if record is None else _stored_outcome(record)
 
     def _close_store(self) -> None:
-        if self._owns_store:
+        # Closing the http client closed it already through its transports; a store
+        # passed in as an object stays open: it is the caller's.
+        if self.settings.owns_store:
             self.settings.store.close()
 
     # -- reconciliation: the store's half (the network's half is in each client) -------
@@ -362,8 +363,12 @@ class Client(_Common):
         if http is not None and httpx_options:
             raise TypeError("pass either http= or httpx options, not both")
         self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
-        self.http = http if http is not None else httpx.Client(**httpx_options)
-        _wrap_with(self.http, self.settings)
+        try:
+            self.http = http if http is not None else httpx.Client(**httpx_options)
+            _wrap_with(self.http, self.settings)
+        except BaseException:
+            self._close_store()  # a bad httpx option must not leave the store open
+            raise
 
     def request(
         self,
@@ -478,8 +483,12 @@ class AsyncClient(_Common):
         if http is not None and httpx_options:
             raise TypeError("pass either http= or httpx options, not both")
         self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
-        self.http = http if http is not None else httpx.AsyncClient(**httpx_options)
-        _wrap_with(self.http, self.settings)
+        try:
+            self.http = http if http is not None else httpx.AsyncClient(**httpx_options)
+            _wrap_with(self.http, self.settings)
+        except BaseException:
+            self._close_store()  # a bad httpx option must not leave the store open
+            raise
 
     async def request(
         self,

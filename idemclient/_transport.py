@@ -47,6 +47,7 @@ def make_settings(
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
     return Settings(
+        owns_store=isinstance(store, str | os.PathLike),
         store=open_store(store),
         policy=policy or RetryPolicy(),
         clock=clock or SystemClock(),
@@ -195,6 +196,8 @@ class IdempotentTransport(httpx.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+        if self.settings.owns_store:
+            self.settings.store.close()  # idempotent: every mount of a client shares it
 
 
 class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
@@ -326,3 +329,5 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+        if self.settings.owns_store:
+            self.settings.store.close()

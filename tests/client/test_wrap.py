@@ -106,3 +106,36 @@ async def test_wrap_async_client(store_path: Path, clock: ManualClock, psp: Fake
     assert len(set(psp.keys)) == 1
     assert len(psp.keys) == 2
     await client.aclose()
+
+
+def test_closing_a_wrapped_client_closes_the_store_it_opened(store_path: Path) -> None:
+    client = idemclient.wrap(httpx.Client(transport=FakePSP().transport()), store=store_path)
+    transport = client._transport
+    assert isinstance(transport, IdempotentTransport)
+    client.close()
+    with pytest.raises(idemclient.StoreUnavailable, match="closed"):
+        transport.settings.store.get("anything")
+
+
+def test_a_store_passed_as_an_object_stays_the_callers(store_path: Path) -> None:
+    store = idemclient.SQLiteStore(store_path)
+    client = idemclient.wrap(httpx.Client(transport=FakePSP().transport()), store=store)
+    client.close()
+    assert store.get("anything") is None  # still open
+    store.close()
+
+
+def test_a_bad_httpx_option_leaves_no_store_open(
+    store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[str] = []
+    real_close = idemclient.SQLiteStore.close
+
+    def counting_close(self: idemclient.SQLiteStore) -> None:
+        closed.append(self.path)
+        real_close(self)
+
+    monkeypatch.setattr(idemclient.SQLiteStore, "close", counting_close)
+    with pytest.raises(TypeError):
+        idemclient.Client(store=store_path, no_such_option=1)
+    assert closed == [str(store_path)]
