@@ -271,6 +271,24 @@ class _Common:
         record = self.settings.store.get(operation_id)
         return None if record is None else _stored_outcome(record)
 
+    def _attach(
+        self,
+        http: HttpxClient | None,
+        factory: Callable[..., HttpxClient],
+        httpx_options: dict[str, Any],
+    ) -> HttpxClient:
+        """The httpx client (given, or built from `httpx_options`), wrapped with this
+        client's settings. On any failure the store just opened is closed again."""
+        try:
+            if http is not None and httpx_options:
+                raise TypeError("pass either http= or httpx options, not both")
+            client = http if http is not None else factory(**httpx_options)
+            _wrap_with(client, self.settings)
+        except BaseException:
+            self._close_store()
+            raise
+        return client
+
     def _close_store(self) -> None:
         # Closing the http client closed it already through its transports; a store
         # passed in as an object stays open: it is the caller's.
@@ -360,15 +378,8 @@ class Client(_Common):
         http: httpx.Client | None = None,
         **httpx_options: Any,
     ) -> None:
-        if http is not None and httpx_options:
-            raise TypeError("pass either http= or httpx options, not both")
         self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
-        try:
-            self.http = http if http is not None else httpx.Client(**httpx_options)
-            _wrap_with(self.http, self.settings)
-        except BaseException:
-            self._close_store()  # a bad httpx option must not leave the store open
-            raise
+        self.http = self._attach(http, httpx.Client, httpx_options)
 
     def request(
         self,
@@ -480,15 +491,8 @@ class AsyncClient(_Common):
         http: httpx.AsyncClient | None = None,
         **httpx_options: Any,
     ) -> None:
-        if http is not None and httpx_options:
-            raise TypeError("pass either http= or httpx options, not both")
         self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
-        try:
-            self.http = http if http is not None else httpx.AsyncClient(**httpx_options)
-            _wrap_with(self.http, self.settings)
-        except BaseException:
-            self._close_store()  # a bad httpx option must not leave the store open
-            raise
+        self.http = self._attach(http, httpx.AsyncClient, httpx_options)
 
     async def request(
         self,

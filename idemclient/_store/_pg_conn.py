@@ -13,9 +13,11 @@ asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import psycopg_pool
 from psycopg import errors, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
@@ -32,6 +34,7 @@ __all__ = [
     "connect_args",
     "display",
     "durable_level",
+    "open_pool",
     "pg_error",
 ]
 
@@ -62,6 +65,30 @@ def connect_args(url: str, connect_timeout: float) -> dict[str, Any]:
     if "connect_timeout" not in conninfo_to_dict(url):
         args["connect_timeout"] = max(1, round(connect_timeout))
     return args
+
+
+def open_pool(
+    url: str,
+    *,
+    kwargs: dict[str, Any],
+    max_connections: int,
+    connect_timeout: float,
+    configure: Callable[[Conn], None],
+    name: str,
+) -> psycopg_pool.ConnectionPool[Conn]:
+    """A pool of up to `max_connections`, each set up by `configure` when made."""
+    return psycopg_pool.ConnectionPool(
+        url,
+        kwargs=kwargs,
+        min_size=1,
+        max_size=max_connections,
+        timeout=connect_timeout,
+        configure=configure,
+        # A connection broken by a database restart is replaced, not handed out.
+        check=psycopg_pool.ConnectionPool.check_connection,
+        name=name,
+        open=True,
+    )
 
 
 def configure(conn: Conn, *, lock_timeout: float) -> None:

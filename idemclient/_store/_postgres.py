@@ -32,7 +32,6 @@ from collections.abc import Collection, Iterable, Iterator
 from typing import Any, ClassVar
 
 import psycopg
-import psycopg_pool
 from psycopg import sql
 from psycopg.rows import tuple_row
 
@@ -47,6 +46,7 @@ from ._pg_conn import (
     connect_args,
     display,
     durable_level,
+    open_pool,
     pg_error,
 )
 from ._pg_schema import STORE, StoreIdentity, open_schema
@@ -142,17 +142,13 @@ class PostgresStore(SQLStore):
             raise self._translate(exc) from exc
         self._table = f"{self._quoted}.operations"
         self._sql = Statements(_dialect(self._table))
-        self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+        self._pool = open_pool(
             url,
             kwargs=connect_kwargs,
-            min_size=1,
-            max_size=max_connections,
-            timeout=connect_timeout,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
             configure=functools.partial(configure, lock_timeout=lock_timeout),
-            # A connection broken by a database restart is replaced, not handed out.
-            check=psycopg_pool.ConnectionPool.check_connection,
             name=f"idemclient-{schema}",
-            open=True,
         )
 
     @property

@@ -35,6 +35,7 @@ from .._store._pg_conn import (
     connect_args,
     display,
     durable_level,
+    open_pool,
     pg_error,
 )
 from .._store._pg_schema import Layout, StoreIdentity, create_version_table, open_schema
@@ -154,16 +155,13 @@ class PostgresInboxStorage:
                 self._durable_level = durable_level(conn)
         except psycopg.Error as exc:
             raise pg_error(self._where, self._quoted, exc) from exc
-        self._pool = psycopg_pool.ConnectionPool(
+        self._pool = open_pool(
             url,
             kwargs=kwargs,
-            min_size=1,
-            max_size=max_connections,
-            timeout=connect_timeout,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
             configure=functools.partial(configure, lock_timeout=lock_timeout),
-            check=psycopg_pool.ConnectionPool.check_connection,
             name=f"idemclient-inbox-{self.schema}",
-            open=True,
         )
 
     def _open_schema(self, conn: Conn) -> StoreIdentity:

@@ -58,10 +58,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-import psycopg_pool
 from psycopg import errors, sql
-from psycopg.conninfo import conninfo_to_dict
 
+from .._store._pg_conn import connect_args, open_pool
 from .._store._pg_conn import display as _display
 from ._rows import KeyRow
 from ._statements import Dialect, Statements
@@ -256,25 +255,21 @@ class PostgresStorage(Transactions):
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         self.path = _display(url)
-        connect_args: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in conninfo_to_dict(url):
-            connect_args["connect_timeout"] = max(1, round(connect_timeout))
+        connect_kwargs = connect_args(url, connect_timeout)
         # Create or check the schema on one plain connection first, so a wrong URL or a
         # newer schema fails here with its own message, not in the pool's reconnect loop.
         try:
-            with psycopg.connect(url, **connect_args) as conn:
+            with psycopg.connect(url, **connect_kwargs) as conn:
                 _open_schema(conn, self.path)
         except psycopg.Error as exc:
             raise ConnectionError(f"{self.path} cannot be used: {exc}") from exc
-        self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+        self._pool = open_pool(
             url,
-            kwargs=connect_args,
-            min_size=1,
-            max_size=max_connections,
-            timeout=connect_timeout,
+            kwargs=connect_kwargs,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
             configure=_configure,
             name="idemclient-server",
-            open=True,
         )
         # The last day for which partitions are known to exist (this process created
         # or found them); partitions are only ever dropped once wholly in the past.

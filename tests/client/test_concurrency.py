@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -17,37 +15,13 @@ from idemclient import Client, ManualClock, NotSent, OutcomeError, RetryPolicy, 
 
 from .fakes import FakePSP, Fault, error, status
 from .ledger_psp import FileLedgerPSP
+from .storms import storm_of_threads
 
 PAYMENT = {"amount": 700, "currency": "EUR"}
 
 
 def test_a_storm_of_threads_on_one_operation_makes_one_effect(store_path: Path) -> None:
-    psp = FakePSP()
-    release = threading.Event()
-
-    def slow_handler(request: httpx.Request) -> httpx.Response:
-        release.wait(timeout=10)  # hold the first sender until every thread is in
-        return psp.handler(request)
-
-    with Client(
-        store=store_path, transport=httpx.MockTransport(slow_handler), base_url="http://psp.test"
-    ) as client:
-        barrier = threading.Barrier(100)
-
-        def call() -> bytes:
-            barrier.wait(timeout=10)
-            outcome = client.post("/v1/payments", json=PAYMENT, operation_id="same")
-            assert outcome.response is not None
-            return outcome.response.content
-
-        with ThreadPoolExecutor(max_workers=100) as pool:
-            futures = [pool.submit(call) for _ in range(100)]
-            release.set()
-            bodies = {f.result(timeout=30) for f in futures}
-        assert len(client.store.operations()) == 1
-    assert len(bodies) == 1
-    assert sum(psp.effects.values()) == 1
-    assert len(psp.requests) == 1
+    storm_of_threads(store_path, callers=100)
 
 
 PROCESS = """

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from idemclient.postgres import PostgresStore
 
 from ..client.fakes import FakePSP, error, status
 from ..client.ledger_psp import FileLedgerPSP
+from ..client.storms import storm_of_threads
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
 
@@ -149,32 +148,7 @@ def test_hosts_sharing_a_postgresql_store_send_each_operation_once(
 
 
 def test_a_storm_of_threads_on_one_operation_makes_one_effect(pg_url: str) -> None:
-    psp = FakePSP()
-    release = threading.Event()
-
-    def slow_handler(request: httpx.Request) -> httpx.Response:
-        release.wait(timeout=10)  # hold the first sender until every thread is in
-        return psp.handler(request)
-
-    with Client(
-        store=pg_url, transport=httpx.MockTransport(slow_handler), base_url="http://psp.test"
-    ) as client:
-        barrier = threading.Barrier(50)
-
-        def call() -> bytes:
-            barrier.wait(timeout=10)
-            outcome = client.post("/v1/payments", json=PAYMENT, operation_id="same")
-            assert outcome.response is not None
-            return outcome.response.content
-
-        with ThreadPoolExecutor(max_workers=50) as pool:
-            futures = [pool.submit(call) for _ in range(50)]
-            release.set()
-            bodies = {f.result(timeout=60) for f in futures}
-        assert len(client.store.operations()) == 1
-    assert len(bodies) == 1
-    assert sum(psp.effects.values()) == 1
-    assert len(psp.requests) == 1
+    storm_of_threads(pg_url, callers=50)
 
 
 CRASH_CHILD = Path(__file__).parents[1] / "client" / "crash_child.py"
