@@ -30,7 +30,7 @@ from ._errors import (
 )
 from ._hooks import AttemptEvent, Hooks, RetryEvent
 from ._keys import DEFAULT_NAMESPACE, derive_key, key_from_identity, new_key, validate_key
-from ._outcome import Outcome, State
+from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
 from ._retry_after import parse_retry_after
 from ._store import Durability, OperationRecord, SQLiteStore, Store
@@ -81,6 +81,7 @@ __all__ = [
     "derive_key",
     "key_from_identity",
     "new_key",
+    "outcome_of",
     "parse_retry_after",
     "resume",
     "set_testing",

@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
 
 from ._budget import RetryBudget
-from ._classify import AttemptKind, Classification, classify_error, classify_response
+from ._classify import (
+    AttemptKind,
+    Classification,
+    after_maybe_applied,
+    classify_error,
+    classify_response,
+)
 from ._clock import Clock
 from ._errors import (
     Indeterminate,
@@ -32,20 +38,31 @@ from ._errors import (
     OutcomeError,
     ReconcileRequired,
     RequestNotReplayable,
+    StoreError,
 )
 from ._hooks import AttemptEvent, Hooks, RetryEvent
 from ._keys import new_key, validate_key
-from ._outcome import Outcome, State
+from ._outcome import OUTCOME, Outcome, State
 from ._policy import Decision, RetryPolicy, decide
 from ._retry_after import parse_retry_after
 from ._store import Intent, OperationRecord, Progress, Store
 
-__all__ = ["CALL_OPTIONS", "OUTCOME", "Call", "CallOptions", "Settings", "intent_for"]
+__all__ = [
+    "CALL_OPTIONS",
+    "CONTINUATION",
+    "OUTCOME",
+    "Call",
+    "CallOptions",
+    "Continuation",
+    "Settings",
+    "intent_for",
+    "unsettled_error",
+]
 
 #: Request extension through which `Client` passes per-call options to the transport.
 CALL_OPTIONS = "idemclient.call"
-#: Response extension carrying the call's `Outcome`.
-OUTCOME = "idemclient.outcome"
+#: Request extension carrying a `Continuation` (httpx copies it into a redirect's request).
+CONTINUATION = "idemclient.continuation"
 KEY_HEADER = "Idempotency-Key"
 
 #: A lease outlives the call's deadline by this much, so an owner still finishing its
@@ -201,22 +218,108 @@ def intent_for(request: httpx.Request, body: bytes) -> Intent:
     )
 
 
-class Call:
-    """The decisions of one call. Not thread-safe: one call, one thread or task."""
+def unsettled_error(
+    outcome: Outcome, reason: str, *, reconcile: bool = False, lost_to: str | None = None
+) -> OutcomeError:
+    """The exception for an operation that has no final answer (`outcome` says where it
+    stands): `NotSent` only when nothing of it can have reached the server."""
+    text = (
+        f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.value}"
+        f" after {outcome.attempts} attempt(s): {reason}; last seen: {outcome.evidence}"
+    )
+    if lost_to is not None:
+        return Indeterminate(
+            text + f". This call's lease lapsed and {lost_to} took the operation over: it"
+            " is sending it now, with the same key. It may have been applied: look at it"
+            " again later (re-issue it, or resume), never under a new key.",
+            outcome,
+        )
+    if outcome.state is State.NOT_SENT and not outcome.maybe_applied:
+        return NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
+    if reconcile:
+        return ReconcileRequired(
+            text + ". Settle it with Client.reconcile(operation_id, lookup=...): a"
+            " look-up on the server, never a second send.",
+            outcome,
+        )
+    return Indeterminate(
+        text + ". It may have been applied: resume it with the same key, or look it up.",
+        outcome,
+    )
 
-    def __init__(self, settings: Settings, request: httpx.Request, body: bytes) -> None:
+
+@dataclass(slots=True)
+class Continuation:
+    """An operation handed back to httpx unfinished (a 401 or 407 for its auth flow, a
+    3xx for its redirect handling), which httpx may send on.
+
+    It travels in the request's extensions (httpx copies them into the request that
+    follows a redirect, and an auth flow re-sends the same request), so the transport
+    recognises the next request as the same operation: same key, same deadline.
+    """
+
+    operation_id: str
+    key: str
+    method: str
+    #: scheme, host and port the operation was sent to: a redirect never leaves it
+    origin: tuple[bytes, bytes, int | None]
+    #: the call's deadline (monotonic), which every continuation shares
+    deadline: float
+    #: attempts made so far by this exchange (counted against `max_attempts`)
+    attempts: int
+    #: the status that handed it back
+    status: int
+    #: where the operation stands: the outcome of whatever ends the exchange here
+    outcome: Outcome
+    #: the outcome hooks have been told about `outcome`
+    told: bool = False
+
+    @property
+    def redirected(self) -> bool:
+        return 300 <= self.status < 400
+
+
+def origin_of(url: httpx.URL) -> tuple[bytes, bytes, int | None]:
+    return (url.raw_scheme, url.raw_host, url.port)
+
+
+class Call:
+    """The decisions of one call. Not thread-safe: one call, one thread or task.
+
+    A call starts a new operation (or finds it again) from its request, or continues
+    one that httpx sends on after a `Continuation` (a redirect, an auth flow).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        request: httpx.Request,
+        body: bytes,
+        *,
+        continuation: Continuation | None = None,
+    ) -> None:
         self.settings = settings
         self.request = request
         self.policy = settings.policy
         self.clock = settings.clock
         self.started = self.clock.monotonic()
-        self.deadline = self.started + self.policy.deadline
-        self.intent = intent_for(request, body)
         options = request.extensions.get(CALL_OPTIONS)
         self.call_hooks = options.hooks if isinstance(options, CallOptions) else None
+        self.continuation = continuation
+        self.intent: Intent | None
+        if continuation is None:
+            self.intent = intent_for(request, body)
+            self.operation_id = self.intent.operation_id
+            self.key = self.intent.key
+            self.deadline = self.started + self.policy.deadline
+            self.attempts_here = 0
+        else:
+            self.intent = None
+            self.operation_id = continuation.operation_id
+            self.key = continuation.key
+            self.deadline = continuation.deadline
+            self.attempts_here = continuation.attempts
         self.last_status: int | None = None
-        self.key = self.intent.key
-        self.attempts_here = 0
         self.total_attempts = 0
         self.maybe_applied = False
         self.evidence = ""
@@ -233,7 +336,10 @@ class Call:
     # -- before sending ----------------------------------------------------------------
 
     def lease_until(self) -> float:
-        return self.clock.time() + self.remaining() + LEASE_MARGIN
+        # The last attempt may still be reading its answer one read timeout after the
+        # deadline (a timeout is per read): the lease covers that too.
+        grace = min(self.policy.attempt_timeout, self.policy.deadline)
+        return self.clock.time() + max(0.0, self.remaining()) + grace + LEASE_MARGIN
 
     def remaining(self) -> float:
         return self.deadline - self.clock.monotonic()
@@ -260,15 +366,29 @@ class Call:
     def gate(self) -> float | Decision:
         """Before the first attempt: seconds to wait first (0.0 for none), or a stop."""
         now = self.clock.time()
-        if self.maybe_applied and now - self.created_at > self.policy.key_retention:
-            self._reconcile = True
-            return Decision(
-                "stop",
-                reason=(
-                    f"maybe applied and {now - self.created_at:.0f}s old, past the server's"
-                    f" key retention ({self.policy.key_retention:.0f}s): look it up instead"
-                ),
-            )
+        if self.maybe_applied:
+            age = now - self.created_at
+            if age > self.policy.key_retention:
+                self._reconcile = True
+                return Decision(
+                    "stop",
+                    reason=(
+                        f"maybe applied and {age:.0f}s old, past the server's key retention"
+                        f" ({self.policy.key_retention:.0f}s): look it up instead"
+                    ),
+                )
+            if age < -CLOCK_SKEW:
+                # Recorded at a time this clock has not reached: the clock went back, or
+                # was fast then. Its real age is unknown, so it may be past retention.
+                self._reconcile = True
+                return Decision(
+                    "stop",
+                    reason=(
+                        f"maybe applied, and recorded {-age:.0f}s ahead of this clock: its"
+                        " age, and so whether the server still holds its key, is unknown;"
+                        " look it up instead"
+                    ),
+                )
         if self.not_before is not None and self.not_before > now:
             wait = self.not_before - now
             if wait > self.policy.max_retry_after or wait >= self.remaining():
@@ -297,10 +417,10 @@ class Call:
         self.total_attempts += 1
         self._sending = True
         event = AttemptEvent(
-            operation_id=self.intent.operation_id,
+            operation_id=self.operation_id,
             key=self.key,
-            method=self.intent.method,
-            url=self.intent.url,
+            method=self.request.method,
+            url=str(self.request.url),
             attempt=self.total_attempts,
             timeout=timeout,
         )
@@ -317,7 +437,20 @@ class Call:
                 retry_statuses=self.policy.retry_statuses,
                 follow_server_hints=self.policy.follow_server_hints,
             )
+            if self.maybe_applied:
+                found = after_maybe_applied(
+                    found,
+                    replayed=_replayed(result),
+                    server_replays=self.policy.server_replays,
+                )
             self.evidence = f"HTTP {result.status_code} {result.reason_phrase}".rstrip()
+            if found.kind is AttemptKind.REDIRECT and "location" in result.headers:
+                self.evidence += f" to {result.headers['location']}"
+            elif self.maybe_applied and not found.final and found.kind in _REFUSALS:
+                self.evidence += (
+                    " after an attempt that may have been applied (the server may be"
+                    " refusing a duplicate)"
+                )
             self.last_status = result.status_code
         else:
             found = classify_error(result)
@@ -325,6 +458,10 @@ class Call:
             self._error = result
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         return found
+
+    def bound_body(self, response: httpx.Response) -> None:
+        """Make reading `response`'s body give up at the deadline (see `_DeadlineStream`)."""
+        response.stream = _DeadlineStream(response.stream, self)
 
     def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
         now = self.clock.time()
@@ -342,9 +479,10 @@ class Call:
             self.not_before = decision.not_before
         if decision.action == "retry":
             if not self.settings.budget.withdraw(decision.cost):
+                self.evidence += BUDGET_STOP
                 return Decision("stop", reason="the client's retry budget is spent")
             event = RetryEvent(
-                operation_id=self.intent.operation_id,
+                operation_id=self.operation_id,
                 key=self.key,
                 attempt=self.total_attempts,
                 evidence=self.evidence,
@@ -388,18 +526,15 @@ class Call:
         response: httpx.Response | None,
         *,
         from_store: bool = False,
+        tell: bool = True,
     ) -> Outcome:
-        replayed = (
-            response is not None
-            and response.headers.get("idempotent-replayed", "").strip().lower() == "true"
-        )
         outcome = Outcome(
             operation_id=record.operation_id,
             key=record.key,
             state=record.state,
             attempts=record.attempts,
             response=response,
-            replayed=replayed,
+            replayed=response is not None and _replayed(response),
             from_store=from_store,
             evidence=record.evidence,
             not_before=record.not_before,
@@ -410,10 +545,11 @@ class Call:
             response.extensions[OUTCOME] = outcome
         if outcome.state is State.SUCCEEDED and not from_store:
             self.settings.budget.deposit()
-        self._tell_outcome(outcome)
+        if tell:
+            self.tell(outcome)
         return outcome
 
-    def _tell_outcome(self, outcome: Outcome) -> None:
+    def tell(self, outcome: Outcome) -> None:
         self.settings.hooks.outcome(outcome)
         if self.call_hooks is not None:
             self.call_hooks.outcome(outcome, log=False)
@@ -431,43 +567,134 @@ class Call:
         self.outcome(record, response, from_store=True)
         return response
 
+    def handed_back(self, record: OperationRecord, response: httpx.Response) -> Continuation:
+        """The continuation of an operation whose answer goes back to httpx unfinished."""
+        outcome = self.outcome(record, response, tell=False)
+        continuation = Continuation(
+            operation_id=self.operation_id,
+            key=record.key,
+            method=self.request.method,
+            origin=(
+                self.continuation.origin
+                if self.continuation is not None
+                else origin_of(self.request.url)
+            ),
+            deadline=self.deadline,
+            attempts=self.attempts_here,
+            status=response.status_code,
+            outcome=outcome,
+        )
+        self.request.extensions[CONTINUATION] = continuation
+        return continuation
+
     def error(self, outcome: Outcome, reason: str) -> OutcomeError:
         """The exception for an operation that ended without a final answer."""
-        text = (
-            f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.value}"
-            f" after {outcome.attempts} attempt(s): {reason}; last seen: {outcome.evidence}"
-        )
-        error: OutcomeError
-        if outcome.state is State.NOT_SENT:
-            error = NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
-        elif self._reconcile:
-            error = ReconcileRequired(
-                text + ". Settle it with Client.reconcile(operation_id, lookup=...): a"
-                " look-up on the server, never a second send.",
-                outcome,
-            )
-        else:
-            error = Indeterminate(
-                text + ". It may have been applied: resume it with the same key, or look it up.",
-                outcome,
-            )
+        error = unsettled_error(outcome, reason, reconcile=self._reconcile)
         if self._error is not None:
             error.__cause__ = self._error
         return error
 
-    def busy_outcome(self, record: OperationRecord) -> OutcomeError:
-        outcome = Outcome(
-            operation_id=record.operation_id,
-            key=record.key,
-            state=record.state,
-            attempts=record.attempts,
-            evidence=f"held by {record.lease_owner} until {record.lease_expires}",
-            not_before=record.not_before,
-            maybe_applied=True,
+    def lost(self, record: OperationRecord) -> OutcomeError:
+        """The exception for a call whose lease another caller took over."""
+        outcome = self._unsettled_outcome(record, record.evidence)
+        self.tell(outcome)
+        return unsettled_error(
+            outcome, "its lease was taken over", lost_to=record.lease_owner or "another caller"
         )
-        self._tell_outcome(outcome)
+
+    def store_failed(self, error: StoreError, response: httpx.Response | None) -> OutcomeError:
+        """The exception for a store that failed after an attempt was made: the attempt
+        may have arrived, so never an error that says nothing has changed."""
+        outcome = Outcome(
+            operation_id=self.operation_id,
+            key=self.key,
+            state=self.unsettled_state(),
+            attempts=self.total_attempts,
+            response=response,
+            evidence=f"{self.evidence}; the store could not record it: {error.reason}",
+            not_before=self.not_before,
+            maybe_applied=self.maybe_applied,
+            last_status=self.last_status,
+        )
+        if response is not None:
+            response.extensions[OUTCOME] = outcome
+        self.tell(outcome)
+        failure = unsettled_error(outcome, f"the store {error.path!r} failed")
+        failure.__cause__ = error
+        return failure
+
+    def busy_outcome(self, record: OperationRecord) -> OutcomeError:
+        outcome = self._unsettled_outcome(
+            record, f"held by {record.lease_owner} until {record.lease_expires}"
+        )
+        self.tell(outcome)
         return Indeterminate(
             f"operation {record.operation_id!r} (key {record.key}) is being sent by another"
             f" caller ({record.lease_owner}) and did not finish within the deadline",
             outcome,
         )
+
+    def _unsettled_outcome(self, record: OperationRecord, evidence: str) -> Outcome:
+        return Outcome(
+            operation_id=record.operation_id,
+            key=record.key,
+            state=record.state,
+            attempts=record.attempts,
+            evidence=evidence,
+            not_before=record.not_before,
+            maybe_applied=True,
+            last_status=self.last_status,
+        )
+
+
+#: How far a record's time may be ahead of this clock before it counts as a clock that
+#: went back (hosts sharing a PostgreSQL store are a little apart).
+CLOCK_SKEW = 300.0
+#: Appended to the evidence of an operation the retry budget stopped.
+BUDGET_STOP = "; stopped by the client's retry budget"
+_REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})
+
+
+def _replayed(response: httpx.Response) -> bool:
+    marker: str = response.headers.get("idempotent-replayed", "")
+    return marker.strip().lower() == "true"
+
+
+class _DeadlineStream(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body that stops at the call's deadline.
+
+    httpx's read timeout bounds each read, not the body: a server dripping one byte at a
+    time would hold the call (and its lease) as long as it likes. Between reads this
+    checks the deadline, and past it gives up as a read timeout would: the answer did
+    not arrive whole, so the operation may have been applied and has no answer.
+    """
+
+    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, call: Call) -> None:
+        self._inner = inner
+        self._call = call
+
+    def _check(self) -> None:
+        if self._call.remaining() <= 0:
+            raise httpx.ReadTimeout(
+                "the deadline passed while the answer's body was still arriving"
+            )
+
+    def __iter__(self) -> Iterator[bytes]:
+        assert isinstance(self._inner, httpx.SyncByteStream)
+        for chunk in self._inner:
+            self._check()
+            yield chunk
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        assert isinstance(self._inner, httpx.AsyncByteStream)
+        async for chunk in self._inner:
+            self._check()
+            yield chunk
+
+    def close(self) -> None:
+        if isinstance(self._inner, httpx.SyncByteStream):
+            self._inner.close()
+
+    async def aclose(self) -> None:
+        if isinstance(self._inner, httpx.AsyncByteStream):
+            await self._inner.aclose()

@@ -1,28 +1,44 @@
 """What one attempt's result means: the attempt classification table, as code.
 
-| observed                                          | kind           | retry | maybe applied |
-|---------------------------------------------------|----------------|-------|---------------|
-| 2xx except 202                                    | SUCCEEDED      | no    | yes (final)   |
-| 202 Accepted                                      | ACCEPTED       | yes   | yes           |
-| 409 Conflict                                      | IN_PROGRESS    | yes   | yes           |
-| 429, 503                                          | THROTTLED      | yes   | no            |
-| 500, 502, 504                                     | SERVER_ERROR   | yes   | yes           |
-| 422                                               | KEY_CONFLICT   | no    | no (final)    |
-| 401, 407                                          | UNAUTHENTICATED| no    | no            |
-| any other status                                  | REJECTED       | no    | no (final)    |
-| connect error or timeout, pool timeout, proxy     | NOT_SENT       | yes   | no            |
-| TLS verification failure, bad URL scheme, request |                |       |               |
-|   httpx could not write at all                    | UNSENDABLE     | no    | no            |
-| write/read error or timeout, peer dropped         | MAYBE_APPLIED  | yes   | yes           |
-| anything else raised by the transport             | UNKNOWN        | no    | yes           |
+| observed                                      | kind            | retry | maybe applied | final |
+|-----------------------------------------------|-----------------|-------|---------------|-------|
+| 2xx except 202                                | SUCCEEDED       | no    | yes           | yes   |
+| 202 Accepted                                  | ACCEPTED        | yes   | yes           | no    |
+| 3xx                                           | REDIRECT        | no    | yes           | no    |
+| 409 Conflict                                  | IN_PROGRESS     | yes   | yes           | no    |
+| 429, 503                                      | THROTTLED       | yes   | no            | no    |
+| 500, 502, 504                                 | SERVER_ERROR    | yes   | yes           | no    |
+| any other 5xx (501, 520, 524...)              | SERVER_ERROR    | no    | yes           | no    |
+| 422                                           | KEY_CONFLICT    | no    | no            | yes   |
+| 401, 407                                      | UNAUTHENTICATED | no    | no            | no    |
+| any other 4xx                                 | REJECTED        | no    | no            | yes   |
+| any other status (1xx, 6xx...)                | UNKNOWN         | no    | yes           | no    |
+| connect error or timeout, pool timeout, proxy | NOT_SENT        | yes   | no            | no    |
+| TLS verification failure, bad URL scheme,     |                 |       |               |       |
+|   request httpx could not write at all        | UNSENDABLE      | no    | no            | no    |
+| write/read error or timeout, peer dropped     | MAYBE_APPLIED   | yes   | yes           | no    |
+| anything else raised by the transport         | UNKNOWN         | no    | yes           | no    |
 
-401 and 407 are not answers about the payment but about the credentials: the server
-refuses them before any processing. The operation ends `not_sent` (fix the credentials
-and resume with the same key) rather than `failed`, so that a wrong token does not mark
-a whole batch as finally refused.
+Only a 2xx is a success and only a 4xx is a refusal: those are *final*, stored as the
+operation's answer. Everything else that ends a call without a retry leaves the
+operation unsettled: `indeterminate` if any attempt may have been applied, else
+`not_sent`. A 5xx is server or proxy trouble, not an answer about the payment, whether
+or not it is retried.
 
-A server that says explicitly whether to retry (`Stripe-Should-Retry`, `x-should-retry`)
-overrides the retry column when the policy asks for it. Everything here is pure.
+Two kinds go back to httpx instead of ending the call (`handoff`): 401 and 407 are about
+the credentials, refused before any processing, and an auth flow may send the request
+again with new ones; a 3xx is for httpx's redirect handling to follow or not. Either
+way the operation continues under the same key if httpx sends it on.
+
+A status in the caller's retry set is retried whatever its row says (and then counts as
+maybe applied). A server that says explicitly whether to retry (`Stripe-Should-Retry`,
+`x-should-retry`) overrides the retry column when the policy asks for it, never the
+final column. Everything here is pure.
+
+A refusal is only as good as what came before it: after an attempt that may have been
+applied, a 4xx may be the server refusing a duplicate of what it already did (a
+reference that already exists). `after_maybe_applied` says when such a refusal still
+counts as the operation's answer.
 """
 
 from __future__ import annotations
@@ -34,12 +50,19 @@ from dataclasses import dataclass
 
 import httpx
 
-__all__ = ["AttemptKind", "Classification", "classify_error", "classify_response"]
+__all__ = [
+    "AttemptKind",
+    "Classification",
+    "after_maybe_applied",
+    "classify_error",
+    "classify_response",
+]
 
 
 class AttemptKind(enum.StrEnum):
     SUCCEEDED = "succeeded"
     ACCEPTED = "accepted"
+    REDIRECT = "redirect"
     IN_PROGRESS = "in_progress"
     THROTTLED = "throttled"
     SERVER_ERROR = "server_error"
@@ -59,28 +82,34 @@ class Classification:
     retry: bool
     #: this attempt may have reached the server and taken effect
     maybe_applied: bool
+    #: the server's answer about the operation: stored as its result
+    final: bool = False
 
     @property
-    def final(self) -> bool:
-        """The server gave an answer that ends the operation (stored as its result)."""
-        return not self.retry and self.kind in _ANSWERS
+    def handoff(self) -> bool:
+        """Goes back to httpx (its auth flow, its redirect handling) unretried."""
+        return not self.retry and self.kind in _HANDOFFS
 
 
-def _row(kind: AttemptKind, retry: bool, maybe_applied: bool) -> tuple[AttemptKind, Classification]:
-    return kind, Classification(kind, retry=retry, maybe_applied=maybe_applied)
+def _row(
+    kind: AttemptKind, retry: bool, maybe_applied: bool, final: bool = False
+) -> tuple[AttemptKind, Classification]:
+    return kind, Classification(kind, retry=retry, maybe_applied=maybe_applied, final=final)
 
 
-# The table in the module docstring, row for row.
+# The table in the module docstring, row for row (the retry column of a status outside
+# the retry set is the caller's: see `classify_response`).
 _BY_KIND = dict(
     [
-        _row(AttemptKind.SUCCEEDED, retry=False, maybe_applied=True),
+        _row(AttemptKind.SUCCEEDED, retry=False, maybe_applied=True, final=True),
         _row(AttemptKind.ACCEPTED, retry=True, maybe_applied=True),
+        _row(AttemptKind.REDIRECT, retry=False, maybe_applied=True),
         _row(AttemptKind.IN_PROGRESS, retry=True, maybe_applied=True),
         _row(AttemptKind.THROTTLED, retry=True, maybe_applied=False),
         _row(AttemptKind.SERVER_ERROR, retry=True, maybe_applied=True),
-        _row(AttemptKind.KEY_CONFLICT, retry=False, maybe_applied=False),
+        _row(AttemptKind.KEY_CONFLICT, retry=False, maybe_applied=False, final=True),
         _row(AttemptKind.UNAUTHENTICATED, retry=False, maybe_applied=False),
-        _row(AttemptKind.REJECTED, retry=False, maybe_applied=False),
+        _row(AttemptKind.REJECTED, retry=False, maybe_applied=False, final=True),
         _row(AttemptKind.NOT_SENT, retry=True, maybe_applied=False),
         _row(AttemptKind.UNSENDABLE, retry=False, maybe_applied=False),
         _row(AttemptKind.MAYBE_APPLIED, retry=True, maybe_applied=True),
@@ -88,14 +117,7 @@ _BY_KIND = dict(
     ]
 )
 
-_ANSWERS = frozenset(
-    {
-        AttemptKind.SUCCEEDED,
-        AttemptKind.KEY_CONFLICT,
-        AttemptKind.REJECTED,
-        AttemptKind.SERVER_ERROR,
-    }
-)
+_HANDOFFS = frozenset({AttemptKind.UNAUTHENTICATED, AttemptKind.REDIRECT})
 _HINT_HEADERS = ("stripe-should-retry", "x-should-retry")
 
 
@@ -111,6 +133,8 @@ def classify_response(
         kind = AttemptKind.ACCEPTED
     elif 200 <= status < 300:
         return _BY_KIND[AttemptKind.SUCCEEDED]  # a final success is never second-guessed
+    elif 300 <= status < 400:
+        kind = AttemptKind.REDIRECT
     elif status == 409:
         kind = AttemptKind.IN_PROGRESS
     elif status in (429, 503):
@@ -119,23 +143,46 @@ def classify_response(
         kind = AttemptKind.KEY_CONFLICT
     elif status in (401, 407):
         kind = AttemptKind.UNAUTHENTICATED
-    elif status >= 500:
+    elif 400 <= status < 500:
+        kind = AttemptKind.REJECTED
+    elif 500 <= status < 600:
         kind = AttemptKind.SERVER_ERROR
     else:
-        kind = AttemptKind.REJECTED
+        kind = AttemptKind.UNKNOWN
     result = _BY_KIND[kind]
     retry = kind is AttemptKind.ACCEPTED or status in retry_statuses
-    if retry != result.retry:
-        # The caller's set of retryable statuses decides. A status retried against the
-        # table's advice may have started work on the server: assume it may have.
-        result = Classification(kind, retry=retry, maybe_applied=result.maybe_applied or retry)
     if follow_server_hints:
         hint = _server_hint(response.headers)
-        if hint is not None and hint != result.retry:
-            # Same reasoning as above: a retry the table would not make may follow work.
-            applied = result.maybe_applied or hint
-            result = Classification(kind, retry=hint, maybe_applied=applied)
+        if hint is not None:
+            retry = hint
+    if retry != result.retry:
+        # The caller's retry set (or the server's hint) decides. A retried status may
+        # have started work on the server: assume it may have. One that is not retried
+        # is final only if its row is: a 5xx left out of the retry set is still no
+        # answer about the payment.
+        result = Classification(
+            kind,
+            retry=retry,
+            maybe_applied=result.maybe_applied or retry,
+            final=result.final and not retry,
+        )
     return result
+
+
+def after_maybe_applied(
+    found: Classification, *, replayed: bool, server_replays: bool
+) -> Classification:
+    """`found` for an attempt that follows one which may have been applied.
+
+    A success stays final. A refusal (4xx) stays final only if it is the server's
+    stored answer for the key: marked as a replay (`Idempotent-Replayed: true`), or
+    from a server known to answer a finished key with its stored answer
+    (`server_replays`). Otherwise it may be the server refusing a duplicate of a
+    payment it already made (a reference that already exists): indeterminate.
+    """
+    if not found.final or found.kind is AttemptKind.SUCCEEDED or replayed or server_replays:
+        return found
+    return Classification(found.kind, retry=False, maybe_applied=True, final=False)
 
 
 def classify_error(error: BaseException) -> Classification:

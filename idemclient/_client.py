@@ -18,12 +18,21 @@ import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import CALL_OPTIONS, KEY_HEADER, LEASE_MARGIN, OUTCOME, CallOptions, Settings
+from ._call import (
+    CALL_OPTIONS,
+    KEY_HEADER,
+    LEASE_MARGIN,
+    CallOptions,
+    Continuation,
+    Settings,
+    unsettled_error,
+)
 from ._clock import Clock
 from ._errors import KeyConflict, OutcomeError
+from ._exchange import install
 from ._hooks import Hooks
 from ._keys import key_from_identity, validate_key
-from ._outcome import Outcome, State
+from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
 from ._reconcile import default_found, judge, lookup_url, settled, unsettled
 from ._store import Claim, OperationRecord, Progress, Store, StoredResponse, new_owner
@@ -77,6 +86,13 @@ def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
     # and checked by the tests).
     if isinstance(client._transport, IdempotentTransport | AsyncIdempotentTransport):
         raise ValueError("this client is wrapped already")
+
+    def tell(continuation: Continuation) -> None:
+        settings.hooks.outcome(continuation.outcome)
+
+    # Each send is an exchange: the transports tell the operation apart from what
+    # httpx's redirects and auth flows send in the same call (see `_exchange`).
+    install(client, settings, tell)
     if isinstance(client, httpx.Client):
         client._transport = IdempotentTransport(client._transport, settings=settings)
         client._mounts = {
@@ -146,9 +162,18 @@ def _raw_key(headers: Any) -> object:
 
 
 def _outcome(response: httpx.Response) -> Outcome:
-    outcome = response.extensions.get(OUTCOME)
-    if not isinstance(outcome, Outcome):  # pragma: no cover - the transport always sets it
-        raise RuntimeError("the response carries no idemclient outcome")
+    outcome = outcome_of(response)
+    if outcome is None:
+        # Every request `Client` sends is an operation, and whatever ends its exchange
+        # carries the operation's outcome (see `_exchange.finish_exchange`).
+        raise RuntimeError(  # pragma: no cover - a bug, not a state of the world
+            f"the response (HTTP {response.status_code}) carries no idemclient outcome"
+        )
+    if not outcome.state.finished:
+        # An answer that went back to httpx and ended the call there: a 401 that no
+        # auth flow sent on, a redirect not followed.
+        response.close()
+        raise unsettled_error(outcome, _handed_back_reason(response.status_code))
     if outcome.state is State.FAILED and response.status_code == 422:
         raise KeyConflict(
             f"the server refused key {outcome.key} of operation {outcome.operation_id!r}"
@@ -157,6 +182,20 @@ def _outcome(response: httpx.Response) -> Outcome:
             outcome,
         )
     return outcome
+
+
+def _handed_back_reason(status: int) -> str:
+    if status in (401, 407):
+        return (
+            f"the server refused the credentials (HTTP {status}); fix them and send it"
+            " again with the same key"
+        )
+    if 300 <= status < 400:
+        return (
+            f"the server redirected it (HTTP {status}) and the redirect was not followed"
+            " (follow_redirects=False, or another origin)"
+        )
+    return f"HTTP {status} is not an answer about the operation"
 
 
 def _resume_request(
@@ -226,8 +265,7 @@ async def aresume(client: httpx.AsyncClient, *, limit: int | None = None) -> lis
 
 
 def _resumed_outcome(response: httpx.Response, record: OperationRecord) -> Outcome:
-    outcome = response.extensions.get(OUTCOME)
-    return outcome if isinstance(outcome, Outcome) else _stored_outcome(record)
+    return outcome_of(response) or _stored_outcome(record)
 
 
 class _Common:

@@ -30,6 +30,9 @@ class State(enum.StrEnum):
         return self in _FINISHED
 
 
+#: Response extension carrying the `Outcome` of the operation a response answers.
+OUTCOME = "idemclient.outcome"
+
 _FINISHED = frozenset({State.SUCCEEDED, State.FAILED})
 UNFINISHED_STATES = tuple(s.value for s in State if s not in _FINISHED)
 
@@ -67,3 +70,11 @@ class Outcome:
     @property
     def succeeded(self) -> bool:
         return self.state is State.SUCCEEDED
+
+
+def outcome_of(response: httpx.Response) -> Outcome | None:
+    """The `Outcome` of the operation `response` answers, from a client wrapped by
+    `idemclient.wrap()` (or a `Client`'s `http`); None for a request that was not an
+    operation (a GET, a method the policy leaves out)."""
+    outcome = response.extensions.get(OUTCOME)
+    return outcome if isinstance(outcome, Outcome) else None

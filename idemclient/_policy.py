@@ -69,6 +69,12 @@ class RetryPolicy:
     methods: frozenset[str] = _DEFAULT_METHODS
     #: obey `Stripe-Should-Retry` / `x-should-retry` over the status table
     follow_server_hints: bool = False
+    #: the server answers a key it has finished with that key's stored answer, errors
+    #: included (Stripe, the reference server): a refusal that follows an attempt which
+    #: may have been applied is then that operation's answer. Off, such a refusal may be
+    #: the server refusing a duplicate, and the operation is indeterminate. A refusal
+    #: marked `Idempotent-Replayed: true` is the stored answer either way.
+    server_replays: bool = False
     #: how long the server keeps keys; an operation that may have been applied and is
     #: older than this is never re-sent automatically (it could apply twice)
     key_retention: float = 24 * 3600.0

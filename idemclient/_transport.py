@@ -1,10 +1,12 @@
 """httpx transports (sync and async) that make unsafe requests safe to retry.
 
 They wrap any inner transport. Requests whose method the policy does not cover pass
-straight through. For the others, one call goes: record the intent durably, take the
-lease, attempt and retry within the deadline, store where it ended, release the lease;
-then return the final response, or raise `NotSent` / `Indeterminate` when there is none.
-The decisions live in `_call.Call`; the two classes here differ only in how they wait.
+straight through, and so do the requests an auth flow makes of its own (`_exchange`).
+For the others, one call goes: record the intent durably, take the lease, attempt and
+retry within the deadline, store where it ended, release the lease; then return the
+final response, or raise `NotSent` / `Indeterminate` when there is none. What happens
+is written once, as a flow of effects (`_flow`); the two classes here only do those
+effects, one in the calling thread, the other awaiting.
 """
 
 from __future__ import annotations
@@ -12,24 +14,34 @@ from __future__ import annotations
 import functools
 import os
 import random
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import Call, Settings, abody_from_chunks, body_from_chunks, buffered_body
-from ._classify import Classification
+from ._call import Settings, abody_from_chunks, body_from_chunks, buffered_body
 from ._clock import Clock, SystemClock
+from ._exchange import route
+from ._flow import (
+    Close,
+    Effect,
+    Flow,
+    Read,
+    Send,
+    Shield,
+    Sleep,
+    StoreCall,
+    follow,
+    operation,
+    refuse,
+)
 from ._hooks import Hooks
-from ._policy import Decision, RetryPolicy
-from ._store import Claim, Store, StoredResponse, new_owner
+from ._policy import RetryPolicy
+from ._store import Store
 from ._store._open import open_store
 
 __all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "make_settings"]
-
-T = TypeVar("T")
 
 DEFAULT_MAX_REQUEST_BODY = 1024 * 1024
 
@@ -90,109 +102,51 @@ class IdempotentTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         settings = self.settings
-        if request.method not in settings.policy.methods:
+        where = route(settings, request, settings.policy.methods)
+        if where.action == "pass":
             return self.inner.handle_request(request)
+        if where.action == "refuse":
+            assert where.continuation is not None
+            raise refuse(settings, request, where.continuation)
+        if where.action == "follow":
+            assert where.continuation is not None
+            return self._drive(follow(settings, request, where.continuation))
         body = buffered_body(request, settings.max_request_body)
         if body is None:
             stream = request.stream
             if not isinstance(stream, httpx.SyncByteStream):
                 raise TypeError("a sync transport needs a request with a sync body")
             body = body_from_chunks(stream, settings.max_request_body)
-        call = Call(settings, request, body)
-        store, clock = settings.store, settings.clock
-        owner = new_owner()
-        begin = store.begin(
-            call.intent, owner=owner, now=clock.time(), lease_until=call.lease_until()
-        )
-        while begin.claim is Claim.BUSY:
-            wait = call.busy_wait()
-            if wait is None:
-                raise call.busy_outcome(begin.record)
-            clock.sleep(wait)
-            begin = store.claim(
-                call.intent.operation_id,
-                owner=owner,
-                now=clock.time(),
-                lease_until=call.lease_until(),
-            )
-        if begin.claim is Claim.FINISHED:
-            return call.stored_answer(begin.record)
-        call.adopt(begin.record)
-        try:
-            return self._attempts(call, owner)
-        except BaseException as exc:
-            if not call.settled:  # cut short: leave a truthful record, not a live lease
-                call.interrupted(exc)
-                store.finish(
-                    call.intent.operation_id,
-                    owner=owner,
-                    state=call.unsettled_state(),
-                    progress=call.progress(settling=True),
-                )
-            raise
+        return self._drive(operation(settings, request, body, where.continuation))
 
-    def _attempts(self, call: Call, owner: str) -> httpx.Response:
-        clock = self.settings.clock
-        gate = call.gate()
-        if isinstance(gate, Decision):
-            return self._stop(call, owner, gate)
-        if gate > 0:
-            clock.sleep(gate)
+    def _drive(self, flow: Flow) -> httpx.Response:
+        """Do what `flow` asks, in this thread, until it returns its response."""
+        result: Any = None
+        error: BaseException | None = None
         while True:
-            if call.prepare() is None:
-                return self._stop(call, owner, Decision("stop", reason="the deadline passed"))
-            response: httpx.Response | None = None
             try:
-                response = self.inner.handle_request(call.request)
-                found = call.observe(response)
-                if found.final:
-                    body = response.read()
-                    return self._finish(call, owner, response, body, found)
-            except Exception as exc:
-                if call.settled:
-                    raise
-                if response is not None:
-                    response.close()
-                    response = None  # the answer was lost with its body: not an answer
-                found = call.observe(exc)
-            if response is not None:
-                response.close()  # a discarded answer frees its connection before we wait
-            decision = call.decide(found, response)
-            if decision.action == "stop":
-                return self._stop(call, owner, decision)
-            self.settings.store.record_attempt(
-                call.intent.operation_id,
-                owner=owner,
-                progress=call.progress(),
-                lease_until=call.lease_until(),
-            )
-            clock.sleep(decision.wait)
+                effect = flow.send(result) if error is None else flow.throw(error)
+            except StopIteration as done:
+                response: httpx.Response = done.value
+                return response
+            result, error = None, None
+            try:
+                result = self._do(effect)
+            except BaseException as exc:  # thrown into the flow, which decides
+                error = exc
 
-    def _finish(
-        self, call: Call, owner: str, response: httpx.Response, body: bytes, found: Classification
-    ) -> httpx.Response:
-        stored = StoredResponse.of(
-            response.status_code, tuple(response.headers.multi_items()), body
-        )
-        record = self.settings.store.finish(
-            call.intent.operation_id,
-            owner=owner,
-            state=call.final_state(found),
-            progress=call.progress(settling=True),
-            response=stored,
-            known=call.record,
-        )
-        call.outcome(record, response)
-        return response
-
-    def _stop(self, call: Call, owner: str, decision: Decision) -> httpx.Response:
-        record = self.settings.store.finish(
-            call.intent.operation_id,
-            owner=owner,
-            state=call.unsettled_state(),
-            progress=call.progress(settling=True),
-        )
-        raise call.error(call.outcome(record, None), decision.reason)
+    def _do(self, effect: Effect) -> Any:
+        if isinstance(effect, Shield):
+            effect = effect.effect
+        if isinstance(effect, StoreCall):
+            return effect.fn(**effect.kwargs)
+        if isinstance(effect, Send):
+            return self.inner.handle_request(effect.request)
+        if isinstance(effect, Read):
+            return effect.response.read()
+        if isinstance(effect, Close):
+            return effect.response.close()
+        return self.settings.clock.sleep(effect.seconds)
 
     def close(self) -> None:
         self.inner.close()
@@ -201,8 +155,8 @@ class IdempotentTransport(httpx.BaseTransport):
 
 
 class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
-    """The async twin of `IdempotentTransport`. Store calls run in a worker thread so
-    that an fsync never blocks the event loop."""
+    """The async twin of `IdempotentTransport`: the same flow, awaited. Store calls run
+    in a worker thread so that an fsync never blocks the event loop."""
 
     def __init__(
         self,
@@ -216,116 +170,58 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
         self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
         self.settings = settings
 
-    async def _store(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
-
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         settings = self.settings
-        if request.method not in settings.policy.methods:
+        where = route(settings, request, settings.policy.methods)
+        if where.action == "pass":
             return await self.inner.handle_async_request(request)
+        if where.action == "refuse":
+            assert where.continuation is not None
+            raise refuse(settings, request, where.continuation)
+        if where.action == "follow":
+            assert where.continuation is not None
+            return await self._drive(follow(settings, request, where.continuation))
         body = buffered_body(request, settings.max_request_body)
         if body is None:
             stream = request.stream
             if not isinstance(stream, httpx.AsyncByteStream):
                 raise TypeError("an async transport needs a request with an async body")
             body = await abody_from_chunks(stream, settings.max_request_body)
-        call = Call(settings, request, body)
-        store, clock = settings.store, settings.clock
-        owner = new_owner()
-        begin = await self._store(
-            store.begin, call.intent, owner=owner, now=clock.time(), lease_until=call.lease_until()
-        )
-        while begin.claim is Claim.BUSY:
-            wait = call.busy_wait()
-            if wait is None:
-                raise call.busy_outcome(begin.record)
-            await clock.asleep(wait)
-            begin = await self._store(
-                store.claim,
-                call.intent.operation_id,
-                owner=owner,
-                now=clock.time(),
-                lease_until=call.lease_until(),
-            )
-        if begin.claim is Claim.FINISHED:
-            return call.stored_answer(begin.record)
-        call.adopt(begin.record)
-        try:
-            return await self._attempts(call, owner)
-        except BaseException as exc:
-            if not call.settled:
-                call.interrupted(exc)
-                # Shielded: a cancelled task must still leave a truthful record behind.
-                with anyio.CancelScope(shield=True):
-                    await self._store(
-                        store.finish,
-                        call.intent.operation_id,
-                        owner=owner,
-                        state=call.unsettled_state(),
-                        progress=call.progress(settling=True),
-                    )
-            raise
+        return await self._drive(operation(settings, request, body, where.continuation))
 
-    async def _attempts(self, call: Call, owner: str) -> httpx.Response:
-        clock = self.settings.clock
-        gate = call.gate()
-        if isinstance(gate, Decision):
-            return await self._stop(call, owner, gate)
-        if gate > 0:
-            await clock.asleep(gate)
+    async def _drive(self, flow: Flow) -> httpx.Response:
+        """Do what `flow` asks, awaiting, until it returns its response."""
+        result: Any = None
+        error: BaseException | None = None
         while True:
-            if call.prepare() is None:
-                return await self._stop(call, owner, Decision("stop", reason="the deadline passed"))
-            response: httpx.Response | None = None
             try:
-                response = await self.inner.handle_async_request(call.request)
-                found = call.observe(response)
-                if found.final:
-                    body = await response.aread()
-                    stored = StoredResponse.of(
-                        response.status_code, tuple(response.headers.multi_items()), body
-                    )
-                    record = await self._store(
-                        self.settings.store.finish,
-                        call.intent.operation_id,
-                        owner=owner,
-                        state=call.final_state(found),
-                        progress=call.progress(settling=True),
-                        response=stored,
-                        known=call.record,
-                    )
-                    call.outcome(record, response)
-                    return response
-            except Exception as exc:
-                if call.settled:
-                    raise
-                if response is not None:
-                    await response.aclose()
-                    response = None  # the answer was lost with its body: not an answer
-                found = call.observe(exc)
-            if response is not None:
-                await response.aclose()
-            decision = call.decide(found, response)
-            if decision.action == "stop":
-                return await self._stop(call, owner, decision)
-            await self._store(
-                self.settings.store.record_attempt,
-                call.intent.operation_id,
-                owner=owner,
-                progress=call.progress(),
-                lease_until=call.lease_until(),
-            )
-            await clock.asleep(decision.wait)
+                effect = flow.send(result) if error is None else flow.throw(error)
+            except StopIteration as done:
+                response: httpx.Response = done.value
+                return response
+            result, error = None, None
+            try:
+                if isinstance(effect, Shield):
+                    # A cancelled task must still leave a truthful record behind.
+                    with anyio.CancelScope(shield=True):
+                        result = await self._do(effect.effect)
+                else:
+                    result = await self._do(effect)
+            except BaseException as exc:  # thrown into the flow, which decides
+                error = exc
 
-    async def _stop(self, call: Call, owner: str, decision: Decision) -> httpx.Response:
-        record = await self._store(
-            self.settings.store.finish,
-            call.intent.operation_id,
-            owner=owner,
-            state=call.unsettled_state(),
-            progress=call.progress(settling=True),
-        )
-        raise call.error(call.outcome(record, None), decision.reason)
+    async def _do(self, effect: Effect) -> Any:
+        if isinstance(effect, StoreCall):
+            return await anyio.to_thread.run_sync(functools.partial(effect.fn, **effect.kwargs))
+        if isinstance(effect, Send):
+            return await self.inner.handle_async_request(effect.request)
+        if isinstance(effect, Read):
+            return await effect.response.aread()
+        if isinstance(effect, Close):
+            return await effect.response.aclose()
+        if isinstance(effect, Sleep):
+            return await self.settings.clock.asleep(effect.seconds)
+        raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover - Shield is unwrapped
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -14,7 +14,7 @@ from ._base import (
     Store,
     StoredResponse,
 )
-from ._owners import new_owner, owner_is_dead
+from ._owners import new_owner, owner_is_dead, release_owner
 from ._rows import DEFAULT_SECRET_HEADERS
 from ._sqlite import SQLiteStore
 
@@ -31,4 +31,5 @@ __all__ = [
     "StoredResponse",
     "new_owner",
     "owner_is_dead",
+    "release_owner",
 ]

@@ -2,8 +2,10 @@
 
 An owner names a host, a process and one call: ``host:pid:token:n``. The token is
 random per process, so a recycled pid never passes for an old owner. A lease held by a
-process of this host that no longer exists is taken over at once; any other lease is
-respected until it expires.
+process of this host that no longer exists is taken over at once; so is one held by a
+call of this very process that has ended (its last write may have failed, leaving the
+lease behind): a call that is gone never holds its own process back. Any other lease
+is respected until it expires.
 """
 
 from __future__ import annotations
@@ -14,34 +16,55 @@ import secrets
 import socket
 import threading
 
-__all__ = ["new_owner", "owner_is_dead"]
+__all__ = ["new_owner", "owner_is_dead", "release_owner"]
 
 _state_lock = threading.Lock()
 _process: tuple[int, str] | None = None
 _counter = itertools.count(1)
+#: owners of this process whose call is still running
+_live: set[str] = set()
 _HOST = socket.gethostname().replace(":", "_")
 
 
 def new_owner() -> str:
-    """A fresh owner name for one call of this process (fork-safe)."""
+    """A fresh owner name for one call of this process (fork-safe), alive until
+    `release_owner` says the call has ended."""
+    with _state_lock:
+        pid, token = _this_process()
+        owner = f"{_HOST}:{pid}:{token}:{next(_counter)}"
+        _live.add(owner)
+    return owner
+
+
+def release_owner(owner: str) -> None:
+    """The call named `owner` has ended: a lease it left behind is free at once."""
+    with _state_lock:
+        _live.discard(owner)
+
+
+def _this_process() -> tuple[int, str]:
     global _process
     pid = os.getpid()
-    with _state_lock:
-        if _process is None or _process[0] != pid:
-            _process = (pid, secrets.token_hex(6))
-        token = _process[1]
-    return f"{_HOST}:{pid}:{token}:{next(_counter)}"
+    if _process is None or _process[0] != pid:
+        _process = (pid, secrets.token_hex(6))
+        _live.clear()  # a forked child runs none of its parent's calls
+    return _process
 
 
 def owner_is_dead(owner: str) -> bool:
-    """True only when `owner` was a process of this host that has exited."""
+    """True only when `owner` was a process of this host that has exited, or a call of
+    this process that has ended."""
     host, _, rest = owner.partition(":")
-    pid_text, _, _ = rest.partition(":")
+    pid_text, _, rest = rest.partition(":")
+    token, _, _ = rest.partition(":")
     if host != _HOST or not pid_text.isdigit():
         return False
     pid = int(pid_text)
     if pid == os.getpid():
-        return False
+        with _state_lock:
+            _, ours = _this_process()
+            # Another token under our pid: a process before us that had the same pid.
+            return token != ours or owner not in _live
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

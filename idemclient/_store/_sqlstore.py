@@ -157,7 +157,11 @@ class SQLStore(ABC):
         finished_at = now if final else None
         # A final answer ends any wait the server asked for.
         not_before = None if final else progress.not_before
+        # Unsettled, and maybe applied by this caller or by anyone before: indeterminate.
+        if_maybe = state if final else State.INDETERMINATE
         params: tuple[Any, ...] = (
+            progress.maybe_applied,
+            if_maybe.value,
             state.value,
             progress.attempts,
             progress.maybe_applied,
@@ -174,23 +178,42 @@ class SQLStore(ABC):
         with self._write(durable=self.durability is Durability.FULL) as conn:
             if answer_from is None:
                 row = _returned(conn.execute(self._sql.finish_returning[final], params))
-                return record_from_row(row) if row is not None else self._fetch(conn, operation_id)
-            if conn.execute(self._sql.finish[final], params).rowcount != 1:
-                # Not written as asked (a final answer was there first, or the lease
-                # moved on): the stored row is the truth.
-                return self._fetch(conn, operation_id)
-        return dataclasses.replace(
-            answer_from,
-            state=state,
-            attempts=progress.attempts,
-            maybe_applied=answer_from.maybe_applied or progress.maybe_applied,
-            evidence=progress.evidence,
-            not_before=not_before,
-            lease_owner=None,
-            lease_expires=None,
-            response=kept,
-            updated_at=now,
-            finished_at=finished_at,
+                if row is not None:
+                    return record_from_row(row)
+            elif conn.execute(self._sql.finish[final], params).rowcount == 1:
+                maybe_applied = answer_from.maybe_applied or progress.maybe_applied
+                return dataclasses.replace(
+                    answer_from,
+                    state=if_maybe if maybe_applied else state,
+                    attempts=progress.attempts,
+                    maybe_applied=maybe_applied,
+                    evidence=progress.evidence,
+                    not_before=not_before,
+                    lease_owner=None,
+                    lease_expires=None,
+                    response=kept,
+                    updated_at=now,
+                    finished_at=finished_at,
+                )
+            # Not written as asked (a final answer was there first, or the lease moved
+            # on): the stored row is the truth, and keeps what this caller learnt.
+            if not final:
+                self._merge(conn, operation_id, progress)
+            return self._fetch(conn, operation_id)
+
+    def _merge(self, conn: Connection, operation_id: str, progress: Progress) -> None:
+        conn.execute(
+            self._sql.merge,
+            (
+                State.NOT_SENT.value,
+                progress.maybe_applied,
+                State.INDETERMINATE.value,
+                progress.maybe_applied,
+                progress.attempts,
+                progress.attempts,
+                progress.now,
+                operation_id,
+            ),
         )
 
     def settle(
@@ -336,7 +359,15 @@ class SQLStore(ABC):
         row = _returned(
             conn.execute(
                 self._sql.take_over,
-                (State.IN_FLIGHT.value, owner, lease_until, now, record.operation_id, holder),
+                (
+                    State.IN_FLIGHT.value,
+                    owner,
+                    lease_until,
+                    now,
+                    State.IN_FLIGHT.value,
+                    record.operation_id,
+                    holder,
+                ),
             )
         )
         if row is None:

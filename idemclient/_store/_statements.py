@@ -82,8 +82,11 @@ _EXISTING = _SELECT + " WHERE id {any} OR key {any}"
 # The takeover is conditional on the holder just read: one guarded write, so of two
 # takers exactly one matches (on PostgreSQL, under READ COMMITTED, the second waits for
 # the first's row lock, re-checks the condition on the new row and matches nothing).
+# Taking over an operation that was in flight means its last owner may have sent it and
+# died, or be slow, before it could say so: the operation may have been applied.
 _TAKE_OVER = (
-    "UPDATE {t} SET state = {p}, lease_owner = {p}, lease_expires = {p}, updated_at = {p}"
+    "UPDATE {t} SET state = {p}, lease_owner = {p}, lease_expires = {p}, updated_at = {p},"
+    " maybe_applied = maybe_applied OR state = {p}"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
 )
 _RECORD_ATTEMPT = (
@@ -91,8 +94,13 @@ _RECORD_ATTEMPT = (
     " not_before = {p}, lease_expires = {p}, updated_at = {p}"
     " WHERE id = {p} AND lease_owner = {p} AND finished_at IS NULL"
 )
+# "Maybe applied" is knowledge: whoever learnt it, the row keeps it, and an unsettled
+# operation that may have been applied is indeterminate, never not sent. So the state
+# is chosen here, from the row as well as from the caller: {p} is the caller's
+# maybe-applied, then the state to write if it (or the row) says so, then the state.
 _FINISH = (
-    "UPDATE {t} SET state = {p}, attempts = {p}, maybe_applied = maybe_applied OR {p},"
+    "UPDATE {t} SET state = CASE WHEN maybe_applied OR {p} THEN {p} ELSE {p} END,"
+    " attempts = {p}, maybe_applied = maybe_applied OR {p},"
     " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
     " status_code = {p}, response_headers = {j}, response_body = {p},"
     " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p}"
@@ -102,6 +110,15 @@ _FINISH = (
 # under this key to everyone. Giving up only counts while the caller owns it.
 _FINAL_ANSWER = "finished_at IS NULL"
 _WHILE_OWNED = "lease_owner = {p}"
+# A caller that lost its lease still leaves what it learnt: that its own attempts may
+# have been applied. Same parameters as the state of `_FINISH`, then the attempts it
+# saw, the time and the operation.
+_MERGE = (
+    "UPDATE {t} SET state = CASE WHEN state = {p} AND (maybe_applied OR {p}) THEN {p}"
+    " ELSE state END, maybe_applied = maybe_applied OR {p},"
+    " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p}"
+    " WHERE id = {p} AND finished_at IS NULL"
+)
 _SETTLE = (
     "UPDATE {t} SET {sets}, evidence = {p}, not_before = NULL, lease_owner = NULL,"
     " lease_expires = NULL, updated_at = {p}"
@@ -156,6 +173,7 @@ class Statements:
         self.find_for: Final = render(_FIND_FOR)
         self.existing: Final = render(_EXISTING)
         self.take_over: Final = render(_TAKE_OVER)
+        self.merge: Final = render(_MERGE)
         self.record_attempt: Final = render(_RECORD_ATTEMPT)
         # By `state.finished`: the final answer's guard, or the lease owner's.
         self.finish: Final = {final: render(text) for final, text in finish.items()}

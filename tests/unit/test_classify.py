@@ -3,7 +3,12 @@ import ssl
 import httpx
 import pytest
 
-from idemclient._classify import AttemptKind, classify_error, classify_response
+from idemclient._classify import (
+    AttemptKind,
+    after_maybe_applied,
+    classify_error,
+    classify_response,
+)
 from idemclient._policy import RetryPolicy
 
 RETRY = RetryPolicy().retry_statuses
@@ -26,15 +31,26 @@ def response(status: int, **headers: str) -> httpx.Response:
         (500, AttemptKind.SERVER_ERROR, True, True, False),  # maybe applied: same key
         (502, AttemptKind.SERVER_ERROR, True, True, False),
         (504, AttemptKind.SERVER_ERROR, True, True, False),
-        (501, AttemptKind.SERVER_ERROR, False, True, True),  # not in the table: final
+        # Outside the retry set a 5xx is still no answer about the payment: indeterminate.
+        (501, AttemptKind.SERVER_ERROR, False, True, False),
+        (520, AttemptKind.SERVER_ERROR, False, True, False),  # a CDN in front of the PSP
+        (524, AttemptKind.SERVER_ERROR, False, True, False),  # the CDN gave up waiting
         (422, AttemptKind.KEY_CONFLICT, False, False, True),  # key reused: client bug
         (400, AttemptKind.REJECTED, False, False, True),
-        (401, AttemptKind.UNAUTHENTICATED, False, False, False),  # refused before processing
+        (401, AttemptKind.UNAUTHENTICATED, False, False, False),  # to httpx's auth flow
         (407, AttemptKind.UNAUTHENTICATED, False, False, False),
         (402, AttemptKind.REJECTED, False, False, True),
         (403, AttemptKind.REJECTED, False, False, True),
         (404, AttemptKind.REJECTED, False, False, True),
-        (301, AttemptKind.REJECTED, False, False, True),
+        # A redirect is neither a success nor a refusal; the request may have been handled.
+        (301, AttemptKind.REDIRECT, False, True, False),
+        (303, AttemptKind.REDIRECT, False, True, False),
+        (307, AttemptKind.REDIRECT, False, True, False),
+        (308, AttemptKind.REDIRECT, False, True, False),
+        (304, AttemptKind.REDIRECT, False, True, False),
+        # Statuses outside 2xx-5xx say nothing we can read: assume the worst.
+        (199, AttemptKind.UNKNOWN, False, True, False),
+        (600, AttemptKind.UNKNOWN, False, True, False),
     ],
 )
 def test_status_table(
@@ -47,6 +63,22 @@ def test_status_table(
         maybe_applied,
         final,
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "handoff"),
+    [
+        (401, True),  # the auth flow may refresh the token and send it again
+        (407, True),
+        (302, True),  # httpx's redirect handling decides whether to follow
+        (308, True),
+        (403, False),
+        (500, False),
+        (201, False),
+    ],
+)
+def test_what_goes_back_to_httpx(status: int, handoff: bool) -> None:
+    assert classify_response(response(status), retry_statuses=RETRY).handoff is handoff
 
 
 def tls_failure() -> httpx.ConnectError:
@@ -127,3 +159,52 @@ def test_success_is_never_second_guessed_by_a_hint() -> None:
     )
     assert found.final
     assert found.kind is AttemptKind.SUCCEEDED
+
+
+def test_a_5xx_the_server_says_not_to_retry_is_still_no_answer() -> None:
+    found = classify_response(
+        response(500, **{"Stripe-Should-Retry": "false"}),
+        retry_statuses=RETRY,
+        follow_server_hints=True,
+    )
+    assert (found.retry, found.final, found.maybe_applied) == (False, False, True)
+
+
+def test_a_5xx_a_policy_leaves_out_is_indeterminate_not_failed() -> None:
+    found = classify_response(response(500), retry_statuses=RETRY - {500})
+    assert (found.kind, found.retry, found.final, found.maybe_applied) == (
+        AttemptKind.SERVER_ERROR,
+        False,
+        False,
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "replayed", "server_replays", "final"),
+    [
+        (201, False, False, True),  # a success is a success
+        (422, False, False, False),  # "reference already exists": maybe our own first try
+        (400, False, False, False),
+        (402, False, False, False),
+        (402, True, False, True),  # marked as the stored answer for this key
+        (402, False, True, True),  # a server known to replay finished keys
+        (422, False, True, True),
+    ],
+)
+def test_a_refusal_after_an_attempt_that_may_have_been_applied(
+    status: int, replayed: bool, server_replays: bool, final: bool
+) -> None:
+    found = after_maybe_applied(
+        classify_response(response(status), retry_statuses=RETRY),
+        replayed=replayed,
+        server_replays=server_replays,
+    )
+    assert found.final is final
+    assert found.retry is False
+    assert found.maybe_applied is (True if not final else found.maybe_applied)
+
+
+def test_an_unsettled_result_stays_unsettled_after_maybe_applied() -> None:
+    found = classify_response(response(503), retry_statuses=RETRY)
+    assert after_maybe_applied(found, replayed=False, server_replays=False) is found

@@ -1,0 +1,186 @@
+"""One `send()` of a wrapped httpx client, and which request in it is the operation.
+
+httpx sends more than the caller's request inside one `send()`: its redirect handling
+sends the request on to a `Location`, and an auth flow may fetch a token from an auth
+server and then send the request again with new credentials. All of these reach the
+transport one at a time, as separate requests. This module tells the transport what
+each one is (`route`):
+
+- the caller's request, or one with the same method and URL (an auth flow may rebuild
+  it): the operation, new or found again;
+- a request carrying a `Continuation` (a redirect's next hop, or an auth flow sending
+  the operation again after a 401): the same operation, with the same key, deadline and
+  record. A hop to another origin is refused before anything is sent there, so neither
+  the key nor the credentials go there; a hop that httpx turned into a GET (301, 302,
+  303) is not the operation, only what may settle it;
+- anything else inside the exchange (a token request, say): not an operation. It is
+  sent as it is and never stored.
+
+The exchange is known only to the transports of the client that began it: `wrap()`
+installs a `send` on the client that opens one for each call (`install`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from ._call import CONTINUATION, Continuation, origin_of
+from ._outcome import OUTCOME
+
+__all__ = ["Exchange", "Route", "current", "finish_exchange", "install", "route"]
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One `send()`: the caller's request, and the operation handed back in it, if any."""
+
+    #: the `Settings` of the client whose `send` this is (an object compared by identity)
+    owner: object
+    request: httpx.Request
+    continuation: Continuation | None = None
+
+    def is_operation(self, request: httpx.Request) -> bool:
+        """The caller's request, or one an auth flow rebuilt with its method and URL."""
+        original = self.request
+        return request is original or (
+            request.method == original.method and request.url == original.url
+        )
+
+
+_CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
+    "idemclient.exchange", default=None
+)
+
+Action = Literal["operation", "continue", "follow", "refuse", "pass"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What the transport does with one request."""
+
+    action: Action
+    continuation: Continuation | None = None
+
+
+_OPERATION = Route("operation")
+_PASS = Route("pass")
+
+
+def current(owner: object) -> Exchange | None:
+    exchange = _CURRENT.get()
+    return exchange if exchange is not None and exchange.owner is owner else None
+
+
+def route(owner: object, request: httpx.Request, methods: frozenset[str]) -> Route:
+    """What `request` is, for the transports of the client whose settings are `owner`."""
+    exchange = current(owner)
+    continuation = request.extensions.get(CONTINUATION)
+    if not isinstance(continuation, Continuation):
+        continuation = None
+        if (
+            exchange is not None
+            and exchange.continuation is not None
+            and not exchange.continuation.redirected
+            and exchange.is_operation(request)
+        ):
+            # An auth flow sending the operation again as a request of its own making.
+            continuation = exchange.continuation
+    if continuation is not None:
+        if continuation.redirected:
+            if origin_of(request.url) != continuation.origin:
+                return Route("refuse", continuation)
+            if request.method != continuation.method:
+                return Route("follow", continuation)
+        return Route("continue", continuation)
+    if exchange is not None and not exchange.is_operation(request):
+        return _PASS  # the auth flow's own request (a token, say): not an operation
+    if request.method not in methods:
+        return _PASS
+    return _OPERATION
+
+
+def handed_back(owner: object, continuation: Continuation) -> bool:
+    """Note an operation handed back to httpx; False when no exchange will tell its
+    outcome at the end (the transport was used on its own), so the caller must."""
+    exchange = current(owner)
+    if exchange is None:
+        return False
+    exchange.continuation = continuation
+    return True
+
+
+def finish_exchange(exchange: Exchange, response: httpx.Response | None) -> Continuation | None:
+    """At the end of a `send()`: the operation left handed back, whose outcome is now
+    the exchange's, if any. Attaches it to `response` when that carries none (an auth
+    flow that gave up, answering with its own request's response)."""
+    exchange.request.extensions.pop(CONTINUATION, None)  # never continued by a re-send
+    continuation = exchange.continuation
+    if continuation is None:
+        return None
+    if response is not None and OUTCOME not in response.extensions:
+        response.extensions[OUTCOME] = dataclasses.replace(
+            continuation.outcome, response=None, last_status=continuation.status
+        )
+    return continuation
+
+
+SendFn = Callable[..., httpx.Response]
+AsyncSendFn = Callable[..., Awaitable[httpx.Response]]
+
+
+def install(
+    client: httpx.Client | httpx.AsyncClient,
+    owner: object,
+    tell: Callable[[Continuation], None],
+) -> None:
+    """Give `client` a `send` that opens an exchange for each call (its public `send`,
+    which `request()`, `post()` and `stream()` all go through). `tell` tells the hooks
+    about an operation left handed back when the call ends."""
+    if isinstance(client, httpx.Client):
+        original: SendFn = client.send
+
+        @functools.wraps(original)
+        def send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
+            exchange = Exchange(owner, request)
+            token = _CURRENT.set(exchange)
+            response = None
+            try:
+                response = original(request, *args, **kwargs)
+                return response
+            finally:
+                _CURRENT.reset(token)
+                _end(exchange, response, tell)
+
+        client.send = send  # type: ignore[method-assign]  # the instance's own send
+    else:
+        aoriginal: AsyncSendFn = client.send
+
+        @functools.wraps(aoriginal)
+        async def asend(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
+            exchange = Exchange(owner, request)
+            token = _CURRENT.set(exchange)
+            response = None
+            try:
+                response = await aoriginal(request, *args, **kwargs)
+                return response
+            finally:
+                _CURRENT.reset(token)
+                _end(exchange, response, tell)
+
+        client.send = asend  # type: ignore[method-assign]  # the instance's own send
+
+
+def _end(
+    exchange: Exchange, response: httpx.Response | None, tell: Callable[[Continuation], None]
+) -> None:
+    continuation = finish_exchange(exchange, response)
+    if continuation is not None and not continuation.told:
+        continuation.told = True
+        tell(continuation)

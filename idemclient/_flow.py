@@ -1,0 +1,395 @@
+"""One request's way through the transport, written once for sync and async.
+
+The flow is a generator. It yields what it needs done, an `Effect` (call the store,
+send one attempt, read or close a response, sleep), and the transport's driver does it
+(`IdempotentTransport` in the calling thread, `AsyncIdempotentTransport` awaiting, with
+store calls in a worker thread) and sends back the result, or throws in what was
+raised. So every rule is here once; the two transports differ only in how they do
+things, and cannot drift apart.
+
+What one operation request goes through (`operation`):
+
+1. admission: record the intent durably and take the lease (`Store.begin`), or find
+   the operation again; wait for another live owner's lease; a finished operation is
+   answered from the store;
+2. the gate: key retention, the server's not-before time;
+3. attempts, each classified (`_call.Call`): a final answer is stored and returned; a
+   401/407 or a 3xx goes back to httpx (its auth flow, its redirect handling) with the
+   operation recorded as it stands, to be continued if httpx sends it on; anything
+   else is retried or stops the call (`NotSent`, `Indeterminate`);
+4. whatever cuts the call short (a cancellation, an interrupt, a hook that raised)
+   leaves a truthful record behind, and a store that fails once an attempt may have
+   arrived is reported as `Indeterminate`, never as nothing having happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ._call import KEY_HEADER, Call, Continuation, Settings, unsettled_error
+from ._errors import StoreError
+from ._exchange import current, handed_back
+from ._outcome import OUTCOME, Outcome, State
+from ._policy import Decision
+from ._store import Claim, OperationRecord, StoredResponse, new_owner, release_owner
+
+__all__ = [
+    "Close",
+    "Effect",
+    "Flow",
+    "Read",
+    "Send",
+    "Shield",
+    "Sleep",
+    "StoreCall",
+    "follow",
+    "operation",
+    "refuse",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCall:
+    """Call a store method (async: in a worker thread, so an fsync never blocks)."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send one attempt through the inner transport; the result is its response."""
+
+    request: httpx.Request
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Read a response's body."""
+
+    response: httpx.Response
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close a response that will not be read (frees its connection)."""
+
+    response: httpx.Response
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Shield:
+    """Do `effect` even while being cancelled: the last record of an interrupted call."""
+
+    effect: StoreCall
+
+
+Effect = StoreCall | Send | Read | Close | Sleep | Shield
+Flow = Generator[Effect, Any, httpx.Response]
+
+
+def operation(
+    settings: Settings,
+    request: httpx.Request,
+    body: bytes,
+    continuation: Continuation | None = None,
+) -> Flow:
+    """One operation request, from admission to its answer (see the module docstring)."""
+    call = Call(settings, request, body, continuation=continuation)
+    store, clock = settings.store, settings.clock
+    if continuation is not None:
+        # This call takes over from the one that handed the operation back: it tells
+        # the outcome from now on.
+        continuation.told = True
+        exchange = current(settings)
+        if exchange is not None and exchange.continuation is continuation:
+            exchange.continuation = None
+    owner = new_owner()
+    try:
+        if call.intent is not None:
+            begin = yield StoreCall(
+                store.begin,
+                {
+                    "intent": call.intent,
+                    "owner": owner,
+                    "now": clock.time(),
+                    "lease_until": call.lease_until(),
+                },
+            )
+        else:
+            begin = yield from _claim(call, owner)
+        while begin.claim is Claim.BUSY:
+            wait = call.busy_wait()
+            if wait is None:
+                raise call.busy_outcome(begin.record)
+            yield Sleep(wait)
+            begin = yield from _claim(call, owner)
+        if begin.claim is Claim.FINISHED:
+            return call.stored_answer(begin.record)
+        call.adopt(begin.record)
+        try:
+            return (yield from _attempts(call, owner))
+        except BaseException as exc:
+            if not call.settled:  # cut short: leave a truthful record, not a live lease
+                call.interrupted(exc)
+                # What cut the call short matters more than a failing store: the lease
+                # is released with the owner below, and a takeover counts the operation
+                # maybe applied.
+                with contextlib.suppress(StoreError):
+                    yield Shield(_finish_unsettled(call, owner))
+            raise
+    finally:
+        release_owner(owner)
+
+
+def _claim(call: Call, owner: str) -> Generator[Effect, Any, Any]:
+    return (
+        yield StoreCall(
+            call.settings.store.claim,
+            {
+                "operation_id": call.operation_id,
+                "owner": owner,
+                "now": call.clock.time(),
+                "lease_until": call.lease_until(),
+            },
+        )
+    )
+
+
+def _finish_unsettled(call: Call, owner: str) -> StoreCall:
+    return StoreCall(
+        call.settings.store.finish,
+        {
+            "operation_id": call.operation_id,
+            "owner": owner,
+            "state": call.unsettled_state(),
+            "progress": call.progress(settling=True),
+        },
+    )
+
+
+def _attempts(call: Call, owner: str) -> Flow:
+    gate = call.gate()
+    if isinstance(gate, Decision):
+        return (yield from _stop(call, owner, gate))
+    if gate > 0:
+        yield Sleep(gate)
+    while True:
+        if call.prepare() is None:
+            return (yield from _stop(call, owner, Decision("stop", reason="the deadline passed")))
+        response: httpx.Response | None = None
+        try:
+            response = yield Send(call.request)
+            found = call.observe(response)
+            if found.final:
+                call.bound_body(response)
+                yield Read(response)
+                return (yield from _finish(call, owner, response, call.final_state(found)))
+            if found.handoff:
+                return (yield from _hand_back(call, owner, response))
+        except Exception as exc:
+            if call.settled:
+                raise
+            if response is not None:
+                yield Close(response)
+                response = None  # the answer was lost with its body: not an answer
+            found = call.observe(exc)
+        if response is not None:
+            yield Close(response)  # a discarded answer frees its connection before we wait
+        decision = call.decide(found, response)
+        if decision.action == "stop":
+            return (yield from _stop(call, owner, decision))
+        try:
+            kept = yield StoreCall(
+                call.settings.store.record_attempt,
+                {
+                    "operation_id": call.operation_id,
+                    "owner": owner,
+                    "progress": call.progress(),
+                    "lease_until": call.lease_until(),
+                },
+            )
+        except StoreError as exc:
+            call.settled = True
+            raise call.store_failed(exc, None) from exc
+        if not kept:
+            return (yield from _lost_lease(call, owner))
+        yield Sleep(decision.wait)
+
+
+def _write(
+    call: Call, effect: StoreCall, response: httpx.Response | None
+) -> Generator[Effect, Any, OperationRecord]:
+    """A store write after an attempt was made; its failure is the operation's news."""
+    try:
+        record: OperationRecord = yield effect
+    except StoreError as exc:
+        raise call.store_failed(exc, response) from exc
+    return record
+
+
+def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> Flow:
+    stored = StoredResponse.of(
+        response.status_code, tuple(response.headers.multi_items()), response.content
+    )
+    record = yield from _write(
+        call,
+        StoreCall(
+            call.settings.store.finish,
+            {
+                "operation_id": call.operation_id,
+                "owner": owner,
+                "state": state,
+                "progress": call.progress(settling=True),
+                "response": stored,
+                "known": call.record,
+            },
+        ),
+        response,
+    )
+    call.outcome(record, response)
+    return response
+
+
+def _stop(call: Call, owner: str, decision: Decision) -> Flow:
+    record = yield from _write(call, _finish_unsettled(call, owner), None)
+    if record.state.finished:
+        # Another caller finished it while this one was paused past its lease.
+        return call.stored_answer(record)
+    if record.lease_owner is not None and record.lease_owner != owner:
+        raise call.lost(record)
+    raise call.error(call.outcome(record, None), decision.reason)
+
+
+def _lost_lease(call: Call, owner: str) -> Flow:
+    """The lease lapsed and another caller took it: leave what this call learnt, and
+    return what the other found, or say that it has the operation now."""
+    record = yield from _write(call, _finish_unsettled(call, owner), None)
+    if record.state.finished:
+        return call.stored_answer(record)
+    raise call.lost(record)
+
+
+def _hand_back(call: Call, owner: str, response: httpx.Response) -> Flow:
+    """A 401/407 or a 3xx: recorded as it stands, and returned to httpx, which may send
+    the operation on (see `_exchange`)."""
+    try:
+        record = yield from _write(call, _finish_unsettled(call, owner), None)
+    except BaseException:
+        yield Close(response)
+        raise
+    if record.state.finished:
+        yield Close(response)
+        return call.stored_answer(record)
+    continuation = call.handed_back(record, response)
+    if not handed_back(call.settings, continuation):
+        continuation.told = True
+        call.tell(continuation.outcome)
+    return response
+
+
+def refuse(settings: Settings, request: httpx.Request, continuation: Continuation) -> Exception:
+    """The error for a redirect to another origin: nothing is sent there."""
+    scheme, host, port = continuation.origin
+    origin = f"{scheme.decode()}://{host.decode()}" + (f":{port}" if port else "")
+    outcome = continuation.outcome
+    error = unsettled_error(
+        outcome,
+        f"the server redirected it (HTTP {continuation.status}) to {request.url.scheme}://"
+        f"{request.url.netloc.decode('ascii', 'replace')}, another origin than {origin}:"
+        " not followed, so that neither its key nor the credentials go there",
+    )
+    if not continuation.told:
+        continuation.told = True
+        settings.hooks.outcome(outcome)
+    return error
+
+
+def follow(settings: Settings, request: httpx.Request, continuation: Continuation) -> Flow:
+    """The GET that httpx sends after a 301, 302 or 303 to an operation: not the operation
+    (it has no key), but a 2xx after a 303 See Other is where the server says the
+    result of the request is, and settles it."""
+    request.headers.pop(KEY_HEADER, None)
+    response: httpx.Response = yield Send(request)
+    if continuation.status != 303 or not response.is_success:
+        if response.has_redirect_location:
+            continuation.status = response.status_code
+        response.extensions[OUTCOME] = continuation.outcome
+        return response
+    yield Read(response)
+    settled = yield from _settle(settings, continuation, request, response)
+    if settled is not None:
+        continuation.told = True
+        exchange = current(settings)
+        if exchange is not None and exchange.continuation is continuation:
+            exchange.continuation = None
+        response.extensions[OUTCOME] = settled
+        settings.hooks.outcome(settled)
+    else:
+        response.extensions[OUTCOME] = continuation.outcome
+    return response
+
+
+def _settle(
+    settings: Settings,
+    continuation: Continuation,
+    request: httpx.Request,
+    response: httpx.Response,
+) -> Generator[Effect, Any, Outcome | None]:
+    store, clock = settings.store, settings.clock
+    owner = new_owner()
+    try:
+        now = clock.time()
+        begin = yield StoreCall(
+            store.claim,
+            {
+                "operation_id": continuation.operation_id,
+                "owner": owner,
+                "now": now,
+                "lease_until": now + 10.0,
+            },
+        )
+        if begin.claim is Claim.BUSY:
+            return None
+        record = begin.record
+        if begin.claim is not Claim.FINISHED:
+            record = yield StoreCall(
+                store.settle,
+                {
+                    "operation_id": continuation.operation_id,
+                    "owner": owner,
+                    "applied": True,
+                    "evidence": (
+                        f"HTTP 303 See Other, then GET {request.url} answered"
+                        f" HTTP {response.status_code}"
+                    ),
+                    "now": clock.time(),
+                    "response": StoredResponse.of(
+                        response.status_code,
+                        tuple(response.headers.multi_items()),
+                        response.content,
+                    ),
+                },
+            )
+    finally:
+        release_owner(owner)
+    return Outcome(
+        operation_id=record.operation_id,
+        key=record.key,
+        state=record.state,
+        attempts=record.attempts,
+        response=response,
+        evidence=record.evidence,
+        maybe_applied=record.maybe_applied,
+        last_status=response.status_code,
+    )

@@ -1,0 +1,249 @@
+"""Leases and what callers know: "maybe applied" is knowledge that the record keeps
+whoever holds the lease; a caller whose lease was taken over says so; a store that
+fails after an attempt may have arrived is reported as indeterminate.
+
+Owners are paused at a gate inside the PSP's handler, never by racing threads against
+real time: the clock is a `ManualClock`, and each wait on a gate is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from idemclient import (
+    Client,
+    Hooks,
+    Indeterminate,
+    ManualClock,
+    NotSent,
+    ReconcileRequired,
+    RetryPolicy,
+    SQLiteStore,
+    State,
+    StoreUnavailable,
+)
+from idemclient._call import intent_for
+
+PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
+GATE_TIMEOUT = 10.0  # a bound on a test that went wrong, never a wait the test relies on
+
+
+@dataclass
+class Step:
+    """What one request meets: applied first or not, then an answer or an error, after
+    an optional gate that holds the caller until the test opens it."""
+
+    apply: bool = True
+    status: int | None = 201
+    error: type[httpx.TransportError] | None = None
+    gate: threading.Event | None = None
+    arrived: threading.Event = field(default_factory=threading.Event)
+
+
+class GatedPSP:
+    def __init__(self, *steps: Step) -> None:
+        self.steps = list(steps)
+        self.effects: Counter[str] = Counter()
+        self.keys: list[str | None] = []
+        self.lock = threading.Lock()
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        key = request.headers.get("idempotency-key")
+        with self.lock:
+            self.keys.append(key)
+            step = self.steps.pop(0) if self.steps else Step()
+        assert key is not None
+        replayed = key in self.effects
+        if step.apply and not replayed:
+            with self.lock:
+                self.effects[key] += 1
+        step.arrived.set()
+        if step.gate is not None:
+            assert step.gate.wait(GATE_TIMEOUT), "the test never opened the gate"
+        if step.error is not None:
+            raise step.error("scripted", request=request)
+        assert step.status is not None
+        headers = {"Idempotent-Replayed": "true"} if replayed and step.apply else {}
+        body = json.dumps({"id": "pay_1", **json.loads(request.read())})
+        return httpx.Response(step.status, headers=headers, content=body)
+
+
+def client(
+    psp: GatedPSP, store: Path | SQLiteStore, clock: ManualClock, **options: object
+) -> Client:
+    return Client(
+        store=store,
+        clock=clock,
+        transport=httpx.MockTransport(psp.handler),
+        base_url="https://psp.test",
+        **options,  # type: ignore[arg-type]
+    )
+
+
+class Background:
+    """Run one call in a thread; keep what it returned or raised."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], object]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join(GATE_TIMEOUT)
+        assert not self.thread.is_alive(), "the background call never finished"
+
+
+def past_the_lease(clock: ManualClock) -> None:
+    policy = RetryPolicy()
+    clock.advance(policy.deadline + policy.attempt_timeout + 11)
+
+
+def test_a_lease_taken_over_keeps_maybe_applied_and_nobody_says_not_sent(tmp_path: Path) -> None:
+    clock = ManualClock()
+    slow = Step(apply=True, status=None, error=httpx.ReadTimeout, gate=threading.Event())
+    refused = [Step(apply=False, status=None, error=httpx.ConnectError) for _ in range(8)]
+    psp = GatedPSP(slow, *refused)
+    with client(psp, tmp_path / "c.db", clock) as a, client(psp, tmp_path / "c.db", clock) as b:
+        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
+        assert slow.arrived.wait(GATE_TIMEOUT)
+        past_the_lease(clock)  # A's answer is slow; its lease lapses
+        with pytest.raises(Indeterminate) as taken:  # B only ever failed to connect...
+            b.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert taken.value.outcome.maybe_applied  # ...but it took over a send in flight
+        assert slow.gate is not None
+        slow.gate.set()
+        owner_a.join()
+        stored = a.operation("op")
+    assert isinstance(owner_a.error, Indeterminate)
+    assert not isinstance(owner_a.error, NotSent)
+    assert stored is not None
+    assert (stored.state, stored.maybe_applied) == (State.INDETERMINATE, True)
+    assert sum(psp.effects.values()) == 1
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        Step(apply=False, status=None, error=httpx.ReadTimeout),  # then stops at the deadline
+        Step(apply=False, status=503),  # then wants to retry, and finds it finished
+    ],
+)
+def test_an_owner_paused_past_its_lease_returns_what_another_finished(
+    tmp_path: Path, late: Step
+) -> None:
+    clock = ManualClock()
+    late.gate = threading.Event()
+    psp = GatedPSP(late, Step(apply=True, status=201))
+    with client(psp, tmp_path / "c.db", clock) as a, client(psp, tmp_path / "c.db", clock) as b:
+        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
+        assert late.arrived.wait(GATE_TIMEOUT)
+        past_the_lease(clock)
+        finished = b.post("/v1/payments", json=PAYMENT, operation_id="op")
+        late.gate.set()
+        owner_a.join()
+    assert finished.state is State.SUCCEEDED
+    assert owner_a.error is None, owner_a.error
+    outcome = owner_a.result
+    assert getattr(outcome, "state", None) is State.SUCCEEDED
+    assert getattr(outcome, "from_store", None) is True
+    assert sum(psp.effects.values()) == 1
+
+
+def test_a_caller_that_lost_its_lease_says_so(tmp_path: Path) -> None:
+    clock = ManualClock()
+    a_first = Step(apply=False, status=503, gate=threading.Event())
+    b_first = Step(apply=True, status=201, gate=threading.Event())
+    psp = GatedPSP(a_first, b_first)
+    with client(psp, tmp_path / "c.db", clock) as a, client(psp, tmp_path / "c.db", clock) as b:
+        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
+        assert a_first.arrived.wait(GATE_TIMEOUT)
+        past_the_lease(clock)
+        owner_b = Background(lambda: b.post("/v1/payments", json=PAYMENT, operation_id="op"))
+        assert b_first.arrived.wait(GATE_TIMEOUT)
+        assert a_first.gate is not None
+        assert b_first.gate is not None
+        a_first.gate.set()  # A wants to retry, but B holds the lease now
+        owner_a.join()
+        b_first.gate.set()
+        owner_b.join()
+    assert isinstance(owner_a.error, Indeterminate)
+    assert "took the operation over" in str(owner_a.error)
+    assert getattr(owner_b.result, "state", None) is State.SUCCEEDED
+    assert sum(psp.effects.values()) == 1
+
+
+def dead_owner() -> str:
+    """The owner name of a process of this host that has exited."""
+    with subprocess.Popen(["true"]) as child:
+        child.wait()
+    return f"{socket.gethostname().replace(':', '_')}:{child.pid}:0123456789ab:1"
+
+
+def test_a_dead_owners_send_counts_as_maybe_applied(tmp_path: Path) -> None:
+    """A process SIGKILLed after the server applied its request leaves the record in
+    flight; re-issued a day later, it is never sent again blindly."""
+    clock = ManualClock()
+    psp = GatedPSP()
+    path = tmp_path / "c.db"
+    with client(psp, path, clock) as c:
+        request = c.http.build_request("POST", "/v1/payments", json=PAYMENT)
+        request.headers["Idempotency-Key"] = "k-dead-owner"
+        intent = intent_for(request, request.read())
+        now = clock.time()
+        c.store.begin(intent, owner=dead_owner(), now=now, lease_until=now + 70)
+    clock.advance(25 * 3600)
+    with client(psp, path, clock) as c, pytest.raises(ReconcileRequired):
+        c.post("/v1/payments", json=PAYMENT, headers={"Idempotency-Key": "k-dead-owner"})
+    assert psp.keys == []  # nothing sent: the server may have forgotten the key
+
+
+class FillingStore(SQLiteStore):
+    """A store whose disk fills up when the outcome is committed."""
+
+    full = False
+
+    def finish(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if self.full:
+            raise StoreUnavailable(self.path, "cannot be used: database or disk is full")
+        return super().finish(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_full_disk_at_the_outcome_commit_is_indeterminate_and_holds_nothing_back(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    psp = GatedPSP()
+    store = FillingStore(tmp_path / "c.db")
+    told: list[object] = []
+    with client(psp, store, clock, hooks=Hooks(on_outcome=told.append)) as c:
+        store.full = True
+        with pytest.raises(Indeterminate) as raised:
+            c.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert isinstance(raised.value.__cause__, StoreUnavailable)
+        assert raised.value.outcome.last_status == 201
+        assert "could not record" in raised.value.outcome.evidence
+        store.full = False
+        before = clock.monotonic()
+        again = c.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert clock.monotonic() == before  # its own dead call's lease held nothing back
+    store.close()
+    assert (again.state, again.replayed) == (State.SUCCEEDED, True)
+    assert sum(psp.effects.values()) == 1
+    assert len(told) == 2
