@@ -383,6 +383,24 @@ def test_the_retry_budget_stops_a_storm(store_path: Path, clock: ManualClock, ps
     assert budget.tokens == 0
 
 
+def test_an_operation_the_budget_stopped_says_so_in_its_record_outcome_and_log(
+    store_path: Path, clock: ManualClock, psp: FakePSP, caplog: pytest.LogCaptureFixture
+) -> None:
+    psp.script = [status(503)] * 100
+    with make_client(psp, store_path, clock, budget=RetryBudget(capacity=5)) as c:
+        with (
+            caplog.at_level(logging.WARNING, logger="idemclient"),
+            pytest.raises(NotSent) as raised,
+        ):
+            c.post("/v1/payments", json=PAYMENT, operation_id="op")
+        stored = c.operation("op")
+    said = "stopped by the client's retry budget"
+    assert raised.value.outcome.evidence.endswith(said)
+    assert stored is not None
+    assert stored.evidence.endswith(said)
+    assert said in caplog.text
+
+
 def test_an_operation_older_than_the_servers_key_retention_is_not_resent(
     client: Client, psp: FakePSP, clock: ManualClock
 ) -> None:

@@ -194,6 +194,58 @@ def test_a_missing_token_ends_not_sent(env: Env) -> None:
     assert env.server.ledger() == ()
 
 
+def test_a_refusal_after_a_dropped_answer_is_indeterminate_then_settled(env: Env) -> None:
+    """Applied, the answer lost; the retry is refused (a proxy, a server that does not
+    replay): that refusal may be about a duplicate, so it is no answer."""
+    env.server.drop(path="/v1/payments")
+    env.server.answer(422, path="/v1/payments")
+    with env.client() as client:
+        with pytest.raises(Indeterminate) as caught:
+            client.post("/v1/payments", json=PAYMENT, operation_id="order-1")
+        assert caught.value.outcome.last_status == 422
+        [resumed] = client.resume()
+    assert (resumed.state, resumed.replayed) == (State.SUCCEEDED, True)
+    assert exactly_once(env.only_entry())
+
+
+def test_a_refusal_after_a_dropped_answer_is_final_where_the_server_replays(env: Env) -> None:
+    env.server.drop(path="/v1/payments")
+    env.server.answer(402, path="/v1/payments")
+    with env.client(policy=RetryPolicy(server_replays=True)) as client:
+        outcome = client.post("/v1/payments", json=PAYMENT)
+    assert (outcome.state, outcome.status_code) == (State.FAILED, 402)
+
+
+def test_a_same_origin_redirect_is_followed_with_the_same_key(env: Env) -> None:
+    env.server.answer(307, path="/v1/payments", headers={"location": "/v1/payments"})
+    with env.client(follow_redirects=True) as client:
+        outcome = client.post("/v1/payments", json=PAYMENT)
+    assert (outcome.state, outcome.attempts) == (State.SUCCEEDED, 2)
+    entry = env.only_entry()
+    assert entry.idempotency_key == outcome.key
+    assert exactly_once(entry)
+
+
+class _TokenOnChallenge(httpx.Auth):
+    """Sends no credentials until the server asks (a 401), then sends them."""
+
+    def auth_flow(self, request: httpx.Request) -> Iterator[httpx.Request]:
+        response = yield request
+        if response.status_code == 401:
+            request.headers["Authorization"] = "Bearer merchant-1"
+            yield request
+
+
+def test_a_401_goes_to_the_auth_flow_and_the_operation_continues(env: Env) -> None:
+    extra = {} if env.transport is None else {"transport": env.transport}
+    with Client(
+        store=env.store, clock=env.clock, base_url=env.url, auth=_TokenOnChallenge(), **extra
+    ) as client:
+        outcome = client.post("/v1/payments", json=PAYMENT)
+    assert (outcome.state, outcome.attempts) == (State.SUCCEEDED, 2)
+    assert exactly_once(env.only_entry())
+
+
 def test_a_server_wait_beyond_the_deadline_is_recorded_not_slept(env: Env) -> None:
     env.server.answer(503, path="/v1/payments", retry_after=datetime(2027, 6, 1, tzinfo=UTC))
     with env.client() as client, pytest.raises(NotSent) as caught:
