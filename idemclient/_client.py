@@ -20,6 +20,7 @@ import httpx
 from ._budget import RetryBudget
 from ._call import (
     CALL_OPTIONS,
+    CLOCK_SKEW,
     KEY_HEADER,
     LEASE_MARGIN,
     CallOptions,
@@ -30,7 +31,7 @@ from ._call import (
 from ._clock import Clock
 from ._errors import KeyConflict, OutcomeError
 from ._exchange import install
-from ._hooks import Hooks
+from ._hooks import Hooks, logger
 from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
@@ -268,6 +269,26 @@ def _resumed_outcome(response: httpx.Response, record: OperationRecord) -> Outco
     return outcome_of(response) or _stored_outcome(record)
 
 
+def _start_store(settings: Settings) -> None:
+    """What a client does to its store as it starts: check the clock against the
+    latest time the store has seen, and reap old bodies by the store's time."""
+    store, now = settings.store, settings.clock.time()
+    seen = store.advance_clock(now=now)
+    if seen - now > CLOCK_SKEW:
+        logger.warning(
+            "the clock reads %.0fs earlier than the latest time the store %s has seen:"
+            " it went back. Nothing is forgotten: operations recorded ahead of it count"
+            " as of unknown age, and are looked up rather than sent again.",
+            seen - now,
+            store.path,
+        )
+    # Finished operations past the store's retention lose their bodies now, a bounded
+    # batch per client start, so the table never becomes the largest one you own. By
+    # the store's time, not only this clock's: a clock that jumped ahead drops no body
+    # early at this start.
+    store.reap(now=min(now, seen) if seen else now)
+
+
 class _Common:
     """What `Client` and `AsyncClient` share besides I/O."""
 
@@ -292,9 +313,7 @@ class _Common:
             max_request_body=max_request_body,
             rng=rng,
         )
-        # Finished operations past the store's retention go now, a bounded batch per
-        # client start, so the table never becomes the largest one you own.
-        self.settings.store.reap(now=self.settings.clock.time())
+        _start_store(self.settings)
 
     @property
     def store(self) -> Store:

@@ -6,8 +6,8 @@ server and then send the request again with new credentials. All of these reach 
 transport one at a time, as separate requests. This module tells the transport what
 each one is (`route`):
 
-- the caller's request, or one with the same method and URL (an auth flow may rebuild
-  it): the operation, new or found again;
+- the caller's request, or one with the same method, origin and path (an auth flow
+  may rebuild it): the operation, new or found again;
 - a request carrying a `Continuation` (a redirect's next hop, or an auth flow sending
   the operation again after a 401): the same operation, with the same key, deadline and
   record. A hop to another origin is refused before anything is sent there, so neither
@@ -47,11 +47,17 @@ class Exchange:
     continuation: Continuation | None = None
 
     def is_operation(self, request: httpx.Request) -> bool:
-        """The caller's request, or one an auth flow rebuilt with its method and URL."""
+        """The caller's request, or one an auth flow rebuilt for the same method,
+        origin and path (a signing flow may change the query): sending that one without
+        its key would be the one unsafe mistake, so the doubt goes to the operation."""
         original = self.request
-        return request is original or (
-            request.method == original.method and request.url == original.url
-        )
+        if request is original:
+            return True
+        return request.method == original.method and _target(request.url) == _target(original.url)
+
+
+def _target(url: httpx.URL) -> tuple[bytes, bytes, int | None, bytes]:
+    return (url.raw_scheme, url.raw_host, url.port, url.raw_path.partition(b"?")[0])
 
 
 _CURRENT: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from ._call import KEY_HEADER, Call, Continuation, Settings, unsettled_error
+from ._call import CONTINUATION, KEY_HEADER, Call, Continuation, Settings, unsettled_error
 from ._errors import StoreError
 from ._exchange import current, handed_back
 from ._outcome import OUTCOME, Outcome, State
@@ -109,7 +109,8 @@ def operation(
     store, clock = settings.store, settings.clock
     if continuation is not None:
         # This call takes over from the one that handed the operation back: it tells
-        # the outcome from now on.
+        # the outcome from now on, and the request is not a continuation once more.
+        request.extensions.pop(CONTINUATION, None)
         continuation.told = True
         exchange = current(settings)
         if exchange is not None and exchange.continuation is continuation:

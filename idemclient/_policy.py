@@ -44,7 +44,8 @@ _BUDGET_COST = {
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How hard to try, and for how long. Change it with `dataclasses.replace`.
+    """How hard to try, and for how long. Immutable: `policy.replace(deadline=30.0)`
+    returns a changed copy, validated like a new policy (so does `dataclasses.replace`).
 
     Every bound has a finite default: a payment client must not retry forever.
     """

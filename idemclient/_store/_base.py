@@ -214,11 +214,23 @@ class Store(Protocol):
     def counts(self) -> dict[State, int]: ...
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
-        """Delete finished operations older than the retention; never unfinished ones."""
+        """Drop the request and response bodies of finished operations finished more than
+        the retention before `now`, at most `batch` of them; returns how many.
+
+        Their id, key, fingerprint, reference, state and status stay (and the answer's
+        size and sha256), so an operation id is never given a second key: only `purge`
+        deletes operations. Unfinished operations are never touched.
+        """
+        ...
+
+    def advance_clock(self, *, now: float) -> float:
+        """Note that a clock of this store's users reads `now`; return the latest time
+        the store had seen before (its high-water mark; 0.0 for a new store)."""
         ...
 
     def purge(self, operation_ids: Iterable[str]) -> int:
-        """Delete these finished operations. Unfinished ones are refused, not deleted."""
+        """Delete these finished operations: an operator's explicit act, the only way an
+        operation leaves the store. Unfinished ones are refused, not deleted."""
         ...
 
     def close(self) -> None: ...

@@ -119,8 +119,33 @@ def _v1(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
+def _v2(conn: psycopg.Connection[Any], schema: str) -> None:
+    # Reaping keeps a finished operation's key and state and drops only its bodies:
+    # `reaped_at` says when, and the reaper's index holds only what it has still to do.
+    conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN reaped_at double precision")
+    conn.execute(f"DROP INDEX IF EXISTS {schema}.operations_finished")
+    conn.execute(
+        f"CREATE INDEX operations_unreaped ON {schema}.operations (finished_at)"
+        " WHERE finished_at IS NOT NULL AND reaped_at IS NULL"
+    )
+    # The latest time the store has seen (every host's clock), so that a clock that
+    # went back is noticed and one that jumped ahead reaps nothing it should not.
+    conn.execute(
+        f"""
+        CREATE TABLE {schema}.store_clock (
+            singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+            high_water double precision NOT NULL
+        )
+        """
+    )
+    conn.execute(
+        f"INSERT INTO {schema}.store_clock (high_water) SELECT coalesce(GREATEST("
+        f"max(created_at), max(finished_at)), 0) FROM {schema}.operations"
+    )
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1,)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -59,9 +59,9 @@ __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 DEFAULT_SCHEMA = "idemclient"
 
 
-def _dialect(table: str) -> Dialect:
+def _dialect(schema: str) -> Dialect:
     return Dialect(
-        table=table,
+        table=f"{schema}.operations",
         param="%s",
         json="%s::jsonb",
         same="IS NOT DISTINCT FROM",
@@ -73,6 +73,8 @@ def _dialect(table: str) -> Dialect:
         # Hosts reaping at the same time share the work, never wait.
         skip_locked=" FOR UPDATE SKIP LOCKED",
         unlimited=None,
+        clock_table=f"{schema}.store_clock",
+        greatest="GREATEST",
     )
 
 
@@ -141,7 +143,7 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
         self._table = f"{self._quoted}.operations"
-        self._sql = Statements(_dialect(self._table))
+        self._sql = Statements(_dialect(self._quoted))
         self._pool = open_pool(
             url,
             kwargs=connect_kwargs,

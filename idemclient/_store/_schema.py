@@ -114,6 +114,26 @@ def _v2(db: sqlite_utils.Database) -> None:
     db.execute("DROP INDEX IF EXISTS operations_reference")
 
 
+def _v3(db: sqlite_utils.Database) -> None:
+    # Reaping keeps a finished operation's key and state and drops only its bodies:
+    # `reaped_at` says when, and the reaper's index holds only what it has still to do.
+    db.table("operations").add_column("reaped_at", float)
+    db.execute("DROP INDEX IF EXISTS operations_finished")
+    db.execute(
+        "CREATE INDEX operations_unreaped ON operations (finished_at)"
+        " WHERE finished_at IS NOT NULL AND reaped_at IS NULL"
+    )
+    # The latest time the store has seen, so that a clock that went back is noticed
+    # and a clock that jumped ahead reaps nothing it should not.
+    db.execute(
+        "CREATE TABLE store_clock (id INTEGER PRIMARY KEY CHECK (id = 1), high_water REAL NOT NULL)"
+    )
+    db.execute(
+        "INSERT INTO store_clock (id, high_water) SELECT 1, coalesce(max(max(created_at),"
+        " max(coalesce(finished_at, 0))), 0) FROM operations"
+    )
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -147,7 +167,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

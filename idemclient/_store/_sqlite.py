@@ -49,6 +49,8 @@ _SQL = Statements(
         lock="",  # a write transaction (BEGIN IMMEDIATE) holds the whole file
         skip_locked="",
         unlimited=-1,
+        clock_table="store_clock",
+        greatest="max",
     )
 )
 _REGISTER_CHUNK = 5_000

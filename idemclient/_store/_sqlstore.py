@@ -243,7 +243,15 @@ class SQLStore(ABC):
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         with self._write(durable=False) as conn:
-            return conn.execute(self._sql.reap, (now - self.retention, batch)).rowcount
+            return conn.execute(
+                self._sql.reap, (b"", b"", now, now - self.retention, batch)
+            ).rowcount
+
+    def advance_clock(self, *, now: float) -> float:
+        with self._transaction(durable=False) as conn:
+            (seen,) = conn.execute(self._sql.seen).fetchone()
+            conn.execute(self._sql.advance, (now,))
+        return float(seen)
 
     def purge(self, operation_ids: Iterable[str]) -> int:
         ids = list(operation_ids)

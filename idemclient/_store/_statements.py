@@ -13,7 +13,9 @@ they differ only in how a statement is spelled, which a `Dialect` says:
   rows of one batch, all created in the same instant);
 - `lock`, `skip_locked`: the row locks PostgreSQL takes (SQLite's write transaction
   locks the whole file, so it needs none);
-- `unlimited`: the LIMIT parameter that means no limit.
+- `unlimited`: the LIMIT parameter that means no limit;
+- `clock_table`, `greatest`: the store's clock table, and the larger of two values
+  (`max`, `GREATEST`).
 
 `Statements(dialect)` renders every statement once, when a store is made (SQLite's at
 import; PostgreSQL's per store, since the schema is the store's): each is a plain
@@ -56,6 +58,10 @@ class Dialect:
     skip_locked: str
     #: the LIMIT parameter meaning "all rows"
     unlimited: int | None
+    #: the store's clock table (its high-water mark)
+    clock_table: str
+    #: the larger of two values
+    greatest: str
 
 
 #: The columns an admission writes, in the order of `admission_values`; the others
@@ -129,10 +135,25 @@ _APPLIED = (
     " response_sha256 = {p}, response_size = {p}, finished_at = {p}"
 )
 _NOT_APPLIED = "state = {p}, maybe_applied = false"
+# Reaping forgets what an old finished operation said, never that it happened: the
+# request's and the answer's bodies go (personal data, and most of a row's size); the
+# id, key, fingerprint, reference, state and status stay, with the answer's size and
+# sha256, so that the operation is never sent again under another key. Only an
+# operator's purge deletes rows.
 _REAP = (
-    "DELETE FROM {t} WHERE id IN (SELECT id FROM {t}"
-    " WHERE finished_at IS NOT NULL AND finished_at < {p} LIMIT {p}{skip_locked})"
+    "UPDATE {t} SET body = {p}, response_body = {p}, reaped_at = {p} WHERE id IN"
+    " (SELECT id FROM {t} WHERE finished_at IS NOT NULL AND reaped_at IS NULL"
+    " AND finished_at < {p} LIMIT {p}{skip_locked})"
 )
+# The latest time the store has seen: the high-water mark kept in its clock table, and
+# the newest time in its rows (both read through the partial indexes).
+_SEEN = (
+    "SELECT {greatest}("
+    "coalesce((SELECT high_water FROM {clock}), 0),"
+    " coalesce((SELECT max(finished_at) FROM {t} WHERE finished_at IS NOT NULL), 0),"
+    " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0))"
+)
+_ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
 _PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
 _PURGE = "DELETE FROM {t} WHERE id {any}"
 # Answered from the partial index on unfinished operations.
@@ -158,6 +179,8 @@ class Statements:
             "order": dialect.order,
             "lock": dialect.lock,
             "skip_locked": dialect.skip_locked,
+            "clock": dialect.clock_table,
+            "greatest": dialect.greatest,
         }
 
         def render(template: str) -> str:
@@ -183,6 +206,8 @@ class Statements:
         self.settle_applied: Final = render(_SETTLE.replace("{sets}", _APPLIED))
         self.settle_not_applied: Final = render(_SETTLE.replace("{sets}", _NOT_APPLIED))
         self.reap: Final = render(_REAP)
+        self.seen: Final = render(_SEEN)
+        self.advance: Final = render(_ADVANCE)
         self.purgeable: Final = render(_PURGEABLE)
         self.purge: Final = render(_PURGE)
         self.unfinished: Final = render(_UNFINISHED)

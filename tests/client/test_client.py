@@ -599,7 +599,7 @@ def test_works_with_respx_routes(store_path: Path, clock: ManualClock) -> None:
     assert clock.sleeps[0] >= 1.0
 
 
-def test_a_new_client_reaps_finished_operations_past_retention(
+def test_a_new_client_reaps_the_bodies_of_finished_operations_past_retention(
     store_path: Path, clock: ManualClock, psp: FakePSP
 ) -> None:
     store = SQLiteStore(store_path, retention=3600)
@@ -610,8 +610,23 @@ def test_a_new_client_reaps_finished_operations_past_retention(
             c.post("/v1/payments", json=PAYMENT, operation_id="unfinished")
     clock.advance(7200)
     with make_client(psp, store, clock) as c:
-        assert c.operation("old") is None  # reaped
-        assert c.operation("unfinished") is not None  # never reaped
+        # Reaping goes by the latest time the store had seen before this start (an
+        # hour's work here): at the next start the finished operation is old enough.
+        reaped = store.get("old")
+        assert reaped is not None
+        assert reaped.response is not None
+        assert not reaped.response.body_omitted
+        c.post("/v1/payments", json={**PAYMENT, "reference": "new"}, operation_id="new")
+    clock.advance(60)
+    with make_client(psp, store, clock) as c:
+        reaped = store.get("old")
+        assert reaped is not None  # its key and state stay: the id never gets another key
+        assert (reaped.state, reaped.body) == (State.SUCCEEDED, b"")
+        assert reaped.response is not None
+        assert reaped.response.body_omitted
+        unfinished = store.get("unfinished")
+        assert unfinished is not None  # never reaped
+        assert unfinished.body != b""
     store.close()
 
 

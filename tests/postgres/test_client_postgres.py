@@ -8,9 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
-from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient import (
+    AsyncClient,
+    Client,
+    Indeterminate,
+    ManualClock,
+    RetryPolicy,
+    State,
+    StoreUnavailable,
+)
 from idemclient.batch import Batch, ExitCode, submit
 from idemclient.postgres import PostgresStore
 
@@ -187,3 +196,41 @@ def test_a_killed_host_is_resumed_by_another_with_one_effect(
     assert final is not None
     assert final.state is State.SUCCEEDED
     assert psp.effects() == {left.key: 1}
+
+
+def test_postgresql_failing_at_the_outcome_commit_is_indeterminate_and_holds_nothing_back(
+    pg_url: str,
+) -> None:
+    """The answer arrives, but the store cannot take it (here a row lock held past the
+    store's lock timeout): the payment may be applied, so never "nothing changed"."""
+    effects: dict[str, int] = {}
+    held: list[psycopg.Connection[Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        key = request.headers["idempotency-key"]
+        replayed = key in effects
+        effects[key] = 1
+        if not held:  # block the outcome commit of the first attempt
+            locker = psycopg.connect(pg_url)
+            locker.execute("SELECT 1 FROM idemclient.operations WHERE key = %s FOR UPDATE", (key,))
+            held.append(locker)
+        return httpx.Response(
+            201, headers={"Idempotent-Replayed": "true"} if replayed else {}, json={"id": "p1"}
+        )
+
+    clock = ManualClock()
+    with PostgresStore(pg_url, lock_timeout=0.2) as store:
+        client = Client(store=store, clock=clock, transport=httpx.MockTransport(handler))
+        with client:
+            with pytest.raises(Indeterminate) as raised:
+                client.post("http://psp.test/v1/payments", json=PAYMENT, operation_id="op")
+            assert raised.value.outcome.last_status == 201
+            assert isinstance(raised.value.__cause__, StoreUnavailable)
+            held[0].close()  # the database is back
+            again = client.post("http://psp.test/v1/payments", json=PAYMENT, operation_id="op")
+        assert (again.state, again.replayed) == (State.SUCCEEDED, True)
+        assert clock.sleeps == []  # its own dead call's lease held nothing back
+        record = store.get("op")
+    assert record is not None
+    assert (record.state, record.maybe_applied) == (State.SUCCEEDED, True)
+    assert sum(effects.values()) == 1

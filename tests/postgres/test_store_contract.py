@@ -234,7 +234,7 @@ def test_unfinished_lists_oldest_first_and_skips_finished(store: Store) -> None:
     assert store.counts()[State.IN_FLIGHT] == 2
 
 
-def test_reap_drops_old_finished_operations_only(make_store: StoreFactory) -> None:
+def test_reaping_drops_bodies_and_keeps_every_operation(make_store: StoreFactory) -> None:
     store = make_store(retention=100)
     owner = new_owner()
     for n, state in enumerate([State.SUCCEEDED, State.FAILED, State.INDETERMINATE]):
@@ -244,11 +244,30 @@ def test_reap_drops_old_finished_operations_only(make_store: StoreFactory) -> No
             owner=owner,
             state=state,
             progress=progress(),
-            response=StoredResponse.of(200, (), b"") if state.finished else None,
+            response=StoredResponse.of(200, (), b'{"id": "pay"}') if state.finished else None,
         )
     assert store.reap(now=NOW + 50) == 0  # within retention
     assert store.reap(now=NOW + 101) == 2
-    assert [r.operation_id for r in store.operations()] == ["op-2"]  # unfinished kept
+    assert store.reap(now=NOW + 102) == 0  # nothing is reaped twice
+    records = {r.operation_id: r for r in store.operations()}
+    assert set(records) == {"op-0", "op-1", "op-2"}  # an operation id is never forgotten
+    for n, state in enumerate([State.SUCCEEDED, State.FAILED]):
+        reaped = records[f"op-{n}"]
+        assert (reaped.key, reaped.state, reaped.body) == (f"key-{n}", state, b"")
+        assert reaped.response is not None
+        assert reaped.response.status_code == 200
+        assert reaped.response.body_omitted  # kept: its size and sha256, flagged
+        assert reaped.response.body_size == len(b'{"id": "pay"}')
+    assert records["op-2"].body != b""  # unfinished: untouched
+
+
+def test_the_store_keeps_the_latest_time_it_has_seen(store: Store) -> None:
+    assert store.advance_clock(now=NOW) == 0.0  # a new store has seen nothing
+    assert store.advance_clock(now=NOW - 3600) == NOW  # a clock that went back
+    assert store.advance_clock(now=NOW + 10) == NOW  # never lowered by the earlier reading
+    owner = new_owner()
+    store.begin(make_intent("late", "k-late"), owner=owner, now=NOW + 500, lease_until=NOW)
+    assert store.advance_clock(now=NOW) == NOW + 500  # rows count too
 
 
 def test_purge_refuses_unfinished_operations(store: Store) -> None:
