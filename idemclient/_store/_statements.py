@@ -86,6 +86,11 @@ _TAKE_OVER = (
     "UPDATE {t} SET state = {p}, lease_owner = {p}, lease_expires = {p}, updated_at = {p}"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
 )
+# Guarded by the holder just read, as a takeover is: a move never races a sender.
+_MOVE = (
+    "UPDATE {t} SET url = {p}, updated_at = {p}"
+    " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
+)
 _RECORD_ATTEMPT = (
     "UPDATE {t} SET attempts = {p}, maybe_applied = maybe_applied OR {p}, evidence = {p},"
     " not_before = {p}, lease_expires = {p}, updated_at = {p}"
@@ -157,6 +162,7 @@ class Statements:
         self.existing: Final = render(_EXISTING)
         self.take_over: Final = render(_TAKE_OVER)
         self.record_attempt: Final = render(_RECORD_ATTEMPT)
+        self.move: Final = render(_MOVE)
         # By `state.finished`: the final answer's guard, or the lease owner's.
         self.finish: Final = {final: render(text) for final, text in finish.items()}
         self.finish_returning: Final = {
