@@ -179,15 +179,20 @@ def _resume_request(
     live client. Whatever the live client lacks, the store refuses before sending."""
     headers = httpx.Headers(list(record.headers))
     headers[KEY_HEADER] = record.key
-    return client.build_request(
+    url = _with_live_secrets(httpx.URL(record.url), client.params)
+    request = client.build_request(
         record.method,
-        _with_live_secrets(httpx.URL(record.url), client.params),
+        url,
         headers=headers,
         content=record.body,
         extensions={
             CALL_OPTIONS: CallOptions(operation_id=record.operation_id, reference=record.reference)
         },
     )
+    # The stored URL exactly: a client with params= would replace its whole query
+    # (httpx 0.28 merges the client's params over the URL's, dropping the rest).
+    request.url = url
+    return request
 
 
 def _with_live_secrets(url: httpx.URL, live: httpx.QueryParams) -> httpx.URL:

@@ -121,7 +121,11 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     if record.response is not None:
         body = record.response.body.decode("utf-8", "replace")[:500]
         if record.response.body_omitted:
-            body = f"({record.response.body_size} bytes, sha256 {record.response.body_sha256})"
+            body = (
+                f"not kept: {record.response.body_size} bytes, sha256"
+                f" {record.response.body_sha256} (over the store's max_stored_body, or"
+                " reaped); re-issued, the operation says so, never an empty body"
+            )
         rows += [("status", record.response.status_code), ("response", body)]
     return rows
 

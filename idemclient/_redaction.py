@@ -34,6 +34,7 @@ __all__ = [
     "SECRET_MARKS",
     "SECRET_NAMES",
     "HeaderRule",
+    "display_name",
     "looks_secret",
     "missing_headers",
     "origin_of",
@@ -108,7 +109,7 @@ class HeaderRule:
         secret_names = frozenset(name.lower() for name in secret)
         persist_names = frozenset(name.lower() for name in persist)
         refused = sorted(
-            name for name in persist_names if looks_secret(name) or name in secret_names
+            name for name in persist if looks_secret(name) or name.lower() in secret_names
         )
         if refused:
             raise ValueError(
@@ -152,6 +153,11 @@ def missing_headers(withheld: Iterable[str], headers: Iterable[tuple[str, str]])
     """The withheld header names that `headers` (a live request's) lacks."""
     present = {name.lower() for name, value in headers if value}
     return [name for name in withheld if name.lower() not in present]
+
+
+def display_name(name: str) -> str:
+    """A header name as people write it (httpx hands them over lowercased)."""
+    return "-".join(part.capitalize() for part in name.split("-"))
 
 
 def redact_url(url: httpx.URL) -> httpx.URL:

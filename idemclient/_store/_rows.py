@@ -15,6 +15,8 @@ from .._outcome import State
 from .._redaction import (
     DEFAULT_SECRET_HEADERS,
     HeaderRule,
+    display_name,
+    looks_secret,
     missing_headers,
     origin_of,
     redact_url,
@@ -192,7 +194,8 @@ def mismatch(intent: Intent, record: OperationRecord, *, sending: bool = True) -
         missing = missing_headers(record.withheld_headers, intent.headers)
         if missing:
             return (
-                f"{name} was sent with the header(s) {', '.join(missing)}, which this request"
+                f"{name} was sent with the header(s)"
+                f" {', '.join(display_name(h) for h in missing)}, which this request"
                 " lacks. Their values are never stored: the live client supplies them (its"
                 " headers=, auth= or cookies=), or the header is named in persist_headers."
                 " Nothing was sent"
@@ -228,7 +231,7 @@ def _same_before_redaction(intent: Intent, record: OperationRecord) -> bool:
     secret value, and its fingerprint was made over it) is the same request when it
     matches once redacted: so an older store's unfinished operations still resume."""
     stored = httpx.URL(record.url)
+    if not any(value for name, value in stored.params.multi_items() if looks_secret(name)):
+        return False  # written redacted (or with no secret at all): nothing to redo
     redacted = redact_url(stored)
-    if redacted == stored:
-        return False
     return request_fingerprint(record.method, redacted, record.body) == intent.fingerprint
