@@ -247,3 +247,18 @@ def test_an_operation_is_bound_to_its_origin_until_moved(make_store: StoreFactor
     assert taken.claim is Claim.CLAIMED
     with pytest.raises(KeyError):
         store.move("nope", origin="https://api.psp.test", now=NOW)
+
+
+def test_the_ops_commands_name_an_encrypted_store_they_cannot_read(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from idemclient.cli import main
+
+    path = tmp_path / "sealed.db"
+    with SQLiteStore(path, encryption=BodyEncryption(KEY)) as store:
+        pay(store)
+    for command in (["show", "op-1"], ["list"]):
+        result = CliRunner().invoke(main, ["ops", command[0], "--store", str(path), *command[1:]])
+        assert result.exit_code == 2, result.output
+        assert "encrypted" in result.output
+        assert "Traceback" not in result.output
