@@ -7,6 +7,7 @@ Every client and the server share one ManualClock; nothing really sleeps.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import re
 import sqlite3
@@ -117,6 +118,21 @@ def test_an_answer_over_16_kib_comes_back_whole(
     assert again.response.json()["id"] == "pay_big"  # was an empty body up to 16 KiB
     assert not again.body_omitted
     assert len(wire.sent) == 1
+
+
+def test_a_compressed_answer_comes_back_from_the_store_readable(
+    server: ReferenceServer, clock: ManualClock, wire: Counting, tmp_path: Path
+) -> None:
+    # The store keeps the body as httpx decoded it: its Content-Encoding no longer holds.
+    answer = b'{"id":"pay_gz"}'
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    server.answer(201, key="k-gz", body=gzip.compress(answer), headers=headers)
+    with client(tmp_path / "c.db", clock, wire) as psp:
+        psp.post(PATH, json=payment("r-gz"), key="k-gz", operation_id="gz")
+        again = psp.post(PATH, json=payment("r-gz"), key="k-gz", operation_id="gz")
+    assert again.from_store
+    assert again.response is not None
+    assert again.response.json() == {"id": "pay_gz"}
 
 
 def not_kept(psp: Client, server: ReferenceServer, size: int = 4096) -> bytes:
