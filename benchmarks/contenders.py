@@ -47,11 +47,17 @@ class AsyncContender:
 _schemas = itertools.count(1)
 
 
-def _pg_store(pg_url: str, durability: str) -> PostgresStore:
+def _pg_store(
+    pg_url: str, durability: str, encryption: idemclient.BodyEncryption | None = None
+) -> PostgresStore:
     """A PostgreSQL store in a fresh schema (no contender reads another's rows), its
     pool sized for the 16 concurrent workers rather than the default 4."""
     return PostgresStore(
-        pg_url, schema=f"bench_{next(_schemas)}", durability=durability, max_connections=16
+        pg_url,
+        schema=f"bench_{next(_schemas)}",
+        durability=durability,
+        max_connections=16,
+        encryption=encryption,
     )
 
 
@@ -113,16 +119,24 @@ def stamina_httpx(url: str, path: str) -> Contender:
     return Contender("stamina+httpx", send, http.close)
 
 
-def idem(url: str, path: str, store: Path | str, durability: str) -> Contender:
-    """idemclient on a SQLite file, or on PostgreSQL when `store` is a URL."""
+#: One key for the run's encrypted contenders (bodies at rest, AES-256-GCM).
+_BODY_KEY = idemclient.BodyEncryption(idemclient.BodyEncryption.new_key())
+
+
+def idem(
+    url: str, path: str, store: Path | str, durability: str, *, encrypted: bool = False
+) -> Contender:
+    """idemclient on a SQLite file, or on PostgreSQL when `store` is a URL; with
+    `encrypted`, its bodies (and their fingerprints and hashes) encrypted at rest."""
     postgres = isinstance(store, str)
+    encryption = _BODY_KEY if encrypted else None
     client = idemclient.Client(
         base_url=url,
         headers=HEADERS,
         store=(
-            _pg_store(store, durability)
+            _pg_store(store, durability, encryption)
             if isinstance(store, str)
-            else idemclient.SQLiteStore(store, durability=durability)
+            else idemclient.SQLiteStore(store, durability=durability, encryption=encryption)
         ),
     )
 
@@ -136,7 +150,8 @@ def idem(url: str, path: str, store: Path | str, durability: str) -> Contender:
         client.store.close()
 
     name = "idemclient-pg" if postgres else "idemclient"
-    return Contender(f"{name}[{durability}]", send, close)
+    suffix = ",aes-gcm" if encrypted else ""
+    return Contender(f"{name}[{durability}{suffix}]", send, close)
 
 
 def sync_contenders(url: str, path: str, workdir: Path, pg_url: str | None) -> list[Contender]:
@@ -147,6 +162,8 @@ def sync_contenders(url: str, path: str, workdir: Path, pg_url: str | None) -> l
         tenacity_httpx(url, path),
         stamina_httpx(url, path),
         *(idem(url, path, workdir / f"{d}.db", d) for d in ("full", "intent", "buffered")),
+        # What encrypting bodies at rest adds to the default, beside it in the same run.
+        idem(url, path, workdir / "intent-aes.db", "intent", encrypted=True),
         *(idem(url, path, pg_url, d) for d in ("full", "intent") if pg_url is not None),
     ]
 

@@ -9,6 +9,7 @@ from ._budget import RetryBudget
 from ._client import AsyncClient, Client, aresume, resume, wrap
 from ._clock import Clock, ManualClock, SystemClock, set_testing
 from ._errors import (
+    AnswerNotKept,
     BatchInvalid,
     ForeignStore,
     IdemError,
@@ -33,17 +34,19 @@ from ._keys import DEFAULT_NAMESPACE, derive_key, key_from_identity, new_key, va
 from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
 from ._retry_after import parse_retry_after
-from ._store import Durability, OperationRecord, SQLiteStore, Store
+from ._store import BodyEncryption, Durability, OperationRecord, SQLiteStore, Store
 from ._transport import AsyncIdempotentTransport, IdempotentTransport
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "AnswerNotKept",
     "AsyncClient",
     "AsyncIdempotentTransport",
     "AttemptEvent",
     "BatchInvalid",
+    "BodyEncryption",
     "Client",
     "Clock",
     "Durability",

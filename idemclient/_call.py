@@ -15,13 +15,13 @@ The transports do the I/O (store, network, sleep); this module decides. A call:
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
 
+from ._answer import AnswerWithoutBody, stored_response
 from ._budget import RetryBudget
 from ._classify import (
     AttemptKind,
@@ -40,10 +40,12 @@ from ._errors import (
     RequestNotReplayable,
     StoreError,
 )
+from ._fingerprint import fingerprint
 from ._hooks import AttemptEvent, Hooks, RetryEvent
 from ._keys import new_key, validate_key
 from ._outcome import OUTCOME, Outcome, State
 from ._policy import Decision, RetryPolicy, decide
+from ._redaction import redact_url
 from ._retry_after import parse_retry_after
 from ._store import Intent, OperationRecord, Progress, Store
 
@@ -55,6 +57,7 @@ __all__ = [
     "CallOptions",
     "Continuation",
     "Settings",
+    "fingerprint",
     "intent_for",
     "unsettled_error",
 ]
@@ -180,19 +183,6 @@ def buffered_body(request: httpx.Request, limit: int) -> bytes | None:
     return body_from_chunks((content,), limit)
 
 
-def fingerprint(method: str, url: httpx.URL, body: bytes) -> str:
-    """What makes two requests the same operation: method, path and query, body.
-
-    The host is left out on purpose: the same operation resumed against a server that
-    moved (a new port, a renamed host) is still the same operation.
-    """
-    digest = hashlib.sha256()
-    for part in (method.encode(), url.raw_path, body):
-        digest.update(len(part).to_bytes(8, "big"))
-        digest.update(part)
-    return digest.hexdigest()
-
-
 def intent_for(request: httpx.Request, body: bytes) -> Intent:
     """The intent a request stands for. A caller that registers operations ahead of
     sending them (a batch) builds them here too, so the fingerprints agree."""
@@ -204,7 +194,9 @@ def intent_for(request: httpx.Request, body: bytes) -> Intent:
     operation_id = (options.operation_id if options else None) or key
     if not operation_id or len(operation_id) > 1024:
         raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
-    url = request.url.copy_with(userinfo=b"") if request.url.userinfo else request.url
+    # Stored and fingerprinted without credentials: no user or password, no value of a
+    # secret-looking query parameter (see `_redaction`).
+    url = redact_url(request.url)
     return Intent(
         operation_id=operation_id,
         key=key,
@@ -213,7 +205,7 @@ def intent_for(request: httpx.Request, body: bytes) -> Intent:
         url=str(url),
         headers=tuple(request.headers.multi_items()),
         body=body,
-        fingerprint=fingerprint(request.method, request.url, body),
+        fingerprint=fingerprint(request.method, url, body),
         reference=options.reference if options else None,
     )
 
@@ -540,6 +532,7 @@ class Call:
             not_before=record.not_before,
             maybe_applied=record.maybe_applied,
             last_status=response.status_code if response is not None else self.last_status,
+            body_omitted=isinstance(response, AnswerWithoutBody),
         )
         if response is not None:
             response.extensions[OUTCOME] = outcome
@@ -557,13 +550,8 @@ class Call:
     def stored_answer(self, record: OperationRecord) -> httpx.Response:
         """The final answer of a finished operation, rebuilt from the store."""
         assert record.response is not None, "a finished operation has a stored response"
-        stored = record.response
-        response = httpx.Response(
-            stored.status_code,
-            headers=list(stored.headers),
-            content=stored.body,
-            request=self.request,
-        )
+        # Its body, or, if the store did not keep it, a response that says so when read.
+        response = stored_response(record.response, self.request)
         self.outcome(record, response, from_store=True)
         return response
 

@@ -9,9 +9,10 @@ comes back as an `Outcome` in state `failed`, like an httpx response with that s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -29,13 +30,14 @@ from ._call import (
     unsettled_error,
 )
 from ._clock import Clock
-from ._errors import KeyConflict, OutcomeError
+from ._errors import AnswerNotKept, KeyConflict, OutcomeError
 from ._exchange import install
 from ._hooks import Hooks, logger
 from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
 from ._reconcile import default_found, judge, lookup_url, settled, unsettled
+from ._redaction import looks_secret, origin_of
 from ._store import Claim, OperationRecord, Progress, Store, StoredResponse, new_owner
 from ._transport import (
     DEFAULT_MAX_REQUEST_BODY,
@@ -61,12 +63,17 @@ def wrap(
     hooks: Hooks | None = None,
     max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
     rng: random.Random | None = None,
+    secret_headers: Collection[str] = (),
+    persist_headers: Collection[str] = (),
 ) -> HttpxClient:
     """Give an existing httpx client safe retries, in place, and return it.
 
     Its transport and every mounted transport are wrapped, so its auth, limits,
     proxies, TLS settings and event hooks stay as they were. Unsafe requests (POST and
     PATCH by default) get a durable key and retries; others pass straight through.
+
+    `secret_headers` and `persist_headers` add header names to the store's rule (see
+    `SQLiteStore`) when `store` is a path or URL; a `Store` you built has its own.
     """
     settings = make_settings(
         store,
@@ -76,6 +83,8 @@ def wrap(
         hooks=hooks,
         max_request_body=max_request_body,
         rng=rng,
+        secret_headers=secret_headers,
+        persist_headers=persist_headers,
     )
     _wrap_with(client, settings)
     return client
@@ -202,17 +211,39 @@ def _handed_back_reason(status: int) -> str:
 def _resume_request(
     client: httpx.Client | httpx.AsyncClient, record: OperationRecord
 ) -> httpx.Request:
+    """The request that sends `record` again: its stored URL, headers and body, and what
+    the store never kept (credentials, withheld headers, secret query values) from the
+    live client. Whatever the live client lacks, the store refuses before sending."""
     headers = httpx.Headers(list(record.headers))
     headers[KEY_HEADER] = record.key
-    return client.build_request(
+    url = _with_live_secrets(httpx.URL(record.url), client.params)
+    request = client.build_request(
         record.method,
-        record.url,
+        url,
         headers=headers,
         content=record.body,
         extensions={
             CALL_OPTIONS: CallOptions(operation_id=record.operation_id, reference=record.reference)
         },
     )
+    # The stored URL exactly: a client with params= would replace its whole query
+    # (httpx 0.28 merges the client's params over the URL's, dropping the rest).
+    request.url = url
+    return request
+
+
+def _with_live_secrets(url: httpx.URL, live: httpx.QueryParams) -> httpx.URL:
+    """`url` with each secret query parameter the store kept without its value given
+    the live client's value, in its place. One the live client lacks stays empty: an
+    empty secret parameter counts as missing, and the store refuses to send it."""
+    pairs = url.params.multi_items()
+    if not any(looks_secret(name) and not value for name, value in pairs):
+        return url
+    filled = [
+        (name, live.get(name, "") if looks_secret(name) and not value else value)
+        for name, value in pairs
+    ]
+    return url.copy_with(params=httpx.QueryParams(filled))
 
 
 def _stored_outcome(record: OperationRecord) -> Outcome:
@@ -225,40 +256,88 @@ def _stored_outcome(record: OperationRecord) -> Outcome:
         not_before=record.not_before,
         maybe_applied=record.maybe_applied,
         from_store=True,
+        body_omitted=record.response is not None and record.response.body_omitted,
     )
 
 
-def resume(client: httpx.Client, *, limit: int | None = None) -> list[Outcome]:
+def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
+    """The outcome of an operation a resume refused to send: as the store has it."""
+    logger.warning("operation %r not resumed: %s", record.operation_id, reason)
+    return dataclasses.replace(_stored_outcome(record), evidence=f"not resumed: {reason}")
+
+
+def _moved(settings: Settings, record: OperationRecord, origin: str | None) -> OperationRecord:
+    """`record`, bound to `origin` first if one is asked for (an explicit move)."""
+    if origin is None or origin_of(origin) == origin_of(record.url):
+        return record
+    return settings.store.move(record.operation_id, origin=origin, now=settings.clock.time())
+
+
+def _check_origin(origin: str | None) -> None:
+    if origin is not None:
+        parsed = httpx.URL(origin)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"origin {origin!r} must be an http(s) URL with a host")
+
+
+def resume(
+    client: httpx.Client, *, limit: int | None = None, origin: str | None = None
+) -> list[Outcome]:
     """Finish the unfinished operations of a wrapped client's store, oldest first.
 
-    Each is sent again with its original key, method, URL and body; the live client
-    supplies credentials (which are never stored). Returns one `Outcome` per operation,
-    including those that are still not sent or indeterminate, and those another process
-    is sending right now (state `in_flight`).
+    Each is sent again with its original key, method, URL and body, to the origin
+    (scheme, host, port) it was first sent to, whatever the client's `base_url`; the
+    live client supplies credentials (which are never stored). Returns one `Outcome`
+    per operation, including those that are still not sent or indeterminate, and those
+    another process is sending right now (state `in_flight`).
+
+    `origin` (``"https://api.psp.example"``) moves every unfinished operation bound to
+    another origin there first, durably, and sends it there: the one way to move an
+    operation, say from a sandbox to production. An operation the live client cannot
+    send as it was sent (it lacks a header the store withheld, or a secret query
+    parameter) is not sent: its outcome says why, in `evidence`.
     """
+    _check_origin(origin)
     settings = settings_of(client)
     outcomes = []
-    for record in settings.store.unfinished(limit=limit):
+    for stored in settings.store.unfinished(limit=limit):
         try:
+            record = _moved(settings, stored, origin)
             response = client.send(_resume_request(client, record))
         except OutcomeError as exc:
             outcomes.append(exc.outcome)
+            continue
+        except AnswerNotKept as exc:  # finished meanwhile, its body not kept
+            outcomes.append(exc.outcome)
+            continue
+        except ValueError as exc:  # refused before sending: the operation is as it was
+            outcomes.append(_not_resumed(stored, str(exc)))
             continue
         response.close()
         outcomes.append(_resumed_outcome(response, record))
     return outcomes
 
 
-async def aresume(client: httpx.AsyncClient, *, limit: int | None = None) -> list[Outcome]:
+async def aresume(
+    client: httpx.AsyncClient, *, limit: int | None = None, origin: str | None = None
+) -> list[Outcome]:
     """`resume` for an async client."""
+    _check_origin(origin)
     settings = settings_of(client)
     records = await anyio.to_thread.run_sync(lambda: settings.store.unfinished(limit=limit))
     outcomes = []
-    for record in records:
+    for stored in records:
         try:
+            record = await anyio.to_thread.run_sync(_moved, settings, stored, origin)
             response = await client.send(_resume_request(client, record))
         except OutcomeError as exc:
             outcomes.append(exc.outcome)
+            continue
+        except AnswerNotKept as exc:
+            outcomes.append(exc.outcome)
+            continue
+        except ValueError as exc:
+            outcomes.append(_not_resumed(stored, str(exc)))
             continue
         await response.aclose()
         outcomes.append(_resumed_outcome(response, record))
@@ -303,6 +382,8 @@ class _Common:
         hooks: Hooks | None,
         max_request_body: int,
         rng: random.Random | None,
+        secret_headers: Collection[str] = (),
+        persist_headers: Collection[str] = (),
     ) -> None:
         self.settings = make_settings(
             store,
@@ -312,6 +393,8 @@ class _Common:
             hooks=hooks,
             max_request_body=max_request_body,
             rng=rng,
+            secret_headers=secret_headers,
+            persist_headers=persist_headers,
         )
         _start_store(self.settings)
 
@@ -433,9 +516,21 @@ class Client(_Common):
         max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
         rng: random.Random | None = None,
         http: httpx.Client | None = None,
+        secret_headers: Collection[str] = (),
+        persist_headers: Collection[str] = (),
         **httpx_options: Any,
     ) -> None:
-        self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
+        self._init_settings(
+            store,
+            policy,
+            clock,
+            budget,
+            hooks,
+            max_request_body,
+            rng,
+            secret_headers=secret_headers,
+            persist_headers=persist_headers,
+        )
         self.http = self._attach(http, httpx.Client, httpx_options)
 
     def request(
@@ -468,7 +563,12 @@ class Client(_Common):
         merged, extended = _options(
             key, operation_id, identity, reference, hooks, headers, extensions
         )
-        response = self.http.request(method, url, headers=merged, extensions=extended, **kwargs)
+        try:
+            response = self.http.request(method, url, headers=merged, extensions=extended, **kwargs)
+        except AnswerNotKept as exc:
+            # Answered from the store without its body: the outcome says so, and its
+            # response raises again if its body is read.
+            return exc.outcome
         return _outcome(response)
 
     def post(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
@@ -489,9 +589,10 @@ class Client(_Common):
         """A plain GET (safe; no key, no store)."""
         return self.http.get(url, **kwargs)
 
-    def resume(self, *, limit: int | None = None) -> list[Outcome]:
-        """Finish every unfinished operation in the store (see `idemclient.resume`)."""
-        return resume(self.http, limit=limit)
+    def resume(self, *, limit: int | None = None, origin: str | None = None) -> list[Outcome]:
+        """Finish every unfinished operation in the store (see `idemclient.resume`);
+        `origin` moves them there first."""
+        return resume(self.http, limit=limit, origin=origin)
 
     def reconcile(
         self,
@@ -546,9 +647,21 @@ class AsyncClient(_Common):
         max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
         rng: random.Random | None = None,
         http: httpx.AsyncClient | None = None,
+        secret_headers: Collection[str] = (),
+        persist_headers: Collection[str] = (),
         **httpx_options: Any,
     ) -> None:
-        self._init_settings(store, policy, clock, budget, hooks, max_request_body, rng)
+        self._init_settings(
+            store,
+            policy,
+            clock,
+            budget,
+            hooks,
+            max_request_body,
+            rng,
+            secret_headers=secret_headers,
+            persist_headers=persist_headers,
+        )
         self.http = self._attach(http, httpx.AsyncClient, httpx_options)
 
     async def request(
@@ -569,9 +682,12 @@ class AsyncClient(_Common):
         merged, extended = _options(
             key, operation_id, identity, reference, hooks, headers, extensions
         )
-        response = await self.http.request(
-            method, url, headers=merged, extensions=extended, **kwargs
-        )
+        try:
+            response = await self.http.request(
+                method, url, headers=merged, extensions=extended, **kwargs
+            )
+        except AnswerNotKept as exc:  # see Client.request
+            return exc.outcome
         return _outcome(response)
 
     async def post(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
@@ -589,8 +705,8 @@ class AsyncClient(_Common):
     async def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
         return await self.http.get(url, **kwargs)
 
-    async def resume(self, *, limit: int | None = None) -> list[Outcome]:
-        return await aresume(self.http, limit=limit)
+    async def resume(self, *, limit: int | None = None, origin: str | None = None) -> list[Outcome]:
+        return await aresume(self.http, limit=limit, origin=origin)
 
     async def reconcile(
         self,

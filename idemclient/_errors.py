@@ -8,6 +8,7 @@ IdemError
 ├── OperationMismatch          (also ValueError) same operation, different request
 ├── BatchInvalid               (also ValueError) a batch file with problems; nothing sent
 ├── SignatureInvalid           a webhook refused: signature missing, malformed, wrong or stale
+├── AnswerNotKept              a final answer given back from the store without its body
 ├── StoreError                 the store (a SQLite file, a PostgreSQL schema) cannot be used
 │   ├── StoreCorrupt           not a readable SQLite file; PostgreSQL tables changed under us
 │   ├── ForeignStore           a database, but not an idemclient store
@@ -33,9 +34,12 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import httpx
+
     from ._outcome import Outcome
 
 __all__ = [
+    "AnswerNotKept",
     "BatchInvalid",
     "ForeignStore",
     "IdemError",
@@ -152,6 +156,29 @@ class SignatureInvalid(IdemError):
         self.detail = detail
         self.message_id = message_id
         super().__init__(f"webhook signature refused ({reason}): {detail}")
+
+
+class AnswerNotKept(IdemError):
+    """The body of an operation's final answer was not kept by the store, and is asked for.
+
+    An answer over the store's `max_stored_body`, or dropped when its finished
+    operation was reaped, keeps only its status, headers, size and sha256. Re-issued,
+    the operation comes back with `outcome.body_omitted` true; reading the body of
+    `outcome.response` (or of a wrapped client's response, which httpx reads at once)
+    raises this, never an empty body. `outcome` is the operation's (its state is the
+    truth: a payment that succeeded did succeed); `size` and `sha256` describe the body.
+    """
+
+    def __init__(self, message: str, outcome: Outcome, *, size: int, sha256: str) -> None:
+        self.outcome = outcome
+        self.size = size
+        self.sha256 = sha256
+        super().__init__(message)
+
+    @property
+    def response(self) -> httpx.Response | None:
+        """The answer without its body (status and headers), as `outcome.response`."""
+        return self.outcome.response
 
 
 class StoreError(IdemError):

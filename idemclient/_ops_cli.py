@@ -68,11 +68,14 @@ def _when(timestamp: float | None) -> str:
 def list_command(store: Path | str, states: tuple[str, ...], unfinished: bool, limit: int) -> None:
     """One line per operation, oldest first, and a count per state."""
     with _open(store) as opened:
-        if unfinished:
-            records = opened.unfinished(limit=limit)
-        else:
-            chosen = [State(s) for s in states] if states else None
-            records = opened.operations(states=chosen, limit=limit)
+        try:
+            if unfinished:
+                records = opened.unfinished(limit=limit)
+            else:
+                chosen = [State(s) for s in states] if states else None
+                records = opened.operations(states=chosen, limit=limit)
+        except StoreError as exc:  # an encrypted store, say: named, never garbage
+            _fail(str(exc))
         for record in records:
             click.echo(
                 f"{record.operation_id}  {record.state.value:<13} attempts={record.attempts:<2}"
@@ -89,7 +92,10 @@ def list_command(store: Path | str, states: tuple[str, ...], unfinished: bool, l
 def show_command(store: Path | str, operation_id: str) -> None:
     """Everything the store holds about one operation (no secrets are ever stored)."""
     with _open(store) as opened:
-        record = opened.get(operation_id) or opened.get_by_key(operation_id)
+        try:
+            record = opened.get(operation_id) or opened.get_by_key(operation_id)
+        except StoreError as exc:
+            _fail(str(exc))
     if record is None:
         _fail(f"no operation {operation_id!r} in {store}")
     for name, value in _fields(record):
@@ -121,7 +127,11 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     if record.response is not None:
         body = record.response.body.decode("utf-8", "replace")[:500]
         if record.response.body_omitted:
-            body = f"({record.response.body_size} bytes, sha256 {record.response.body_sha256})"
+            body = (
+                f"not kept: {record.response.body_size} bytes, sha256"
+                f" {record.response.body_sha256} (over the store's max_stored_body, or"
+                " reaped); re-issued, the operation says so, never an empty body"
+            )
         rows += [("status", record.response.status_code), ("response", body)]
     return rows
 
@@ -144,7 +154,10 @@ def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     except (StoreError, ImportError) as exc:
         _fail(str(exc))
     with client:
-        outcomes = client.resume(limit=limit)
+        try:
+            outcomes = client.resume(limit=limit)
+        except StoreError as exc:
+            _fail(str(exc))
     for outcome in outcomes:
         click.echo(f"{outcome.operation_id}  {outcome.state.value:<13} {outcome.evidence}")
     states = {o.state for o in outcomes}

@@ -43,8 +43,11 @@ class Outcome:
 
     `response` is the final answer when there is one (`succeeded` or `failed`). For an
     answer served from the local store without a network call, `from_store` is true
-    and the body is the stored one (capped; see `Store`). `replayed` is what the server
-    said (`Idempotent-Replayed: true`): another attempt did the work.
+    and the body is the stored one. A body the store did not keep (over its
+    `max_stored_body`, or reaped) is never given back empty: `body_omitted` is true,
+    `response` has the status and headers, and reading its body raises
+    `AnswerNotKept`. `replayed` is what the server said (`Idempotent-Replayed: true`):
+    another attempt did the work.
     """
 
     operation_id: str
@@ -62,6 +65,8 @@ class Outcome:
     maybe_applied: bool = False
     #: the HTTP status of the last answer seen, final or not (None if none arrived)
     last_status: int | None = None
+    #: the final answer came from the store without its body (see `AnswerNotKept`)
+    body_omitted: bool = False
 
     @property
     def status_code(self) -> int | None:

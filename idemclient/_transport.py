@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+from collections.abc import Collection
 from typing import Any
 
 import anyio.to_thread
@@ -55,12 +56,14 @@ def make_settings(
     hooks: Hooks | None = None,
     max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
     rng: random.Random | None = None,
+    secret_headers: Collection[str] = (),
+    persist_headers: Collection[str] = (),
 ) -> Settings:
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
     return Settings(
         owns_store=isinstance(store, str | os.PathLike),
-        store=open_store(store),
+        store=open_store(store, secret_headers=secret_headers, persist_headers=persist_headers),
         policy=policy or RetryPolicy(),
         clock=clock or SystemClock(),
         budget=budget or RetryBudget(),

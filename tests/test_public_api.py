@@ -29,7 +29,7 @@ def test_every_error_derives_from_the_one_root() -> None:
         for value in (getattr(idemclient, name) for name in idemclient.__all__)
         if isinstance(value, type) and issubclass(value, BaseException)
     ]
-    assert len(errors) == 18
+    assert len(errors) == 19
     for error in errors:
         assert issubclass(error, idemclient.IdemError), error
 

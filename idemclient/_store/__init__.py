@@ -14,6 +14,7 @@ from ._base import (
     Store,
     StoredResponse,
 )
+from ._cipher import BodyEncryption
 from ._owners import new_owner, owner_is_dead, release_owner
 from ._rows import DEFAULT_SECRET_HEADERS
 from ._sqlite import SQLiteStore
@@ -21,6 +22,7 @@ from ._sqlite import SQLiteStore
 __all__ = [
     "DEFAULT_SECRET_HEADERS",
     "Begin",
+    "BodyEncryption",
     "Claim",
     "Durability",
     "Intent",

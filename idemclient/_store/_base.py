@@ -43,7 +43,9 @@ class Durability(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
-    """A final answer as stored. Bodies over the store's cap are kept as a hash only."""
+    """A final answer as stored. A body over the store's `max_stored_body`, or dropped
+    when its finished operation was reaped, is kept as its size and sha256 only
+    (`body_omitted`)."""
 
     status_code: int
     headers: Headers
@@ -73,7 +75,7 @@ class Intent:
     url: str
     headers: Headers
     body: bytes
-    #: sha256 over method, path and query, and body: same operation, same request
+    #: sha256 over method, path and query (redacted), and body: same operation, same request
     fingerprint: str
     reference: str | None = None
 
@@ -112,6 +114,9 @@ class OperationRecord:
     created_at: float
     updated_at: float
     finished_at: float | None
+    #: headers the operation was sent with whose values were not stored (credentials,
+    #: and any not persisted): a request that sends it again must carry them
+    withheld_headers: tuple[str, ...] = ()
 
 
 class Claim(enum.Enum):
@@ -192,6 +197,15 @@ class Store(Protocol):
         Applied: the operation succeeded (`response` is what the look-up returned).
         Not applied: it is `not_sent`, and no longer "maybe applied", so that it can be
         sent again. The only way "maybe applied" is ever cleared.
+        """
+        ...
+
+    def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
+        """Bind an unfinished operation to another origin (scheme, host and port): its
+        path, query, body and key stay. The only way an operation changes origin.
+
+        Raises `KeyError` for an unknown operation, `ValueError` for a finished one or
+        one another caller is sending right now.
         """
         ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 from ._base import Store
 from ._sqlite import SQLiteStore
@@ -15,8 +16,25 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 INSTALL_POSTGRES = "pip install 'idemclient[postgres]'"
 
 
-def open_store(spec: Store | str | os.PathLike[str]) -> Store:
-    """A `Store` given as it is, a PostgreSQL URL, or the path of a SQLite file."""
+def open_store(
+    spec: Store | str | os.PathLike[str],
+    *,
+    secret_headers: Collection[str] = (),
+    persist_headers: Collection[str] = (),
+) -> Store:
+    """A `Store` given as it is, a PostgreSQL URL, or the path of a SQLite file, opened
+    with the header names given. A `Store` object has its own: naming headers beside
+    one is refused, since a store shared by clients writes by one rule."""
+    names = {"secret_headers": secret_headers, "persist_headers": persist_headers}
+    if not isinstance(spec, str | os.PathLike):
+        given = sorted(name for name, value in names.items() if value)
+        if given:
+            raise TypeError(
+                f"{' and '.join(given)} given beside a Store object: pass them to the"
+                f" store itself (e.g. SQLiteStore(path, {given[0]}=...)), whose rule every"
+                " client sharing it follows; or pass the store as a path or URL"
+            )
+        return spec
     if isinstance(spec, str) and spec.startswith(POSTGRES_SCHEMES):
         # Imported only now: psycopg is an optional dependency.
         try:
@@ -26,7 +44,5 @@ def open_store(spec: Store | str | os.PathLike[str]) -> Store:
                 f"a PostgreSQL store needs psycopg 3 and psycopg-pool, which are not"
                 f" installed ({exc}); install them with: {INSTALL_POSTGRES}"
             ) from exc
-        return PostgresStore(spec)
-    if isinstance(spec, str | os.PathLike):
-        return SQLiteStore(spec)
-    return spec
+        return PostgresStore(spec, secret_headers=secret_headers, persist_headers=persist_headers)
+    return SQLiteStore(spec, secret_headers=secret_headers, persist_headers=persist_headers)

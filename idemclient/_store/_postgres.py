@@ -38,6 +38,7 @@ from psycopg.rows import tuple_row
 from .._errors import StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import Durability, Intent
+from ._cipher import BodyEncryption
 from ._pg_conn import (
     COMMIT_OFF,
     Conn,
@@ -50,7 +51,7 @@ from ._pg_conn import (
     pg_error,
 )
 from ._pg_schema import STORE, StoreIdentity, open_schema
-from ._rows import DEFAULT_SECRET_HEADERS
+from ._rows import DEFAULT_MAX_STORED_BODY
 from ._sqlstore import SQLStore, admission_values, refused
 from ._statements import INSERT_COLUMNS, Dialect, Statements
 
@@ -87,12 +88,12 @@ class PostgresStore(SQLStore):
     under its names, or a newer version of them, is refused with a `StoreError` and
     left as it is.
 
-    `durability`, `max_stored_body`, `retention` and `secret_headers` mean what they
-    mean for `SQLiteStore`. `max_connections` bounds the pool of connections this
-    store opens; `connect_timeout` bounds connecting and waiting for a free one.
-    `lock_timeout` bounds how long a statement waits for a row another transaction
-    holds (an operation recorded by an outbox transaction that has not committed yet):
-    past it the call raises `StoreUnavailable` instead of hanging.
+    `durability`, `max_stored_body`, `retention`, `secret_headers`, `persist_headers`
+    and `encryption` mean what they mean for `SQLiteStore`. `max_connections` bounds
+    the pool of connections this store opens; `connect_timeout` bounds connecting and
+    waiting for a free one. `lock_timeout` bounds how long a statement waits for a row
+    another transaction holds (an operation recorded by an outbox transaction that has
+    not committed yet): past it the call raises `StoreUnavailable` instead of hanging.
     """
 
     # One round trip either way: `finish` reads the row back with RETURNING.
@@ -104,15 +105,15 @@ class PostgresStore(SQLStore):
         *,
         schema: str = DEFAULT_SCHEMA,
         durability: Durability | str = Durability.INTENT,
-        max_stored_body: int = 16 * 1024,
+        max_stored_body: int = DEFAULT_MAX_STORED_BODY,
         retention: float = 7 * 24 * 3600.0,
         secret_headers: Collection[str] = (),
+        persist_headers: Collection[str] = (),
+        encryption: BodyEncryption | None = None,
         max_connections: int = 4,
         connect_timeout: float = 10.0,
         lock_timeout: float = 30.0,
     ) -> None:
-        if max_stored_body < 0:
-            raise ValueError("max_stored_body must be >= 0")
         if retention <= 0:
             raise ValueError("retention must be positive")
         if max_connections < 1:
@@ -122,12 +123,17 @@ class PostgresStore(SQLStore):
         if not schema or len(schema.encode()) > 63:
             raise ValueError("schema must be 1..63 bytes (a PostgreSQL identifier)")
         self._where = display(url)
+        self._configure(
+            where=self._where,
+            max_stored_body=max_stored_body,
+            secret_headers=secret_headers,
+            persist_headers=persist_headers,
+            encryption=encryption,
+        )
         self._quoted = sql.Identifier(schema).as_string()
         self.schema = schema
         self.durability = Durability(durability)
-        self.max_stored_body = max_stored_body
         self.retention = retention
-        self.secret_headers = DEFAULT_SECRET_HEADERS | {h.lower() for h in secret_headers}
         self._closed = False
         self._close_lock = threading.Lock()
         connect_kwargs = connect_args(url, connect_timeout)
@@ -250,7 +256,9 @@ class PostgresStore(SQLStore):
         """Insert `intents` as pending on `conn` (inside a transaction): all of them are
         new or the same requests as before, or `OperationMismatch` is raised."""
         rows = [
-            admission_values(i, self._stored_headers(i), State.PENDING, None, None, now)
+            admission_values(
+                i, self._stored_headers(i), State.PENDING, None, None, now, cipher=self._cipher
+            )
             for i in intents
         ]
         columns = list(zip(*rows, strict=True))

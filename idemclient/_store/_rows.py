@@ -1,6 +1,6 @@
 """What every store backend shares: the columns of an operation, turning rows into
-records and back, which headers are never written, and when a stored operation is not
-the one an intent asks for."""
+records and back (headers split by the rule of `_redaction`, values sealed by the
+store's `Cipher`), and when a stored operation is not the one an intent asks for."""
 
 from __future__ import annotations
 
@@ -8,28 +8,38 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
+
+from .._fingerprint import fingerprint as request_fingerprint
 from .._outcome import State
+from .._redaction import (
+    DEFAULT_SECRET_HEADERS,
+    HeaderRule,
+    display_name,
+    looks_secret,
+    missing_headers,
+    origin_of,
+    redact_url,
+    secret_query_names,
+)
 from ._base import Headers, Intent, OperationRecord, StoredResponse
+from ._cipher import PLAIN, Cipher
 
 __all__ = [
     "COLUMNS",
+    "DEFAULT_MAX_STORED_BODY",
     "DEFAULT_SECRET_HEADERS",
     "as_stored",
     "dump_headers",
     "mismatch",
     "record_from_row",
-    "redact",
 ]
 
-#: Never written to a store, in requests or responses. On resume, the live client
-#: supplies its credentials again.
-DEFAULT_SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
-)
-#: Not part of the request's meaning; recomputed when the request is rebuilt.
-_TRANSIENT_HEADERS = frozenset(
-    {"host", "content-length", "transfer-encoding", "connection", "idempotency-key"}
-)
+#: Response bodies up to this size are kept whole: far above any single API object (a
+#: payment, a payout, a refund is a few KiB; a page of a hundred of them a few hundred),
+#: and the same bound as a request body (`max_request_body`), so that an answer given
+#: back from the store is the answer. A larger one keeps its size and sha256 only.
+DEFAULT_MAX_STORED_BODY = 1024 * 1024
 
 #: Every column of an operation, in the order `record_from_row` reads them.
 COLUMNS = (
@@ -40,44 +50,57 @@ COLUMNS = (
 )
 
 
-def redact(headers: Headers, secret: frozenset[str]) -> Headers:
-    """`headers` without the secret and the transient ones."""
-    return tuple(
-        (name, value)
-        for name, value in headers
-        if (lowered := name.lower()) not in secret and lowered not in _TRANSIENT_HEADERS
-    )
-
-
 def as_stored(
-    response: StoredResponse | None, secret: frozenset[str], max_body: int
+    response: StoredResponse | None,
+    rule: HeaderRule,
+    max_body: int,
+    *,
+    cipher: Cipher = PLAIN,
+    operation_id: str = "",
 ) -> tuple[StoredResponse | None, tuple[Any, ...]]:
     """A response as a store keeps it (secret headers gone; over `max_body`, the body
     kept only as its size and hash, so the table never becomes a blob store), and the
-    values of its five columns: status, headers, body, sha256, size."""
+    values of its five columns: status, headers, body, sha256, size (the body and its
+    hash sealed by `cipher`)."""
     if response is None:
         return None, (None, None, None, None, None)
-    headers = redact(response.headers, secret)
+    headers = rule.response(response.headers)
     body = response.body if response.body_size <= max_body else b""
     kept = StoredResponse(
         response.status_code, headers, body, response.body_sha256, response.body_size
     )
-    return kept, (kept.status_code, dump_headers(headers), body, kept.body_sha256, kept.body_size)
+    where = {"operation_id": operation_id}
+    return kept, (
+        kept.status_code,
+        dump_headers(headers),
+        # An empty body (nothing, or not kept) holds nothing to hide.
+        cipher.seal(body, column="response body", **where) if body else body,
+        cipher.seal_text(kept.body_sha256, column="response sha256", **where),
+        kept.body_size,
+    )
 
 
-def dump_headers(headers: Headers) -> str:
-    return json.dumps([list(pair) for pair in headers], separators=(",", ":"))
+def dump_headers(headers: Headers, withheld: Sequence[str] = ()) -> str:
+    """Headers as stored: JSON pairs; a withheld header's value is null (its name is
+    kept, never its value)."""
+    pairs: list[list[str | None]] = [[name, value] for name, value in headers]
+    pairs += [[name, None] for name in withheld]
+    return json.dumps(pairs, separators=(",", ":"))
 
 
-def _headers(value: Any) -> Headers:
-    """Headers as stored: JSON text (SQLite) or already decoded (PostgreSQL jsonb)."""
+def _headers(value: Any) -> tuple[Headers, tuple[str, ...]]:
+    """Headers as stored (JSON text in SQLite, already decoded from PostgreSQL's jsonb):
+    the pairs with values, and the names withheld."""
     if not value:
-        return ()
+        return (), ()
     pairs = json.loads(value) if isinstance(value, str | bytes) else value
-    return tuple((str(name), str(val)) for name, val in pairs)
+    kept = tuple((str(name), str(val)) for name, val in pairs if val is not None)
+    withheld = tuple(str(name) for name, val in pairs if val is None)
+    return kept, withheld
 
 
-def record_from_row(row: Sequence[Any]) -> OperationRecord:
+def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationRecord:
+    """The record a row holds, its sealed values opened by `cipher`."""
     (
         operation_id,
         key,
@@ -103,23 +126,25 @@ def record_from_row(row: Sequence[Any]) -> OperationRecord:
         updated_at,
         finished_at,
     ) = row
+    where = {"operation_id": operation_id}
     response = None
     if status_code is not None:
         response = StoredResponse(
             status_code=status_code,
-            headers=_headers(response_headers),
-            body=bytes(response_body or b""),
-            body_sha256=response_sha256 or "",
+            headers=_headers(response_headers)[0],
+            body=cipher.open(bytes(response_body or b""), column="response body", **where),
+            body_sha256=cipher.open_text(response_sha256 or "", column="response sha256", **where),
             body_size=response_size or 0,
         )
+    kept, withheld = _headers(headers)
     return OperationRecord(
         operation_id=operation_id,
         key=key,
         method=method,
         url=url,
-        headers=_headers(headers),
-        body=bytes(body),
-        fingerprint=fingerprint,
+        headers=kept,
+        body=cipher.open(bytes(body), column="body", **where),
+        fingerprint=cipher.open_text(fingerprint, column="fingerprint", **where),
         reference=reference,
         state=State(state),
         attempts=attempts,
@@ -132,25 +157,81 @@ def record_from_row(row: Sequence[Any]) -> OperationRecord:
         created_at=created_at,
         updated_at=updated_at,
         finished_at=finished_at,
+        withheld_headers=withheld,
     )
 
 
-def mismatch(intent: Intent, record: OperationRecord) -> str | None:
-    """Why `record` cannot be the operation `intent` asks for, or None if it is."""
+def mismatch(intent: Intent, record: OperationRecord, *, sending: bool = True) -> str | None:
+    """Why `record` cannot be the operation `intent` asks for, or None if it is.
+
+    `sending`: the intent is about to be sent, so it must also carry every header the
+    operation was sent with and the store withheld (a registration sends nothing).
+    """
     if record.operation_id != intent.operation_id:
         return (
             f"key {intent.key!r} already belongs to operation {record.operation_id!r};"
             f" it cannot be used for operation {intent.operation_id!r}"
         )
+    name = f"operation {intent.operation_id!r} (key {record.key!r})"
     if intent.key_given and record.key != intent.key:
         return (
             f"operation {intent.operation_id!r} was recorded with key {record.key!r},"
             f" not {intent.key!r}; a recorded key is never replaced"
         )
-    if record.fingerprint != intent.fingerprint:
+    bound, asked = origin_of(record.url), origin_of(intent.url)
+    if bound != asked:
         return (
-            f"operation {intent.operation_id!r} (key {record.key!r}) was recorded for"
-            f" {record.method} {record.url} with another body; refusing to send a"
-            " different request under it"
+            f"{name} is bound to {bound}, where it was first sent; this request goes to"
+            f" {asked}. Nothing was sent: re-issuing never moves an operation to another"
+            f" origin. To move it, resume it with origin={asked!r}"
         )
+    if record.fingerprint != intent.fingerprint and not _same_before_redaction(intent, record):
+        return (
+            f"{name} was recorded for {record.method} {record.url}; this request differs in"
+            f" {_differences(intent, record)}. Refusing to send a different request under it"
+        )
+    if sending and not record.state.finished:
+        missing = missing_headers(record.withheld_headers, intent.headers)
+        if missing:
+            return (
+                f"{name} was sent with the header(s)"
+                f" {', '.join(display_name(h) for h in missing)}, which this request"
+                " lacks. Their values are never stored: the live client supplies them (its"
+                " headers=, auth= or cookies=), or the header is named in persist_headers."
+                " Nothing was sent"
+            )
     return None
+
+
+def _differences(intent: Intent, record: OperationRecord) -> str:
+    """What differs between two requests with different fingerprints, in words."""
+    was, now = httpx.URL(record.url), httpx.URL(intent.url)
+    found = []
+    if record.method != intent.method:
+        found.append(f"its method ({intent.method}, not {record.method})")
+    if was.path != now.path:
+        found.append(f"its path ({now.path}, not {was.path})")
+    if was.query != now.query:
+        lacking = [n for n in secret_query_names(was) if n not in secret_query_names(now)]
+        if lacking:
+            found.append(
+                f"its query, which lacks {', '.join(lacking)} (a secret parameter's value is"
+                " never stored: the live client supplies it, e.g. with params=)"
+            )
+        else:
+            found.append(f"its query ({now.query.decode()!r}, not {was.query.decode()!r})")
+    # A reaped record has no body left to compare: by elimination, it is the body.
+    if not found or (record.body and record.body != intent.body):
+        found.append("its body")
+    return " and ".join(found)
+
+
+def _same_before_redaction(intent: Intent, record: OperationRecord) -> bool:
+    """A record written before query parameters were redacted (its URL still holds a
+    secret value, and its fingerprint was made over it) is the same request when it
+    matches once redacted: so an older store's unfinished operations still resume."""
+    stored = httpx.URL(record.url)
+    if not any(value for name, value in stored.params.multi_items() if looks_secret(name)):
+        return False  # written redacted (or with no secret at all): nothing to redo
+    redacted = redact_url(stored)
+    return request_fingerprint(record.method, redacted, record.body) == intent.fingerprint

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 from .._errors import StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import Durability, Headers, Intent
-from ._rows import DEFAULT_SECRET_HEADERS
+from ._cipher import BodyEncryption
+from ._rows import DEFAULT_MAX_STORED_BODY
 from ._schema import open_database, store_error
 from ._sqlstore import SQLStore, admission_values, refused
 from ._statements import Dialect, Statements
@@ -60,10 +61,18 @@ class SQLiteStore(SQLStore):
     """The default `Store`: a local SQLite file, created with mode 0600.
 
     `durability` trades power-loss safety for speed (see `Durability`). Response bodies
-    longer than `max_stored_body` bytes keep only their size and sha256. Finished
-    operations older than `retention` seconds are reaped; unfinished ones never are.
-    Header names in `secret_headers` are never written (Authorization, Cookie,
-    Proxy-Authorization, Set-Cookie and X-Api-Key always included).
+    up to `max_stored_body` bytes (1 MiB) are kept whole; a longer one keeps only its
+    size and sha256, and an operation re-issued later says so (`Outcome.body_omitted`).
+    Finished operations older than `retention` seconds are reaped; unfinished ones
+    never are.
+
+    Request headers are written by an allow list: Content-Type, Content-Encoding,
+    Content-Language, Accept, and the names in `persist_headers`; of every other header
+    only the name is kept, and a request that sends the operation again must carry it.
+    No header or query parameter whose name looks secret (auth, token, key, secret,
+    password, signature, cookie, session...), nor any name in `secret_headers`, is ever
+    written with its value, in requests or responses. With `encryption`, bodies are
+    written encrypted (see `BodyEncryption`).
     """
 
     _sql = _SQL
@@ -76,20 +85,25 @@ class SQLiteStore(SQLStore):
         path: str | os.PathLike[str],
         *,
         durability: Durability | str = Durability.INTENT,
-        max_stored_body: int = 16 * 1024,
+        max_stored_body: int = DEFAULT_MAX_STORED_BODY,
         retention: float = 7 * 24 * 3600.0,
         secret_headers: Collection[str] = (),
+        persist_headers: Collection[str] = (),
+        encryption: BodyEncryption | None = None,
         busy_timeout: float = 30.0,
     ) -> None:
-        if max_stored_body < 0:
-            raise ValueError("max_stored_body must be >= 0")
         if retention <= 0:
             raise ValueError("retention must be positive")
         self._path = os.fspath(path)
+        self._configure(
+            where=self._path,
+            max_stored_body=max_stored_body,
+            secret_headers=secret_headers,
+            persist_headers=persist_headers,
+            encryption=encryption,
+        )
         self.durability = Durability(durability)
-        self.max_stored_body = max_stored_body
         self.retention = retention
-        self.secret_headers = DEFAULT_SECRET_HEADERS | {h.lower() for h in secret_headers}
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
         self._queue: list[_Admission] = []
@@ -157,6 +171,7 @@ class SQLiteStore(SQLStore):
                         None,
                         None,
                         now,
+                        cipher=self._cipher,
                     )
                     for i in chunk
                 ]

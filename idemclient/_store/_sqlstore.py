@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Protocol, Self
 
+import httpx
+
 from .._errors import OperationMismatch
 from .._outcome import State
+from .._redaction import DEFAULT_SECRET_HEADERS, HeaderRule, origin_of
 from ._base import (
     Begin,
     Claim,
@@ -43,8 +46,9 @@ from ._base import (
     Progress,
     StoredResponse,
 )
+from ._cipher import PLAIN, BodyEncryption, Cipher
 from ._owners import owner_is_dead
-from ._rows import as_stored, dump_headers, mismatch, record_from_row, redact
+from ._rows import as_stored, dump_headers, mismatch, record_from_row
 from ._statements import Statements
 
 __all__ = ["Connection", "SQLStore", "admission_values", "admitted", "refused"]
@@ -74,7 +78,12 @@ class SQLStore(ABC):
     durability: Durability
     max_stored_body: int
     retention: float
+    #: the header names never written: the defaults and the user's (see `header_rule`
+    #: for every name that looks secret)
     secret_headers: frozenset[str]
+    #: which request headers are written with their values (see `_redaction`)
+    header_rule: HeaderRule
+    _cipher: Cipher = PLAIN
     _sql: Statements
     #: `finish` answers from the caller's `known` record instead of reading the row
     #: back (the backend says whether that saves anything).
@@ -99,19 +108,56 @@ class SQLStore(ABC):
         before it returns: True if the row was written, False if its id or key was
         there first."""
 
+    def _configure(
+        self,
+        *,
+        where: str,
+        max_stored_body: int,
+        secret_headers: Collection[str],
+        persist_headers: Collection[str],
+        encryption: BodyEncryption | None,
+    ) -> None:
+        """The options every backend takes, checked (before anything is opened)."""
+        if max_stored_body < 0:
+            raise ValueError("max_stored_body must be >= 0")
+        if encryption is not None and not isinstance(encryption, BodyEncryption):
+            raise TypeError("encryption must be a BodyEncryption (or None)")
+        self.max_stored_body = max_stored_body
+        self.header_rule = HeaderRule.of(secret_headers, persist_headers)
+        self.secret_headers = DEFAULT_SECRET_HEADERS | self.header_rule.secret
+        self._cipher = Cipher(encryption, where)
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether bodies are written encrypted (see `BodyEncryption`)."""
+        return self._cipher.enabled
+
     # -- writing ---------------------------------------------------------------------
 
     def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
-        headers = redact(intent.headers, self.secret_headers)
+        headers, withheld = self.header_rule.split_request(intent.headers)
         if self._admit(
             admission_values(
-                intent, dump_headers(headers), State.IN_FLIGHT, owner, lease_until, now
+                intent,
+                dump_headers(headers, withheld),
+                State.IN_FLIGHT,
+                owner,
+                lease_until,
+                now,
+                cipher=self._cipher,
             )
         ):
             # The record just written, without reading it back.
             return Begin(
                 Claim.CREATED,
-                admitted(intent, headers, owner=owner, now=now, lease_until=lease_until),
+                admitted(
+                    intent,
+                    headers,
+                    withheld=withheld,
+                    owner=owner,
+                    now=now,
+                    lease_until=lease_until,
+                ),
             )
         with self._transaction(durable=self.durability is Durability.FULL) as conn:
             record = self._find_for(conn, intent)
@@ -151,7 +197,13 @@ class SQLStore(ABC):
         response: StoredResponse | None = None,
         known: OperationRecord | None = None,
     ) -> OperationRecord:
-        kept, response_values = as_stored(response, self.secret_headers, self.max_stored_body)
+        kept, response_values = as_stored(
+            response,
+            self.header_rule,
+            self.max_stored_body,
+            cipher=self._cipher,
+            operation_id=operation_id,
+        )
         now = progress.now
         final = state.finished
         finished_at = now if final else None
@@ -179,7 +231,7 @@ class SQLStore(ABC):
             if answer_from is None:
                 row = _returned(conn.execute(self._sql.finish_returning[final], params))
                 if row is not None:
-                    return record_from_row(row)
+                    return self._record(row)
             elif conn.execute(self._sql.finish[final], params).rowcount == 1:
                 maybe_applied = answer_from.maybe_applied or progress.maybe_applied
                 return dataclasses.replace(
@@ -229,8 +281,10 @@ class SQLStore(ABC):
         if applied:
             _kept, columns = as_stored(
                 response or StoredResponse.of(200, (), b""),
-                self.secret_headers,
+                self.header_rule,
                 self.max_stored_body,
+                cipher=self._cipher,
+                operation_id=operation_id,
             )
             statement = self._sql.settle_applied
             values: tuple[Any, ...] = (State.SUCCEEDED.value, *columns, now)
@@ -239,7 +293,40 @@ class SQLStore(ABC):
             values = (State.NOT_SENT.value,)
         with self._write(durable=self.durability is Durability.FULL) as conn:
             row = _returned(conn.execute(statement, (*values, evidence, now, operation_id, owner)))
-            return record_from_row(row) if row is not None else self._fetch(conn, operation_id)
+            return self._record(row) if row is not None else self._fetch(conn, operation_id)
+
+    def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
+        target = httpx.URL(origin)
+        if target.scheme not in ("http", "https") or not target.host:
+            raise ValueError(f"origin {origin!r} is not an http(s) scheme and host")
+        with self._transaction(durable=self.durability is Durability.FULL) as conn:
+            record = self._fetch(conn, operation_id)
+            if record.state.finished:
+                raise ValueError(
+                    f"operation {operation_id!r} is {record.state.value}: a finished"
+                    " operation is never sent again, so it is not moved"
+                )
+            if (
+                record.lease_owner is not None
+                and record.lease_expires is not None
+                and record.lease_expires > now
+                and not owner_is_dead(record.lease_owner)
+            ):
+                raise ValueError(
+                    f"operation {operation_id!r} is being sent by {record.lease_owner}"
+                    " right now; it was not moved"
+                )
+            url = httpx.URL(record.url).copy_with(
+                scheme=target.scheme, host=target.host, port=target.port
+            )
+            if origin_of(url) == origin_of(record.url):
+                return record
+            row = _returned(
+                conn.execute(self._sql.move, (str(url), now, operation_id, record.lease_owner))
+            )
+            if row is None:  # pragma: no cover - the transaction holds the row
+                raise ValueError(f"operation {operation_id!r} changed while being moved")
+            return self._record(row)
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         with self._write(durable=False) as conn:
@@ -275,17 +362,17 @@ class SQLStore(ABC):
     def get(self, operation_id: str) -> OperationRecord | None:
         with self._use() as conn:
             row = conn.execute(self._sql.select_id, (operation_id,)).fetchone()
-        return None if row is None else record_from_row(row)
+        return None if row is None else self._record(row)
 
     def get_by_key(self, key: str) -> OperationRecord | None:
         with self._use() as conn:
             row = conn.execute(self._sql.select_key, (key,)).fetchone()
-        return None if row is None else record_from_row(row)
+        return None if row is None else self._record(row)
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:
             rows = conn.execute(self._sql.unfinished, (self._limit(limit),)).fetchall()
-        return [record_from_row(r) for r in rows]
+        return [self._record(r) for r in rows]
 
     def operations(
         self, *, states: Iterable[State] | None = None, limit: int | None = None
@@ -299,7 +386,7 @@ class SQLStore(ABC):
             statement, args = sql.operations_in, (wanted, self._limit(limit))
         with self._use() as conn:
             rows = conn.execute(statement, args).fetchall()
-        return [record_from_row(r) for r in rows]
+        return [self._record(r) for r in rows]
 
     def counts(self) -> dict[State, int]:
         with self._use() as conn:
@@ -317,8 +404,11 @@ class SQLStore(ABC):
 
     # -- inside a transaction --------------------------------------------------------
 
+    def _record(self, row: Any) -> OperationRecord:
+        return record_from_row(row, self._cipher)
+
     def _stored_headers(self, intent: Intent) -> str:
-        return dump_headers(redact(intent.headers, self.secret_headers))
+        return dump_headers(*self.header_rule.split_request(intent.headers))
 
     def _limit(self, limit: int | None) -> int | None:
         return self._sql.dialect.unlimited if limit is None else limit
@@ -327,7 +417,7 @@ class SQLStore(ABC):
         row = conn.execute(self._sql.select_id, (operation_id,)).fetchone()
         if row is None:
             raise KeyError(f"no operation {operation_id!r} in {self.path!r}")
-        return record_from_row(row)
+        return self._record(row)
 
     def _find_for(self, conn: Connection, intent: Intent) -> OperationRecord:
         """The stored operation matching `intent`, which must be the same request."""
@@ -336,7 +426,7 @@ class SQLStore(ABC):
         ).fetchone()
         if row is None:  # deleted between the insert and this read: a purge raced us
             raise KeyError(f"operation {intent.operation_id!r} vanished from {self.path!r}")
-        record = record_from_row(row)
+        record = self._record(row)
         reason = mismatch(intent, record)
         if reason is not None:
             raise OperationMismatch(reason, operation_id=intent.operation_id, key=record.key)
@@ -380,14 +470,14 @@ class SQLStore(ABC):
         )
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, record_from_row(row))
+        return Begin(Claim.CLAIMED, self._record(row))
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another
         request. `conn` sees the rows just inserted for them: those match themselves."""
         values = self._sql.dialect.values
         existing = [
-            record_from_row(row)
+            self._record(row)
             for row in conn.execute(
                 self._sql.existing,
                 (values([i.operation_id for i in intents]), values([i.key for i in intents])),
@@ -398,7 +488,8 @@ class SQLStore(ABC):
         conflicts = []
         for intent in intents:
             record = by_id.get(intent.operation_id) or by_key.get(intent.key)
-            reason = None if record is None else mismatch(intent, record)
+            # Registering sends nothing: only the request itself must be the same.
+            reason = None if record is None else mismatch(intent, record, sending=False)
             if reason is not None:
                 conflicts.append((intent.operation_id, intent.key, reason))
         return conflicts
@@ -424,16 +515,20 @@ def admission_values(
     owner: str | None,
     lease_until: float | None,
     now: float,
+    *,
+    cipher: Cipher = PLAIN,
 ) -> tuple[Any, ...]:
-    """The values of `Statements.admit` (`INSERT_COLUMNS`), headers already as stored."""
+    """The values of `Statements.admit` (`INSERT_COLUMNS`), headers already as stored,
+    the body and its fingerprint sealed by `cipher`."""
+    where = {"operation_id": intent.operation_id}
     return (
         intent.operation_id,
         intent.key,
         intent.method,
         intent.url,
         headers,
-        intent.body,
-        intent.fingerprint,
+        cipher.seal(intent.body, column="body", **where),
+        cipher.seal_text(intent.fingerprint, column="fingerprint", **where),
         intent.reference,
         state.value,
         owner,
@@ -444,7 +539,13 @@ def admission_values(
 
 
 def admitted(
-    intent: Intent, headers: Headers, *, owner: str, now: float, lease_until: float
+    intent: Intent,
+    headers: Headers,
+    *,
+    withheld: tuple[str, ...] = (),
+    owner: str,
+    now: float,
+    lease_until: float,
 ) -> OperationRecord:
     """The record an admission just wrote, without reading it back."""
     return OperationRecord(
@@ -467,6 +568,7 @@ def admitted(
         created_at=now,
         updated_at=now,
         finished_at=None,
+        withheld_headers=withheld,
     )
 
 

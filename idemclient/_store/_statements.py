@@ -95,6 +95,11 @@ _TAKE_OVER = (
     " maybe_applied = maybe_applied OR state = {p}"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
 )
+# Guarded by the holder just read, as a takeover is: a move never races a sender.
+_MOVE = (
+    "UPDATE {t} SET url = {p}, updated_at = {p}"
+    " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
+)
 _RECORD_ATTEMPT = (
     "UPDATE {t} SET attempts = {p}, maybe_applied = maybe_applied OR {p}, evidence = {p},"
     " not_before = {p}, lease_expires = {p}, updated_at = {p}"
@@ -198,6 +203,7 @@ class Statements:
         self.take_over: Final = render(_TAKE_OVER)
         self.merge: Final = render(_MERGE)
         self.record_attempt: Final = render(_RECORD_ATTEMPT)
+        self.move: Final = render(_MOVE)
         # By `state.finished`: the final answer's guard, or the lease owner's.
         self.finish: Final = {final: render(text) for final, text in finish.items()}
         self.finish_returning: Final = {

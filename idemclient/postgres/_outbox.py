@@ -30,7 +30,7 @@ from .._client import (
     _resume_request,
     settings_of,
 )
-from .._errors import RequestNotReplayable
+from .._errors import AnswerNotKept, RequestNotReplayable
 from .._outcome import Outcome
 from .._store import OperationRecord, Store
 from .._store._postgres import PostgresStore
@@ -130,7 +130,10 @@ def send_pending(client: Client | httpx.Client, operation_id: str) -> Outcome:
     if not isinstance(http, httpx.Client):
         raise TypeError("send_pending needs a sync client; use asend_pending")
     record = _committed(settings_of(http).store, operation_id)
-    return _outcome(http.send(_resume_request(http, record)))
+    try:
+        return _outcome(http.send(_resume_request(http, record)))
+    except AnswerNotKept as exc:  # as Client.post: the outcome says so
+        return exc.outcome
 
 
 async def asend_pending(client: AsyncClient | httpx.AsyncClient, operation_id: str) -> Outcome:
@@ -142,4 +145,7 @@ async def asend_pending(client: AsyncClient | httpx.AsyncClient, operation_id: s
         raise TypeError("asend_pending needs an async client; use send_pending")
     store = settings_of(http).store
     record = await anyio.to_thread.run_sync(_committed, store, operation_id)
-    return _outcome(await http.send(_resume_request(http, record)))
+    try:
+        return _outcome(await http.send(_resume_request(http, record)))
+    except AnswerNotKept as exc:
+        return exc.outcome

@@ -140,7 +140,7 @@ def test_a_different_body_for_the_same_operation_raises_before_sending(
     client: Client, psp: FakePSP
 ) -> None:
     client.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
-    with pytest.raises(OperationMismatch, match="another body"):
+    with pytest.raises(OperationMismatch, match="differs in its body"):
         client.post("/v1/payments", json={**PAYMENT, "amount": 1}, operation_id="order-1042")
     assert len(psp.requests) == 1
 

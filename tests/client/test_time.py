@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from idemclient import (
+    AnswerNotKept,
     Client,
     Indeterminate,
     ManualClock,
@@ -39,6 +40,10 @@ def test_an_operation_reissued_after_reaping_keeps_its_key_and_is_not_sent(tmp_p
     with client(psp, store, ManualClock(NOW + 8 * DAY + 60)) as c:
         again = c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
     assert (again.key, again.state, again.from_store) == (first.key, State.SUCCEEDED, True)
+    assert again.body_omitted  # what it said was reaped: flagged, never an empty body
+    assert again.response is not None
+    with pytest.raises(AnswerNotKept):
+        again.response.json()
     assert len(psp.requests) == 1
     assert sum(psp.effects.values()) == 1
     with SQLiteStore(store) as opened:

@@ -130,7 +130,7 @@ def test_another_request_under_the_same_operation_is_refused_with_its_order(
     with psycopg.connect(shop) as conn:
         with conn.transaction():
             record(conn, client)
-        with pytest.raises(OperationMismatch, match="another body"):
+        with pytest.raises(OperationMismatch, match="differs in its body"):
             place_order(conn, client, 43, json={**PAYMENT, "amount": 5})
     assert orders(shop) == []  # the order of the refused payment rolled back with it
     record_kept = client.store.get("order-42")

@@ -105,7 +105,7 @@ def test_many_threads_taking_over_one_lease_make_one_owner(store: Store) -> None
 
 def test_same_operation_with_another_body_is_refused(store: Store) -> None:
     store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
-    with pytest.raises(OperationMismatch, match="another body"):
+    with pytest.raises(OperationMismatch, match="differs in its body"):
         store.begin(
             make_intent(body=b'{"amount":999}'), owner=new_owner(), now=NOW, lease_until=NOW
         )

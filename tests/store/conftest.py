@@ -17,19 +17,20 @@ def make_intent(
     *,
     headers: tuple[tuple[str, str], ...] = (("content-type", "application/json"),),
     key_given: bool = True,
+    url: str = "http://psp.test/v1/payments",
 ) -> Intent:
     import httpx
 
-    url = httpx.URL("http://psp.test/v1/payments")
+    parsed = httpx.URL(url)
     return Intent(
         operation_id=operation_id,
         key=key,
         key_given=key_given,
         method="POST",
-        url=str(url),
+        url=str(parsed),
         headers=headers,
         body=body,
-        fingerprint=fingerprint("POST", url, body),
+        fingerprint=fingerprint("POST", parsed, body),
         reference="ref-1",
     )
 

@@ -1,0 +1,24 @@
+"""What makes two requests the same operation, as one hash."""
+
+from __future__ import annotations
+
+import hashlib
+
+import httpx
+
+__all__ = ["fingerprint"]
+
+
+def fingerprint(method: str, url: httpx.URL, body: bytes) -> str:
+    """sha256 over method, path and query, and body, each length-prefixed.
+
+    `url` is the request's URL as stored (see `_redaction.redact_url`), so a credential
+    rotating in the query is the same operation. The origin (scheme, host, port) is left
+    out of the hash: an operation is bound to its origin by a check of its own, which
+    can say so by name (see `_store._rows.mismatch`).
+    """
+    digest = hashlib.sha256()
+    for part in (method.encode(), url.raw_path, body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
