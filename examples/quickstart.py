@@ -24,4 +24,4 @@ with idemclient.Client(
     except idemclient.Indeterminate as exc:
         print("maybe charged: resume later with key", exc.key)
     else:
-        print(outcome.state, outcome.response.json()["id"])
+        print(outcome.state, outcome.json()["id"])

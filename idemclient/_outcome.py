@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 from dataclasses import dataclass
 
 import httpx
@@ -75,6 +76,19 @@ class Outcome:
     @property
     def succeeded(self) -> bool:
         return self.state is State.SUCCEEDED
+
+    def json(self) -> Any:
+        """The final answer's JSON body (`outcome.json()["id"]`).
+
+        Raises `ValueError` when the operation has no final answer to read (it is not
+        `succeeded` or `failed`), and `AnswerNotKept` when the store did not keep it.
+        """
+        if self.response is None:
+            raise ValueError(
+                f"operation {self.operation_id!r} is {self.state.value}: it has no final"
+                " answer to read"
+            )
+        return self.response.json()
 
 
 def outcome_of(response: httpx.Response) -> Outcome | None:
