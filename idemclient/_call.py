@@ -16,7 +16,7 @@ The transports do the I/O (store, network, sleep); this module decides. A call:
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -265,6 +265,8 @@ class Continuation:
     outcome: Outcome
     #: the outcome hooks have been told about `outcome`
     told: bool = False
+    #: httpx has followed it with a GET (after a 301, 302 or 303)
+    followed: bool = False
 
     @property
     def redirected(self) -> bool:
@@ -360,7 +362,9 @@ class Call:
         now = self.clock.time()
         if self.maybe_applied:
             age = now - self.created_at
-            if age > self.policy.key_retention:
+            # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
+            # be that much more than it looks.
+            if age + CLOCK_SKEW > self.policy.key_retention:
                 self._reconcile = True
                 return Decision(
                     "stop",
@@ -432,6 +436,7 @@ class Call:
             if self.maybe_applied:
                 found = after_maybe_applied(
                     found,
+                    status=result.status_code,
                     replayed=_replayed(result),
                     server_replays=self.policy.server_replays,
                 )
@@ -453,7 +458,7 @@ class Call:
 
     def bound_body(self, response: httpx.Response) -> None:
         """Make reading `response`'s body give up at the deadline (see `_DeadlineStream`)."""
-        response.stream = _DeadlineStream(response.stream, self)
+        bound_body(response, self.remaining)
 
     def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
         now = self.clock.time()
@@ -648,6 +653,11 @@ def _replayed(response: httpx.Response) -> bool:
     return marker.strip().lower() == "true"
 
 
+def bound_body(response: httpx.Response, remaining: Callable[[], float]) -> None:
+    """Make reading `response`'s body give up once `remaining()` is spent."""
+    response.stream = _DeadlineStream(response.stream, remaining)
+
+
 class _DeadlineStream(httpx.SyncByteStream, httpx.AsyncByteStream):
     """A response body that stops at the call's deadline.
 
@@ -657,12 +667,16 @@ class _DeadlineStream(httpx.SyncByteStream, httpx.AsyncByteStream):
     not arrive whole, so the operation may have been applied and has no answer.
     """
 
-    def __init__(self, inner: httpx.SyncByteStream | httpx.AsyncByteStream, call: Call) -> None:
+    def __init__(
+        self,
+        inner: httpx.SyncByteStream | httpx.AsyncByteStream,
+        remaining: Callable[[], float],
+    ) -> None:
         self._inner = inner
-        self._call = call
+        self._remaining = remaining
 
     def _check(self) -> None:
-        if self._call.remaining() <= 0:
+        if self._remaining() <= 0:
             raise httpx.ReadTimeout(
                 "the deadline passed while the answer's body was still arriving"
             )

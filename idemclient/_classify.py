@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import httpx
 
 __all__ = [
+    "EDGE_REFUSALS",
     "AttemptKind",
     "Classification",
     "after_maybe_applied",
@@ -169,18 +170,28 @@ def classify_response(
     return result
 
 
+#: Refusals that a proxy, load balancer, CDN or firewall in front of a server answers
+#: as readily as the server itself (forbidden by a rule, no such route, too large, a
+#: timeout of its own): after an attempt that may have been applied, only a replay
+#: marker makes one of them the server's stored answer.
+EDGE_REFUSALS = frozenset({403, 404, 405, 408, 411, 413, 414, 421, 431})
+
+
 def after_maybe_applied(
-    found: Classification, *, replayed: bool, server_replays: bool
+    found: Classification, *, status: int, replayed: bool, server_replays: bool
 ) -> Classification:
     """`found` for an attempt that follows one which may have been applied.
 
     A success stays final. A refusal (4xx) stays final only if it is the server's
     stored answer for the key: marked as a replay (`Idempotent-Replayed: true`), or
     from a server known to answer a finished key with its stored answer
-    (`server_replays`). Otherwise it may be the server refusing a duplicate of a
-    payment it already made (a reference that already exists): indeterminate.
+    (`server_replays`), unless it is one of the `EDGE_REFUSALS` that something in front
+    of the server may have given. Otherwise it may be the server refusing a duplicate
+    of a payment it already made (a reference that already exists): indeterminate.
     """
-    if not found.final or found.kind is AttemptKind.SUCCEEDED or replayed or server_replays:
+    if not found.final or found.kind is AttemptKind.SUCCEEDED or replayed:
+        return found
+    if server_replays and status not in EDGE_REFUSALS:
         return found
     return Classification(found.kind, retry=False, maybe_applied=True, final=False)
 

@@ -398,6 +398,18 @@ class _Common:
         )
         _start_store(self.settings)
 
+    def _check_method(self, method: str) -> None:
+        """An operation's method must be one the policy gives keys to: anything else
+        would be sent with no key and no record, and could not be retried safely."""
+        if method.upper() not in self.settings.policy.methods:
+            allowed = ", ".join(sorted(self.settings.policy.methods))
+            raise ValueError(
+                f"{method.upper()} is not an operation under this client's policy"
+                f" (methods: {allowed}); nothing was sent. Add it to RetryPolicy.methods"
+                " if the server takes idempotency keys on it, or send it as a plain"
+                " request with client.http"
+            )
+
     @property
     def store(self) -> Store:
         return self.settings.store
@@ -560,6 +572,7 @@ class Client(_Common):
         Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
+        self._check_method(method)
         merged, extended = _options(
             key, operation_id, identity, reference, hooks, headers, extensions
         )
@@ -578,11 +591,11 @@ class Client(_Common):
         return self.request("PATCH", url, **kwargs)
 
     def put(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        """PUT, as an operation only if the policy's `methods` include it."""
+        """PUT, as an operation: the policy's `methods` must include it (else a ValueError)."""
         return self.request("PUT", url, **kwargs)
 
     def delete(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        """DELETE, as an operation only if the policy's `methods` include it."""
+        """DELETE, as an operation: the policy's `methods` must include it (else a ValueError)."""
         return self.request("DELETE", url, **kwargs)
 
     def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
@@ -679,6 +692,7 @@ class AsyncClient(_Common):
         **kwargs: Any,
     ) -> Outcome:
         """See `Client.request`."""
+        self._check_method(method)
         merged, extended = _options(
             key, operation_id, identity, reference, hooks, headers, extensions
         )

@@ -31,7 +31,8 @@ from typing import Any, Literal
 
 import httpx
 
-from ._call import CONTINUATION, Continuation, origin_of
+from ._call import CALL_OPTIONS, CONTINUATION, KEY_HEADER, Continuation, origin_of, unsettled_error
+from ._errors import IdemError
 from ._outcome import OUTCOME
 
 __all__ = ["Exchange", "Route", "current", "finish_exchange", "install", "route"]
@@ -39,21 +40,48 @@ __all__ = ["Exchange", "Route", "current", "finish_exchange", "install", "route"
 
 @dataclass(slots=True)
 class Exchange:
-    """One `send()`: the caller's request, and the operation handed back in it, if any."""
+    """One `send()`: the caller's request, and the operation it became, if any."""
 
     #: the `Settings` of the client whose `send` this is (an object compared by identity)
     owner: object
     request: httpx.Request
     continuation: Continuation | None = None
+    #: the operation's key and body, once the transport has started it
+    key: str | None = None
+    body: bytes | None = None
 
     def is_operation(self, request: httpx.Request) -> bool:
-        """The caller's request, or one an auth flow rebuilt for the same method,
-        origin and path (a signing flow may change the query): sending that one without
-        its key would be the one unsafe mistake, so the doubt goes to the operation."""
+        """The caller's request, or one an auth flow rebuilt from it: the same method,
+        and the same origin and path (a signing flow may change the query) or the same
+        body (a flow may route it to a regional host). Sending the operation without
+        its key would be the one unsafe mistake, so the doubt goes to the operation; a
+        token request differs in both."""
         original = self.request
         if request is original:
             return True
-        return request.method == original.method and _target(request.url) == _target(original.url)
+        if request.method != original.method:
+            return False
+        if _target(request.url) == _target(original.url):
+            return True
+        body = self.body if self.body is not None else _content(original)
+        return body is not None and _content(request) == body
+
+    def adopt(self, request: httpx.Request) -> None:
+        """Give a request an auth flow rebuilt what the caller's carried: its options
+        (the operation id, the reference) and its key."""
+        options = self.request.extensions.get(CALL_OPTIONS)
+        if options is not None and CALL_OPTIONS not in request.extensions:
+            request.extensions[CALL_OPTIONS] = options
+        key = self.key or self.request.headers.get(KEY_HEADER)
+        if key is not None and KEY_HEADER not in request.headers:
+            request.headers[KEY_HEADER] = key
+
+
+def _content(request: httpx.Request) -> bytes | None:
+    try:
+        return request.content
+    except httpx.RequestNotRead:
+        return None
 
 
 def _target(url: httpx.URL) -> tuple[bytes, bytes, int | None, bytes]:
@@ -105,8 +133,10 @@ def route(owner: object, request: httpx.Request, methods: frozenset[str]) -> Rou
             if request.method != continuation.method:
                 return Route("follow", continuation)
         return Route("continue", continuation)
-    if exchange is not None and not exchange.is_operation(request):
-        return _PASS  # the auth flow's own request (a token, say): not an operation
+    if exchange is not None and request is not exchange.request:
+        if not exchange.is_operation(request):
+            return _PASS  # the auth flow's own request (a token, say): not an operation
+        exchange.adopt(request)
     if request.method not in methods:
         return _PASS
     return _OPERATION
@@ -160,6 +190,11 @@ def install(
             try:
                 response = original(request, *args, **kwargs)
                 return response
+            except Exception as exc:
+                unsettled = _unsettled(exchange, exc)
+                if unsettled is exc:
+                    raise
+                raise unsettled from exc
             finally:
                 _CURRENT.reset(token)
                 _end(exchange, response, tell)
@@ -176,11 +211,31 @@ def install(
             try:
                 response = await aoriginal(request, *args, **kwargs)
                 return response
+            except Exception as exc:
+                unsettled = _unsettled(exchange, exc)
+                if unsettled is exc:
+                    raise
+                raise unsettled from exc
             finally:
                 _CURRENT.reset(token)
                 _end(exchange, response, tell)
 
         client.send = asend  # type: ignore[method-assign]  # the instance's own send
+
+
+def _unsettled(exchange: Exchange, error: Exception) -> Exception:
+    """What `error`, raised above the transport (by httpx's redirect handling, an auth
+    flow, a read of a body), means for an operation handed back to httpx in the call:
+    it ends there, unsettled, and says so as an idemclient error. Any other error
+    stands as it is (raising it again keeps its traceback)."""
+    continuation = exchange.continuation
+    if continuation is None or isinstance(error, IdemError):
+        return error
+    return unsettled_error(
+        continuation.outcome,
+        f"after its HTTP {continuation.status} went back to httpx, the call failed:"
+        f" {type(error).__name__}: {error}",
+    )
 
 
 def _end(

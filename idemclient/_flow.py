@@ -31,12 +31,20 @@ from typing import Any
 
 import httpx
 
-from ._call import CONTINUATION, KEY_HEADER, Call, Continuation, Settings, unsettled_error
+from ._call import (
+    CONTINUATION,
+    KEY_HEADER,
+    Call,
+    Continuation,
+    Settings,
+    bound_body,
+    unsettled_error,
+)
 from ._errors import StoreError
 from ._exchange import current, handed_back
 from ._outcome import OUTCOME, Outcome, State
 from ._policy import Decision
-from ._store import Claim, OperationRecord, StoredResponse, new_owner, release_owner
+from ._store import Begin, Claim, OperationRecord, StoredResponse, new_owner, release_owner
 
 __all__ = [
     "Close",
@@ -106,7 +114,6 @@ def operation(
 ) -> Flow:
     """One operation request, from admission to its answer (see the module docstring)."""
     call = Call(settings, request, body, continuation=continuation)
-    store, clock = settings.store, settings.clock
     if continuation is not None:
         # This call takes over from the one that handed the operation back: it tells
         # the outcome from now on, and the request is not a continuation once more.
@@ -117,27 +124,36 @@ def operation(
             exchange.continuation = None
     owner = new_owner()
     try:
-        if call.intent is not None:
-            begin = yield StoreCall(
-                store.begin,
-                {
-                    "intent": call.intent,
-                    "owner": owner,
-                    "now": clock.time(),
-                    "lease_until": call.lease_until(),
-                },
-            )
-        else:
-            begin = yield from _claim(call, owner)
-        while begin.claim is Claim.BUSY:
-            wait = call.busy_wait()
-            if wait is None:
-                raise call.busy_outcome(begin.record)
-            yield Sleep(wait)
-            begin = yield from _claim(call, owner)
+        try:
+            begin = yield from _admit(call, owner)
+        except StoreError as exc:
+            if continuation is None:
+                raise  # nothing was sent: the store's error says what it is
+            raise _failed_after(continuation, exc) from exc
+        exchange = current(settings)
+        if exchange is not None:
+            # What an auth flow's rebuilt request of this call must carry.
+            exchange.key, exchange.body = begin.record.key, body
         if begin.claim is Claim.FINISHED:
             return call.stored_answer(begin.record)
         call.adopt(begin.record)
+        if (
+            continuation is not None
+            and continuation.redirected
+            and call.attempts_here >= settings.policy.max_attempts
+        ):
+            # A redirect loop: every hop is an attempt, and they are bounded too.
+            return (
+                yield from _stop(
+                    call,
+                    owner,
+                    Decision(
+                        "stop",
+                        reason=f"{call.attempts_here} attempts made through redirects"
+                        " (max_attempts)",
+                    ),
+                )
+            )
         try:
             return (yield from _attempts(call, owner))
         except BaseException as exc:
@@ -151,6 +167,40 @@ def operation(
             raise
     finally:
         release_owner(owner)
+
+
+def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
+    """Record the operation (or find it) and take its lease, waiting for a live owner."""
+    settings, clock = call.settings, call.clock
+    if call.intent is not None:
+        begin: Begin = yield StoreCall(
+            settings.store.begin,
+            {
+                "intent": call.intent,
+                "owner": owner,
+                "now": clock.time(),
+                "lease_until": call.lease_until(),
+            },
+        )
+    else:
+        begin = yield from _claim(call, owner)
+    while begin.claim is Claim.BUSY:
+        wait = call.busy_wait()
+        if wait is None:
+            raise call.busy_outcome(begin.record)
+        yield Sleep(wait)
+        begin = yield from _claim(call, owner)
+    return begin
+
+
+def _failed_after(continuation: Continuation, error: StoreError) -> Exception:
+    """The error for a store that fails when an operation handed back to httpx goes on:
+    an attempt of it was made, so never one that says nothing has changed."""
+    return unsettled_error(
+        continuation.outcome,
+        f"the store {error.path!r} failed as the operation went on after its"
+        f" HTTP {continuation.status}: {error.reason}",
+    )
 
 
 def _claim(call: Call, owner: str) -> Generator[Effect, Any, Any]:
@@ -292,6 +342,9 @@ def _hand_back(call: Call, owner: str, response: httpx.Response) -> Flow:
     if record.state.finished:
         yield Close(response)
         return call.stored_answer(record)
+    # httpx reads it (a redirect's body before it follows, an auth flow's 401 if it
+    # asks for it): within the deadline, like any answer.
+    call.bound_body(response)
     continuation = call.handed_back(record, response)
     if not handed_back(call.settings, continuation):
         continuation.told = True
@@ -318,17 +371,34 @@ def refuse(settings: Settings, request: httpx.Request, continuation: Continuatio
 
 def follow(settings: Settings, request: httpx.Request, continuation: Continuation) -> Flow:
     """The GET that httpx sends after a 301, 302 or 303 to an operation: not the operation
-    (it has no key), but a 2xx after a 303 See Other is where the server says the
-    result of the request is, and settles it."""
+    (it carries no key), but after a 303 See Other it is where the server says the
+    result of the request is, and a 2xx answer may settle it (see `_settled_by`). Within
+    the operation's deadline, like every attempt."""
     request.headers.pop(KEY_HEADER, None)
+    remaining = _remaining(settings, continuation)
+    if remaining() <= 0:
+        raise unsettled_error(
+            continuation.outcome,
+            f"the deadline passed before its HTTP {continuation.status} could be followed",
+        )
+    request.extensions["timeout"] = dict.fromkeys(
+        ("connect", "read", "write", "pool"), min(settings.policy.attempt_timeout, remaining())
+    )
+    # Only the answer to the operation's own request says where its result is: a 303
+    # met on the way after that (a login page, a redirect chain) says nothing about it.
+    see_other = continuation.status == 303 and not continuation.followed
+    continuation.followed = True
     response: httpx.Response = yield Send(request)
-    if continuation.status != 303 or not response.is_success:
-        if response.has_redirect_location:
-            continuation.status = response.status_code
-        response.extensions[OUTCOME] = continuation.outcome
+    response.extensions[OUTCOME] = continuation.outcome
+    if not see_other or not response.is_success:
+        bound_body(response, remaining)
         return response
+    bound_body(response, remaining)
     yield Read(response)
-    settled = yield from _settle(settings, continuation, request, response)
+    try:
+        settled = yield from _settle(settings, continuation, request, response)
+    except StoreError as exc:
+        raise _failed_after(continuation, exc) from exc
     if settled is not None:
         continuation.told = True
         exchange = current(settings)
@@ -336,9 +406,12 @@ def follow(settings: Settings, request: httpx.Request, continuation: Continuatio
             exchange.continuation = None
         response.extensions[OUTCOME] = settled
         settings.hooks.outcome(settled)
-    else:
-        response.extensions[OUTCOME] = continuation.outcome
     return response
+
+
+def _remaining(settings: Settings, continuation: Continuation) -> Callable[[], float]:
+    clock = settings.clock
+    return lambda: continuation.deadline - clock.monotonic()
 
 
 def _settle(

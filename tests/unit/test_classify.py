@@ -190,6 +190,9 @@ def test_a_5xx_a_policy_leaves_out_is_indeterminate_not_failed() -> None:
         (402, True, False, True),  # marked as the stored answer for this key
         (402, False, True, True),  # a server known to replay finished keys
         (422, False, True, True),
+        (403, False, True, False),  # a firewall in front may have said it
+        (404, False, True, False),  # so may a load balancer with no such route
+        (404, True, True, True),  # unless it is marked as the stored answer
     ],
 )
 def test_a_refusal_after_an_attempt_that_may_have_been_applied(
@@ -197,6 +200,7 @@ def test_a_refusal_after_an_attempt_that_may_have_been_applied(
 ) -> None:
     found = after_maybe_applied(
         classify_response(response(status), retry_statuses=RETRY),
+        status=status,
         replayed=replayed,
         server_replays=server_replays,
     )
@@ -207,4 +211,4 @@ def test_a_refusal_after_an_attempt_that_may_have_been_applied(
 
 def test_an_unsettled_result_stays_unsettled_after_maybe_applied() -> None:
     found = classify_response(response(503), retry_statuses=RETRY)
-    assert after_maybe_applied(found, replayed=False, server_replays=False) is found
+    assert after_maybe_applied(found, status=503, replayed=False, server_replays=False) is found
