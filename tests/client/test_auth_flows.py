@@ -237,32 +237,3 @@ async def test_the_async_client_hands_401_to_the_auth_flow(tmp_path: Path) -> No
     assert sum(psp.effects.values()) == 1
     assert operations_in(tmp_path / "c.db") == ["https://psp.test/v1/payments"]
 
-
-class SigningAuth(httpx.Auth):
-    """Signs by building a new request with a signature in the query."""
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        yield httpx.Request(
-            request.method,
-            request.url.copy_merge_params({"sig": "abc"}),
-            headers={**request.headers, "Authorization": "Bearer fresh"},
-            content=request.content,
-        )
-
-
-def test_a_request_an_auth_flow_rebuilt_for_the_same_endpoint_keeps_its_key(
-    tmp_path: Path,
-) -> None:
-    psp = TokenPSP()
-    with Client(
-        store=tmp_path / "c.db",
-        clock=ManualClock(),
-        transport=httpx.MockTransport(psp.handler),
-        base_url="https://psp.test",
-        auth=SigningAuth(),
-    ) as client:
-        outcome = client.post("/v1/payments", json=PAYMENT)
-    [(_, url, key, _)] = psp.seen
-    assert url == "https://psp.test/v1/payments?sig=abc"
-    assert key == outcome.key  # never sent without its key
-    assert outcome.state is State.SUCCEEDED
