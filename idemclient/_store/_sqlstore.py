@@ -26,6 +26,7 @@ transaction for the outbox).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -202,21 +203,41 @@ class SQLStore(ABC):
         evidence: str,
         now: float,
         response: StoredResponse | None = None,
+        state: State = State.SUCCEEDED,
     ) -> OperationRecord:
         if applied:
+            if not state.finished:
+                raise ValueError(f"an applied operation is settled as final, not {state.value}")
             _kept, columns = as_stored(
                 response or StoredResponse.of(200, (), b""),
                 self.secret_headers,
                 self.max_stored_body,
             )
             statement = self._sql.settle_applied
-            values: tuple[Any, ...] = (State.SUCCEEDED.value, *columns, now)
+            values: tuple[Any, ...] = (state.value, *columns, now)
         else:
             statement = self._sql.settle_not_applied
             values = (State.NOT_SENT.value,)
         with self._write(durable=self.durability is Durability.FULL) as conn:
             row = _returned(conn.execute(statement, (*values, evidence, now, operation_id, owner)))
             return record_from_row(row) if row is not None else self._fetch(conn, operation_id)
+
+    def reopen(self, intent: Intent, *, evidence: str, now: float) -> OperationRecord | None:
+        values = (
+            intent.url,
+            self._stored_headers(intent),
+            intent.body,
+            intent.fingerprint,
+            State.PENDING.value,
+            evidence,
+            now,
+            intent.operation_id,
+            intent.key,
+        )
+        # Durable like an intent: the request about to be sent is this one.
+        with self._write(durable=self.durability is not Durability.BUFFERED) as conn:
+            row = _returned(conn.execute(self._sql.reopen, values))
+        return None if row is None else record_from_row(row)
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         with self._write(durable=False) as conn:
@@ -250,6 +271,24 @@ class SQLStore(ABC):
         with self._use() as conn:
             row = conn.execute(self._sql.select_key, (key,)).fetchone()
         return None if row is None else record_from_row(row)
+
+    def find(
+        self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
+    ) -> Sequence[OperationRecord]:
+        sql = self._sql
+        found: dict[str, OperationRecord] = {}
+        with self._use() as conn:
+            # In chunks: a file of a hundred thousand rows is a few statements, and no
+            # list parameter grows without bound.
+            for statement, values in (
+                (sql.find_ids, operation_ids),
+                (sql.find_references, references),
+            ):
+                for chunk in _chunked(values, _FIND_CHUNK):
+                    for row in conn.execute(statement, (sql.dialect.values(chunk),)).fetchall():
+                        record = record_from_row(row)
+                        found[record.operation_id] = record
+        return list(found.values())
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:
@@ -429,6 +468,15 @@ def admitted(
         updated_at=now,
         finished_at=None,
     )
+
+
+_FIND_CHUNK = 5_000
+
+
+def _chunked(values: Iterable[str], size: int) -> Iterator[list[str]]:
+    iterator = iter(values)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def _returned(cursor: _Cursor) -> Any:
