@@ -26,6 +26,7 @@ LABEL = "submitting"
 #: Redraws at most this often: a hundred thousand rows are not a hundred thousand writes.
 _REDRAW = 0.1
 _MIN_BAR = 10
+_MAX_BAR = 30
 
 
 def counts(p: BatchProgress) -> str:
@@ -51,14 +52,15 @@ def _short_counts(p: BatchProgress) -> str:
 
 
 def fitted(p: BatchProgress, width: int) -> str:
-    """The progress line, at most `width` characters: pure."""
-    position = f"{p.done}/{p.total}"
-    tail = f" {position} {_short_counts(p)}"
-    room = width - len(LABEL) - len(tail) - 3  # " [" and "]"
-    if room >= _MIN_BAR:
-        filled = room * p.done // max(1, p.total)
-        return f"{LABEL} [{'#' * filled}{'-' * (room - filled)}]{tail}"
-    return f"{LABEL}{tail}"[: max(0, width)]
+    """The progress line, at most `width` characters: pure. The bar takes a third of
+    the width (at most `_MAX_BAR`), so it keeps its size while the counts change; the
+    counts are cut, not wrapped, when they do not fit."""
+    tail = f" {p.done}/{p.total} {_short_counts(p)}"
+    room = min(_MAX_BAR, (width - len(LABEL) - 3) // 3)  # 3: " [" and "]"
+    if room < _MIN_BAR:
+        return f"{LABEL}{tail}"[: max(0, width)]
+    filled = room * p.done // max(1, p.total)
+    return f"{LABEL} [{'#' * filled}{'-' * (room - filled)}]{tail}"[:width]
 
 
 def _terminal_width(stream: TextIO) -> int:

@@ -344,6 +344,19 @@ class _Run:
         if unknown:
             first = unknown[0].asked
             assert first is not None
+            status = first.response.status_code if first.response is not None else None
+            if status in _REFUSED_CREDENTIALS:
+                raise BatchInvalid(
+                    self.batch.source,
+                    [
+                        (
+                            0,
+                            f"the server refused the credentials (HTTP {status}) when asked"
+                            f" GET {first.url}: check the token (--token or IDEMCLIENT_TOKEN)."
+                            " Nothing was recorded or sent",
+                        )
+                    ],
+                )
             raise BatchInvalid(
                 self.batch.source,
                 [
