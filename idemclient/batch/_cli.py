@@ -429,30 +429,30 @@ def _run_interruptibly(
     """The run's report (or its error), from a thread of its own. Ctrl-C stops it: rows
     in flight get `_GRACE` seconds, then the report shows them as the store has them."""
     outcome: list[Report | BaseException] = []
+    finished = threading.Event()
 
     def work() -> None:
         try:
             outcome.append(run_sync(run, http))
         except BaseException as exc:  # handed to the main thread, not lost
             outcome.append(exc)
+        finally:
+            finished.set()
 
-    runner = threading.Thread(target=work, name="idemclient-batch-run", daemon=True)
-    runner.start()
+    # Waited for on an event, not with Thread.join: a join cut short by Ctrl-C can leave
+    # the thread looking finished while it runs (CPython before 3.13).
+    threading.Thread(target=work, name="idemclient-batch-run", daemon=True).start()
     try:
-        runner.join()
+        finished.wait()
     except KeyboardInterrupt:
         run.stop()
         progress.say("interrupting: no new row is started; rows in flight finish their attempt")
         with contextlib.suppress(KeyboardInterrupt):
-            runner.join(_GRACE)
-    if run.stopping.is_set():
-        if outcome and isinstance(outcome[0], Report):
-            return outcome[0]
-        if outcome and isinstance(outcome[0], BatchInvalid):
-            return outcome[0]
-        report: Report = run.report(interrupted=True)
-        return report
-    return outcome[0]
+            finished.wait(_GRACE)
+    if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
+        return outcome[0]
+    report: Report = run.report(interrupted=True)
+    return report
 
 
 def _write(result: Report, path: str) -> None:

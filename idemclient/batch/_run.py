@@ -49,7 +49,7 @@ from .._call import (
     intent_for,
 )
 from .._client import AsyncClient, Client
-from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError
+from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
 from .._hooks import Hooks, RetryEvent
 from .._keys import DEFAULT_NAMESPACE
 from .._outcome import Outcome, State
@@ -326,9 +326,9 @@ class _Run:
         self.counts.looked_up = len(wanted)
         if wanted:
             self._notify(
-                f"looking up {len(wanted)} row(s) on the server before sending (the store"
-                f" does not know them, or knows them from longer ago than the server keeps"
-                f" keys): GET {lookup.template.replace('{reference}', '<reference>')}"
+                f"looking up {len(wanted)} row(s) the store does not know (or knows from"
+                " past the key retention) before sending: GET"
+                f" {lookup.template.replace('{reference}', '<reference>')}"
             )
         return wanted
 
@@ -597,10 +597,17 @@ class _Run:
             },
         )
 
-    def sent(self, item: _Row, outcome: Outcome, error: str = "") -> None:
-        budget = _BUDGET in outcome.evidence or _BUDGET in error
+    def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
+        budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
         self.counts.budget += budget
-        reason = _reason(outcome, budget=budget)
+        if isinstance(error, ReconcileRequired):
+            reason = (
+                f"may have been applied, and recorded longer ago than the server keeps keys:"
+                f" never sent again; settle it with idemclient ops reconcile"
+                f" {outcome.operation_id} ({outcome.evidence})"
+            )
+        else:
+            reason = _reason(outcome, budget=budget)
         if item.reopened:
             reason = f"sent again under its key to this run's URL ({item.reopened}); {reason}"
         self._done(item, ReportRow.of(item.row.number, item.identity.reference, outcome, reason))
@@ -973,7 +980,7 @@ def run_sync(run: _Run, client: httpx.Client) -> Report:
             run.stopped(item)
             return
         except OutcomeError as exc:
-            run.sent(item, exc.outcome, str(exc))
+            run.sent(item, exc.outcome, exc)
             return
         response.close()
         outcome = response.extensions[OUTCOME]
@@ -1138,7 +1145,7 @@ async def asubmit(
             try:
                 response = await http.send(run.request_for(item))
             except OutcomeError as exc:
-                run.sent(item, exc.outcome, str(exc))
+                run.sent(item, exc.outcome, exc)
                 continue
             await response.aclose()
             outcome = response.extensions[OUTCOME]

@@ -334,3 +334,43 @@ async def test_async_submit_stops_when_the_look_up_does_not_work(
             await asubmit(make_batch(5), client, lookup="/v1/nowhere?reference={reference}")
         assert client.store.counts()[State.PENDING] == 0
     assert server.ledger() == ()
+
+
+def test_a_maybe_applied_row_past_the_key_retention_is_looked_up_not_sent_blindly(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    for i in range(3):  # applied, every answer lost
+        server.drop(times=8, key=key_from_identity(f"E{i:04d}", "payout"))
+    requests = Requests()
+    with make_client(server, tmp_path / "s.db", clock, requests) as client:
+        first = submit(make_batch(3), client)
+        assert {row.state for row in first.rows} == {"indeterminate"}
+        clock.advance(2 * DAY)
+        server.reap()  # the server forgot the keys
+        blind = submit(make_batch(3), client, lookup=None)  # never re-sent, even so
+        assert {row.state for row in blind.rows} == {"indeterminate"}
+        assert all("ops reconcile batch/payout/E000" in row.reason for row in blind.rows)
+        posts = requests.seen["POST"]
+        settled = submit(make_batch(3), client)
+        assert requests.seen["POST"] == posts  # looked up, found, recorded: nothing sent
+    assert settled.exit_code is ExitCode.OK
+    assert all(row.reason.startswith("found on the server by look-up") for row in settled.rows)
+    assert len(server.ledger()) == 3
+
+
+def test_a_row_never_applied_past_the_key_retention_is_looked_up_then_sent_with_its_key(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    for i in range(3):  # "maybe applied" (a 500), in fact never processed
+        server.answer(500, times=8, key=key_from_identity(f"E{i:04d}", "payout"))
+    with make_client(server, tmp_path / "s.db", clock) as client:
+        first = submit(make_batch(3), client)
+        assert {row.state for row in first.rows} == {"indeterminate"}
+        clock.advance(2 * DAY)
+        report = submit(make_batch(3), client)
+        record = client.store.get("batch/payout/E0001")
+    assert report.exit_code is ExitCode.OK
+    assert [row.key for row in report.rows] == [row.key for row in first.rows]
+    assert record is not None
+    assert record.state is State.SUCCEEDED
+    assert len(server.ledger()) == 3
