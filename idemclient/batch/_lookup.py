@@ -34,6 +34,8 @@ __all__ = [
 #: reference server's `GET /v1/payouts?reference=R`). `{path}` is the batch's path.
 DEFAULT_LOOKUP = "{path}?reference={reference}"
 
+#: A look-up is a read: asked at least this often, whatever the rows' own max_attempts.
+MIN_ATTEMPTS = 3
 #: Answers that say "ask again later", not "this is what the server holds".
 _LATER = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -67,8 +69,8 @@ def next_wait(
     """Seconds to wait before asking again, or None to stop: pure.
 
     Asked again only after an answer that says "later" or no answer at all, at most
-    `policy.max_attempts` times, waiting the backoff ceiling or the server's
-    Retry-After, whichever is longer, and never past the deadline.
+    `policy.max_attempts` times (and at least `MIN_ATTEMPTS`), waiting the backoff
+    ceiling or the server's Retry-After, whichever is longer, never past the deadline.
     """
     if isinstance(result, httpx.Response):
         if result.status_code not in _LATER:
@@ -78,7 +80,7 @@ def next_wait(
         server = None
     else:
         return None
-    if attempts >= policy.max_attempts:
+    if attempts >= max(policy.max_attempts, MIN_ATTEMPTS):
         return None
     if server is not None and server > policy.max_retry_after:
         return None

@@ -31,7 +31,7 @@ import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -49,6 +49,7 @@ from .._call import (
     intent_for,
 )
 from .._client import AsyncClient, Client
+from .._clock import Clock
 from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
 from .._hooks import Hooks, RetryEvent
 from .._keys import DEFAULT_NAMESPACE
@@ -192,7 +193,6 @@ class _Counts:
     budget: int = 0
     not_started: int = 0
     looked_up: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 class _Run:
@@ -203,7 +203,7 @@ class _Run:
         batch: Batch,
         *,
         store: Store,
-        clock: Any,
+        clock: Clock,
         policy: RetryPolicy,
         http: httpx.Client | httpx.AsyncClient,
         target: _Target,
@@ -229,6 +229,8 @@ class _Run:
         self.counts = _Counts()
         self.started = _utc_now()
         self.metadata = dict(metadata or {})
+        self._template: Intent | None = None
+        self._lock = threading.Lock()  # the counts the sending threads change
 
     def stop(self) -> None:
         """Start no new row, and stop each row at its next retry (Ctrl-C)."""
@@ -403,13 +405,17 @@ class _Run:
                 else:
                     new.append(item)
                 continue
-            if verdict is not None and not self._settle_known(item, verdict):
+            record = item.plan.record
+            assert record is not None
+            if step is Step.REOPEN:
+                # Never applied: pointed at this run's URL first, then settled as found.
+                reopened = self._reopen(item)
+                if reopened is None:
+                    continue
+                record = reopened
+            if verdict is not None and not self._settle_known(item, verdict, record):
                 continue
-            if step is Step.REOPEN and not self._reopen(item):
-                continue
-            if item.outgoing is None:
-                assert item.plan.record is not None
-                item.outgoing = _recorded_intent(item.plan.record)
+            item.outgoing = _recorded_intent(record)
             to_send.append(item)
         if new:
             self._register(new)
@@ -421,6 +427,7 @@ class _Run:
 
     def _intent(self, item: _Row) -> Intent:
         template = self._template
+        assert template is not None, "planned first"
         body = item.request.body
         return Intent(
             operation_id=item.identity.operation_id,
@@ -493,11 +500,9 @@ class _Run:
         self.counts.found += 1
         self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
 
-    def _settle_known(self, item: _Row, verdict: Verdict) -> bool:
+    def _settle_known(self, item: _Row, verdict: Verdict, record: OperationRecord) -> bool:
         """Apply a look-up to a known, old record; True if the row is to be sent."""
-        record = item.plan.record
         asked = item.asked
-        assert record is not None
         assert asked is not None
         if verdict.finding == "not_found" and not record.maybe_applied:
             return True
@@ -541,40 +546,42 @@ class _Run:
             return False
         return True  # not found: no longer maybe applied, sent again with its key
 
-    def _reopen(self, item: _Row) -> bool:
-        """Point a row never applied at another URL at this run's request."""
+    def _reopen(self, item: _Row) -> OperationRecord | None:
+        """Point a row never applied at another URL at this run's request, same key;
+        the record as it is now (None: settled meanwhile, and reported)."""
         record = item.plan.record
         assert record is not None
-        intent = self._intent(item)
+        new = self._intent(item)
         intent = Intent(
             operation_id=record.operation_id,
             key=record.key,
             key_given=True,
             method="POST",
-            url=intent.url,
-            headers=intent.headers,
-            body=intent.body,
-            fingerprint=intent.fingerprint,
-            reference=intent.reference,
+            url=new.url,
+            headers=new.headers,
+            body=new.body,
+            fingerprint=new.fingerprint,
+            reference=new.reference,
         )
         reopened = self.store.reopen(
             intent,
             evidence=f"reopened for {intent.url} under the same key: {item.plan.why}",
             now=self.clock.time(),
         )
-        if reopened is None:  # changed since it was planned: what is stored now decides
-            current = self.store.get(record.operation_id)
-            if current is None or current.state.finished or current.url != intent.url:
-                raise BatchInvalid(
-                    self.batch.source,
-                    [(item.row.number, "changed in the store while planning: run again")],
-                )
-            item.outgoing = _recorded_intent(current)
-            return True
-        item.outgoing = _recorded_intent(reopened)
-        item.reopened = item.plan.why
-        self.counts.reopened += 1
-        return True
+        if reopened is not None:
+            item.reopened = item.plan.why
+            return reopened
+        # Changed since it was planned (another process): what is stored now decides.
+        current = self.store.get(record.operation_id)
+        if current is not None and current.state.finished:
+            self._done(item, _recorded_line(item, current))
+            return None
+        if current is None or current.url != intent.url:
+            raise BatchInvalid(
+                self.batch.source,
+                [(item.row.number, "changed in the store while this run planned it: run again")],
+            )
+        return current
 
     # -- 4. send ---------------------------------------------------------------------
 
@@ -599,7 +606,9 @@ class _Run:
 
     def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
         budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
-        self.counts.budget += budget
+        with self._lock:
+            self.counts.budget += budget
+            self.counts.reopened += bool(item.reopened)
         if isinstance(error, ReconcileRequired):
             reason = (
                 f"may have been applied, and recorded longer ago than the server keeps keys:"
@@ -618,7 +627,8 @@ class _Run:
         assert record is not None
         stopped = self.stopping.is_set()
         if not stopped:
-            self.counts.not_started += 1
+            with self._lock:
+                self.counts.not_started += 1
         self._done(
             item,
             _recorded_line(

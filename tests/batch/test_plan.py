@@ -374,6 +374,13 @@ def test_a_look_up_is_asked_again_only_while_the_answer_says_later(
     assert next_wait(POLICY, attempts, result, now=NOW, remaining=remaining) == wait
 
 
+def test_a_look_up_is_asked_at_least_three_times_whatever_the_rows_attempts() -> None:
+    once = RetryPolicy(max_attempts=1, initial_backoff=0.5)
+    assert next_wait(once, 1, response(503), now=NOW, remaining=60) == 0.5
+    assert next_wait(once, 2, response(503), now=NOW, remaining=60) == 1.0
+    assert next_wait(once, 3, response(503), now=NOW, remaining=60) is None
+
+
 def test_a_scope_counts_in_a_references_length() -> None:
     from idemclient import BatchInvalid
 
