@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,11 @@ class RowPlan:
     look_up: bool = False
     #: in words: why it is refused, or why it is reopened
     why: str = ""
+
+
+#: Most rows of a new file: one plan shared by all of them.
+_NEW = RowPlan(Step.NEW)
+_NEW_LOOKED_UP = RowPlan(Step.NEW, look_up=True)
 
 
 def recorded_payload(record: OperationRecord) -> dict[str, Any] | None:
@@ -213,7 +218,7 @@ def _adopted(
 
 def plan_row(
     identity: RowIdentity,
-    request: Request,
+    request_of: Callable[[], Request],
     *,
     known: OperationRecord | None,
     legacy: Sequence[OperationRecord] = (),
@@ -223,9 +228,14 @@ def plan_row(
     retention: float,
     look_up: bool = True,
 ) -> RowPlan:
-    """What to do with one row (see the module docstring). `known` is the store's
-    record under the row's operation id, `legacy` the earlier version's records with
-    its reference (`legacy_candidates`); `look_up` says whether look-ups are on."""
+    """What to do with one row (see the module docstring). `request_of()` makes the
+    request this run would send for it (only needed, and so only made, when the store
+    knows something of the row); `known` is the store's record under the row's
+    operation id, `legacy` the earlier version's records with its reference
+    (`legacy_candidates`); `look_up` says whether look-ups are on."""
+    if known is None and not legacy:
+        return _NEW_LOOKED_UP if look_up else _NEW
+    request = request_of()
     record: OperationRecord | None = known
     if record is None:
         adopted = _adopted(identity, scope, legacy, legacy_key, request)
@@ -233,7 +243,7 @@ def plan_row(
             return RowPlan(Step.REFUSED, why=adopted)
         record = adopted
     if record is None:
-        return RowPlan(Step.NEW, look_up=look_up)
+        return _NEW_LOOKED_UP if look_up else _NEW
     same = _same_content(record, request)
     if same is not True:
         recorded = recorded_payload(record)

@@ -25,6 +25,7 @@ write the report.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import threading
@@ -170,12 +171,12 @@ class _Target:
 
 @dataclass(slots=True)
 class _Row:
-    """One row as the run works on it."""
+    """One row as the run works on it. Its request (payload and body) is made again
+    when needed rather than kept: a hundred thousand rows hold their rows once."""
 
     index: int
     row: PayoutRow
     identity: RowIdentity
-    request: Request
     plan: RowPlan
     #: the look-up's finding, when it was looked up
     asked: Asked | None = None
@@ -230,6 +231,7 @@ class _Run:
         self.started = _utc_now()
         self.metadata = dict(metadata or {})
         self._template: Intent | None = None
+        self._url: httpx.URL | None = None
         self._lock = threading.Lock()  # the counts the sending threads change
 
     def stop(self) -> None:
@@ -248,6 +250,7 @@ class _Run:
             b"",
         )
         self._template = template
+        self._url = httpx.URL(template.url)
         identities = [
             identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
             for row in batch.rows
@@ -263,11 +266,9 @@ class _Run:
                 by_reference[record.reference].append(record)
         problems: list[tuple[int, str]] = []
         for index, (row, identity) in enumerate(zip(batch.rows, identities, strict=True)):
-            payload = row.payload(identity.reference)
-            request = Request(template.url, _body(payload), payload)
             plan = plan_row(
                 identity,
-                request,
+                functools.partial(self.request_of, row, identity),
                 known=by_id.get(identity.operation_id),
                 legacy=legacy_candidates(by_reference.get(identity.bare, ()), identity),
                 scope=batch.scope,
@@ -285,7 +286,7 @@ class _Run:
             )
             if plan.step is Step.REFUSED:
                 problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
-            self.rows.append(_Row(index, row, identity, request, plan))
+            self.rows.append(_Row(index, row, identity, plan))
         if problems:
             if any("other content" in why for _, why in problems):
                 problems.insert(0, (0, SCOPE_ADVICE))
@@ -295,36 +296,20 @@ class _Run:
                 assert item.plan.record is not None
                 self._done(item, _recorded_line(item, item.plan.record))
 
+    def request_of(self, row: PayoutRow, identity: RowIdentity) -> Request:
+        """The request this run sends for a row the store does not hold as it is."""
+        assert self._template is not None, "planned first"
+        payload = row.payload(identity.reference)
+        return Request(self._template.url, _body(payload), payload)
+
     # -- 2. look up ------------------------------------------------------------------
 
-    def askings(self) -> list[tuple[_Row, Asking]]:
-        """The look-ups to make: rows the store does not know, and old records."""
+    def askings(self) -> list[_Row]:
+        """The rows to look up: rows the store does not know, and old records."""
         lookup = self.target.lookup
         if lookup is None:
             return []
-        wanted = []
-        for item in self.rows:
-            if not item.plan.look_up:
-                continue
-            record = item.plan.record if item.plan.step is Step.KNOWN else None
-            payload: Mapping[str, Any] = item.request.payload
-            if record is not None:
-                payload = recorded_payload(record) or payload
-            wanted.append(
-                (
-                    item,
-                    Asking(
-                        lookup,
-                        key=record.key if record is not None else self._key_of(item),
-                        reference=(record.reference if record is not None else None)
-                        or item.identity.reference,
-                        payload=payload,
-                        policy=self.policy,
-                        clock=self.clock,
-                        matches=matches_payment,
-                    ),
-                )
-            )
+        wanted = [item for item in self.rows if item.plan.look_up]
         self.counts.looked_up = len(wanted)
         if wanted:
             self._notify(
@@ -334,9 +319,24 @@ class _Run:
             )
         return wanted
 
-    def _key_of(self, item: _Row) -> str:
+    def asking(self, item: _Row) -> Asking:
+        """One row's look-up (made when it is asked, not all at once)."""
+        lookup = self.target.lookup
+        assert lookup is not None
+        known = item.plan.record if item.plan.step is Step.KNOWN else None
+        payload = (recorded_payload(known) if known is not None else None) or self.request_of(
+            item.row, item.identity
+        ).payload
         record = item.plan.record
-        return record.key if record is not None else item.identity.key
+        return Asking(
+            lookup,
+            key=record.key if record is not None else item.identity.key,
+            reference=(known.reference if known is not None else None) or item.identity.reference,
+            payload=payload,
+            policy=self.policy,
+            clock=self.clock,
+            matches=matches_payment,
+        )
 
     def take_answers(self) -> None:
         """Refuse the batch when a look-up did not work or found other content."""
@@ -377,7 +377,7 @@ class _Run:
             asked = item.asked
             if asked is None or asked.verdict.finding not in ("mismatch", "ambiguous"):
                 continue
-            problems.append((item.row.number, _conflict(item, asked)))
+            problems.append((item.row.number, _conflict(self, item, asked)))
         if problems:
             problems.insert(0, (0, SCOPE_ADVICE))
             raise BatchInvalid(self.batch.source, problems)
@@ -419,25 +419,23 @@ class _Run:
             to_send.append(item)
         if new:
             self._register(new)
-            for item in new:
-                item.outgoing = self._intent(item)
             to_send.extend(new)
         to_send.sort(key=lambda item: item.index)
         return to_send
 
     def _intent(self, item: _Row) -> Intent:
-        template = self._template
-        assert template is not None, "planned first"
-        body = item.request.body
+        """A new row's intent, exactly as the transport will find it when it is sent."""
+        assert self._url is not None, "planned first"
+        body = self.request_of(item.row, item.identity).body
         return Intent(
             operation_id=item.identity.operation_id,
             key=item.identity.key,
             key_given=True,
             method="POST",
-            url=template.url,
+            url=str(self._url),
             headers=_HEADERS,
             body=body,
-            fingerprint=fingerprint("POST", httpx.URL(template.url), body),
+            fingerprint=fingerprint("POST", self._url, body),
             reference=item.identity.reference,
         )
 
@@ -586,8 +584,8 @@ class _Run:
     # -- 4. send ---------------------------------------------------------------------
 
     def request_for(self, item: _Row) -> httpx.Request:
-        outgoing = item.outgoing
-        assert outgoing is not None
+        # A new row's intent is made again here, as it was registered.
+        outgoing = item.outgoing or self._intent(item)
         headers = httpx.Headers(list(outgoing.headers))
         headers[KEY_HEADER] = outgoing.key
         return self.http.build_request(
@@ -623,8 +621,7 @@ class _Run:
 
     def not_started(self, item: _Row) -> None:
         """A row not sent: the server refused the credentials, or the run was stopped."""
-        record = item.outgoing
-        assert record is not None
+        record = item.outgoing or self._intent(item)
         stopped = self.stopping.is_set()
         if not stopped:
             with self._lock:
@@ -645,8 +642,7 @@ class _Run:
 
     def stopped(self, item: _Row) -> None:
         """A row whose retries were cut short by `stop`."""
-        outgoing = item.outgoing
-        assert outgoing is not None
+        outgoing = item.outgoing or self._intent(item)
         current = self.store.get(outgoing.operation_id)
         maybe = current is None or current.maybe_applied or current.state is State.IN_FLIGHT
         self._done(
@@ -865,7 +861,7 @@ def _reason(outcome: Outcome, *, budget: bool) -> str:
     return f"not sent ({outcome.evidence}): run again"
 
 
-def _conflict(item: _Row, asked: Asked) -> str:
+def _conflict(run: _Run, item: _Row, asked: Asked) -> str:
     verdict = asked.verdict
     reference = item.identity.reference
     if verdict.finding == "ambiguous":
@@ -873,7 +869,7 @@ def _conflict(item: _Row, asked: Asked) -> str:
             f"reference {reference!r}: the server holds {len(verdict.others)} payments with"
             f" this content (GET {asked.url}); settle it by hand before submitting it"
         )
-    payload = item.request.payload
+    payload = run.request_of(item.row, item.identity).payload
     shown = []
     for payment in verdict.others[:3]:
         diffs = [
@@ -966,8 +962,8 @@ def run_sync(run: _Run, client: httpx.Client) -> Report:
     askings = run.askings()
     stop_asking = threading.Event()
 
-    def ask(job: tuple[_Row, Asking]) -> None:
-        item, asking = job
+    def ask(item: _Row) -> None:
+        asking = run.asking(item)
         item.asked = look_up(client, asking, run.clock, run.policy.attempt_timeout)
         if item.asked.verdict.finding == "unknown":
             stop_asking.set()  # the look-up does not work: stop asking
@@ -1135,9 +1131,10 @@ async def asubmit(
 
     async def ask() -> None:
         nonlocal failed
-        for item, asking in askings:  # tasks share one iterator: each row is asked once
+        for item in askings:  # tasks share one iterator: each row is asked once
             if failed:
                 return
+            asking = run.asking(item)
             item.asked = await alook_up(http, asking, run.clock, run.policy.attempt_timeout)
             failed = failed or item.asked.verdict.finding == "unknown"
 

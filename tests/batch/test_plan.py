@@ -85,7 +85,12 @@ def plan(known: OperationRecord | None, **options: Any) -> Any:
     identity = identify(row, scope=None, operation="payout", namespace=DEFAULT_NAMESPACE)
     request = options.pop("request", request_of(row.payload()))
     return plan_row(
-        identity, request, known=known, now=NOW, retention=DAY, **{"look_up": True, **options}
+        identity,
+        lambda: request,
+        known=known,
+        now=NOW,
+        retention=DAY,
+        **{"look_up": True, **options},
     )
 
 
@@ -234,7 +239,7 @@ def legacy_plan(
     request = request_of(row.payload(identity.reference))
     return plan_row(
         identity,
-        request,
+        lambda: request,
         known=None,
         legacy=legacy_candidates(candidates, identity),
         scope=scope,
