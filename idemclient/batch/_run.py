@@ -504,7 +504,19 @@ class _Run:
         assert asked is not None
         if verdict.finding == "not_found" and not record.maybe_applied:
             return True
-        taken = _reconcile.take(self.store, self.clock, record.operation_id)
+        try:
+            taken = _reconcile.take(self.store, self.clock, record.operation_id)
+        except OutcomeError as busy:  # another process is sending it right now
+            self._done(
+                item,
+                ReportRow.of(
+                    item.row.number,
+                    item.identity.reference,
+                    busy.outcome,
+                    _reason(busy.outcome, budget=False),
+                ),
+            )
+            return False
         if isinstance(taken, Outcome):  # finished meanwhile
             self._done(item, ReportRow.of(item.row.number, item.identity.reference, taken))
             return False
@@ -790,11 +802,10 @@ def _recorded_line(
     response = record.response
     state = State.NOT_SENT if record.state is State.PENDING else record.state
     if not reason:
-        reason = (
-            "answered from the store (done in an earlier run)"
-            if state is State.SUCCEEDED
-            else f"refused in an earlier run ({record.evidence})"
-        )
+        reason = {
+            State.SUCCEEDED: "answered from the store (done in an earlier run)",
+            State.FAILED: f"refused in an earlier run ({record.evidence})",
+        }.get(state, f"{state.value} in the store, being sent elsewhere: run again")
     return _line(
         item,
         key=record.key,
