@@ -1,5 +1,7 @@
 """A payout batch from Python: rows from anywhere, one report, safe to run twice.
 
+Each row is its reference: the first run looks every row up on the server (none is
+there yet) and pays it; the second finds every row in the store and sends nothing.
 Runs against the reference server on a real loopback socket.
 """
 
@@ -11,7 +13,7 @@ rows = [
     {"ref": f"2026-12-E{n}", "amount": 100_000 + n, "currency": "EUR", "value_date": "2026-12-31"}
     for n in range(1, 51)
 ]
-batch = Batch.from_records(rows, reference="payroll-2026-12")
+batch = Batch.from_records(rows)  # references that repeat monthly: reference="2026-12"
 
 with (
     serve() as live,

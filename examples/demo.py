@@ -1,11 +1,13 @@
 """`make demo`: a payroll batch, faults, a killed submitter, and the proof.
 
 1. Start the reference server (`idemclient server`) on a free 127.0.0.1 port.
-2. Inject faults: 503 and 429 with Retry-After (seconds, milliseconds, HTTP-date),
-   apply-then-drop, responses slower than the client's timeout, an external system
-   timing out and one refusing connections.
-3. Submit examples/payroll.csv (300 payouts) with `idemclient batch submit`, and kill
-   the submitter (SIGKILL) part way.
+2. Inject faults into the payouts of some rows (matched by each row's key): 503 and
+   429 with Retry-After (seconds, milliseconds, HTTP-date), apply-then-drop, responses
+   slower than the client's timeout; an external system timing out and one refusing
+   connections.
+3. Submit examples/payroll.csv (300 payouts) with `idemclient batch submit` (which
+   first looks every row up on the server: none is there yet), and kill the submitter
+   (SIGKILL) part way.
 4. Run the same command again until it exits 0.
 5. Print the report's summary and check the server's ledger: every row applied
    exactly once at both external systems.
@@ -21,8 +23,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+from idemclient import key_from_identity
 from idemclient.testing import SandboxClient, spawn
 
 HERE = Path(__file__).parent
@@ -54,7 +58,8 @@ def main() -> int:
                 ]  # fmt: skip
                 say(f"submitting {rows} payouts, to be killed part way")
                 killed_at = run_and_kill(argv, sandbox, after=rows // 3)
-                print(f"SIGKILL sent with {killed_at} payouts applied on the server")
+                # The killed submitter's progress line never got its newline.
+                print(f"\nSIGKILL sent with {killed_at} payouts applied on the server")
                 code = 3
                 for run in range(1, 6):
                     say(f"running the same command again (run {run})")
@@ -68,19 +73,24 @@ def main() -> int:
 
 def inject_faults(sandbox: SandboxClient) -> None:
     say("injecting faults")
-    path = "/v1/payouts"
-    sandbox.answer(503, times=3, path=path, retry_after=1)
-    sandbox.answer(429, times=4, path=path, retry_after_ms=300)
-    sandbox.answer(503, times=2, path=path, retry_after_date_in=1)
-    sandbox.drop(times=5, path=path)
-    sandbox.delay(1.5, times=3, path=path)
+    # Matched by key, so that they meet the payouts themselves, not the look-ups.
+    keys = iter(key_from_identity(line["ref"], "payout") for line in csv.DictReader(PAYROLL.open()))
+    faults: list[tuple[str, Callable[[str], None]]] = [
+        ("503 (Retry-After: 1)", lambda k: sandbox.answer(503, key=k, retry_after=1)),
+        ("429 (retry-after-ms: 300)", lambda k: sandbox.answer(429, key=k, retry_after_ms=300)),
+        ("503 (HTTP-date)", lambda k: sandbox.answer(503, key=k, retry_after_date_in=1)),
+        ("apply-then-drop", lambda k: sandbox.drop(key=k)),
+        ("1.5 s answer (the client gives up after 1 s)", lambda k: sandbox.delay(1.5, key=k)),
+    ]
+    for name, inject in faults:
+        for _ in range(3):
+            for _ in range(7):  # every eighth row
+                next(keys)
+            inject(next(keys))
+        print(f"{name}: 3 rows")
     sandbox.external_fault(2, "timeout", times=2)
     sandbox.external_fault(1, "down", times=1)
-    print(
-        "503 x3 (Retry-After: 1), 429 x4 (retry-after-ms: 300), 503 x2 (HTTP-date),\n"
-        "apply-then-drop x5, 1.5 s responses x3 (the client gives up after 1 s),\n"
-        "external system 2 times out twice, external system 1 refuses once"
-    )
+    print("external system 2 times out twice, external system 1 refuses once")
 
 
 def run_and_kill(argv: list[str], sandbox: SandboxClient, *, after: int) -> int:

@@ -10,20 +10,22 @@ comes back as an `Outcome` in state `failed`, like an httpx response with that s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import random
+import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio.to_thread
 import httpx
 
+from . import _reconcile
 from ._budget import RetryBudget
 from ._call import (
     CALL_OPTIONS,
     CLOCK_SKEW,
     KEY_HEADER,
-    LEASE_MARGIN,
     CallOptions,
     Continuation,
     Settings,
@@ -36,9 +38,8 @@ from ._hooks import Hooks, logger
 from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
-from ._reconcile import default_found, judge, lookup_url, settled, unsettled
 from ._redaction import looks_secret, origin_of
-from ._store import Claim, OperationRecord, Progress, Store, StoredResponse, new_owner
+from ._store import OperationRecord, Store
 from ._transport import (
     DEFAULT_MAX_REQUEST_BODY,
     AsyncIdempotentTransport,
@@ -204,6 +205,11 @@ def _handed_back_reason(status: int) -> str:
         return (
             f"the server redirected it (HTTP {status}) and the redirect was not followed"
             " (follow_redirects=False, or another origin)"
+        )
+    if 200 <= status < 300:
+        return (
+            f"it was redirected, and the answer at the new location (HTTP {status}) does"
+            " not say what the payment came to"
         )
     return f"HTTP {status} is not an answer about the operation"
 
@@ -447,64 +453,61 @@ class _Common:
         if self.settings.owns_store:
             self.settings.store.close()
 
-    # -- reconciliation: the store's half (the network's half is in each client) -------
+    # -- reconciliation: the store's half is in `_reconcile`, the network's in each client
 
-    def _take_for_lookup(
-        self, operation_id: str, lookup: str
-    ) -> tuple[OperationRecord, str, str] | Outcome:
-        """Lease an unfinished operation for a look-up (its record, the lease's owner and
-        the look-up's URL); a finished one is its outcome."""
-        store, clock = self.settings.store, self.settings.clock
-        before = store.get(operation_id)
-        if before is None:
+    def _lookup_of(self, operation_id: str, lookup: str) -> tuple[_reconcile.Taken, str] | Outcome:
+        """Lease an unfinished operation for a look-up, with the look-up's URL; a
+        finished one is its outcome. A bad template fails before the lease is taken."""
+        store = self.settings.store
+        record = store.get(operation_id)
+        if record is None:
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
-        if before.state.finished:
-            return _stored_outcome(before)
-        url = lookup_url(lookup, before)  # a bad template fails before the lease is taken
-        owner = new_owner()
-        now = clock.time()
-        begin = store.claim(operation_id, owner=owner, now=now, lease_until=now + LEASE_MARGIN)
-        if begin.claim is Claim.FINISHED:
-            return _stored_outcome(begin.record)
-        if begin.claim is Claim.BUSY:
-            raise unsettled(before, "it is being sent by another caller right now")
-        return before, owner, url
+        if record.state.finished:
+            return _stored_outcome(record)
+        url = _reconcile.lookup_url(lookup, record)
+        taken = _reconcile.take(store, self.settings.clock, operation_id)
+        if isinstance(taken, Outcome):
+            return taken
+        return taken, url
 
-    def _release_after_lookup(self, before: OperationRecord, owner: str) -> None:
-        """Give the operation back exactly as it was: the look-up settled nothing."""
-        self.settings.store.finish(
-            before.operation_id,
-            owner=owner,
-            state=before.state,
-            progress=Progress(
-                attempts=before.attempts,
-                maybe_applied=before.maybe_applied,
-                evidence=before.evidence,
-                not_before=before.not_before,
-                now=self.settings.clock.time(),
-            ),
-        )
-
-    def _settle_after_lookup(
-        self, before: OperationRecord, owner: str, url: str, response: httpx.Response, finding: str
+    def _judged(
+        self,
+        taken: _reconcile.Taken,
+        url: str,
+        response: httpx.Response | BaseException,
+        judgement: Callable[[httpx.Response], _reconcile.Verdict],
     ) -> Outcome:
-        if finding == "unknown":
-            self._release_after_lookup(before, owner)
-            raise unsettled(before, f"GET {url} answered HTTP {response.status_code}")
-        applied = finding == "applied"
-        record = self.settings.store.settle(
-            before.operation_id,
-            owner=owner,
-            applied=applied,
-            evidence=f"settled by look-up: GET {url} answered HTTP {response.status_code}",
-            now=self.settings.clock.time(),
-            response=StoredResponse.of(
-                response.status_code, tuple(response.headers.multi_items()), response.content
-            )
-            if applied
-            else None,
+        store, clock = self.settings.store, self.settings.clock
+        if isinstance(response, BaseException):
+            _reconcile.release(store, clock, taken)
+            raise _reconcile.unsettled(
+                taken.before, f"GET {url} failed: {type(response).__name__}"
+            ) from response
+        verdict = judgement(response)
+        return _reconcile.apply(store, clock, taken, verdict, where=f"GET {url}", response=response)
+
+
+def _judgement(
+    found: Callable[[httpx.Response], bool] | None,
+    statuses: Mapping[str, State] | None,
+    status_field: str,
+    reliable_404: bool,
+) -> Callable[[httpx.Response], _reconcile.Verdict]:
+    """How `reconcile` reads the look-up's answer (see `_reconcile.judge`)."""
+    if found is not None:
+        warnings.warn(
+            "reconcile(found=...) is deprecated: the look-up's answer is judged by the"
+            " payment's status; pass statuses= (and status_field=) instead",
+            DeprecationWarning,
+            stacklevel=3,
         )
-        return settled(record, response)
+        return functools.partial(_reconcile.judge_found, found=found)
+    rules = _reconcile.LookupRules(
+        statuses=_reconcile.DEFAULT_STATUSES if statuses is None else statuses,
+        status_field=status_field,
+        reliable_404=reliable_404,
+    )
+    return functools.partial(_reconcile.judge, rules=rules)
 
 
 class Client(_Common):
@@ -612,28 +615,41 @@ class Client(_Common):
         operation_id: str,
         *,
         lookup: str,
-        found: Callable[[httpx.Response], bool] = default_found,
+        statuses: Mapping[str, State] | None = None,
+        status_field: str = "status",
+        reliable_404: bool = False,
+        found: Callable[[httpx.Response], bool] | None = None,
     ) -> Outcome:
         """Settle an unfinished operation by looking it up on the server, never re-sending.
 
         `lookup` is a URL template with `{reference}` or `{key}`, for example
         ``"/v1/payments?reference={reference}"``: prefer the end-to-end reference, which
-        the server keeps after it has forgotten keys. Found (a 2xx that `found` accepts):
-        the operation succeeded, with the look-up's answer as its response. Not found
-        (404, or a 2xx that `found` rejects): it was never applied, and becomes
-        `not_sent`, safe to send again. Anything else raises `Indeterminate` and leaves
-        the operation as it was.
+        the server keeps after it has forgotten keys. The answer is judged by the
+        payment's status (`status_field`), through `statuses` (default
+        `succeeded`/`completed` -> succeeded, `failed`/`declined` -> failed):
+
+        - one payment with a final status: the operation is `succeeded` or `failed`,
+          with the look-up's answer as its response;
+        - an empty list: it was never applied, and becomes `not_sent`, safe to send
+          again with its key;
+        - a payment whose status is not final (pending, processing...), several
+          payments, a 404 (unless `reliable_404`: your API answers 404 for "no such
+          payment"), any other answer or none: raises `Indeterminate` and the
+          operation stays unsettled (and "maybe applied" once the server holds it).
+
+        `found` (deprecated): your own judge; True counts as found and succeeded.
         """
-        taken = self._take_for_lookup(operation_id, lookup)
+        judgement = _judgement(found, statuses, status_field, reliable_404)
+        taken = self._lookup_of(operation_id, lookup)
         if isinstance(taken, Outcome):
             return taken
-        before, owner, url = taken
+        lease, url = taken
+        answer: httpx.Response | BaseException
         try:
-            response = self.http.get(url)
+            answer = self.http.get(url)
         except httpx.TransportError as exc:
-            self._release_after_lookup(before, owner)
-            raise unsettled(before, f"GET {url} failed: {type(exc).__name__}") from exc
-        return self._settle_after_lookup(before, owner, url, response, judge(response, found))
+            answer = exc
+        return self._judged(lease, url, answer, judgement)
 
     def close(self) -> None:
         self.http.close()
@@ -727,22 +743,23 @@ class AsyncClient(_Common):
         operation_id: str,
         *,
         lookup: str,
-        found: Callable[[httpx.Response], bool] = default_found,
+        statuses: Mapping[str, State] | None = None,
+        status_field: str = "status",
+        reliable_404: bool = False,
+        found: Callable[[httpx.Response], bool] | None = None,
     ) -> Outcome:
         """See `Client.reconcile`."""
-        taken = await anyio.to_thread.run_sync(self._take_for_lookup, operation_id, lookup)
+        judgement = _judgement(found, statuses, status_field, reliable_404)
+        taken = await anyio.to_thread.run_sync(self._lookup_of, operation_id, lookup)
         if isinstance(taken, Outcome):
             return taken
-        before, owner, url = taken
+        lease, url = taken
+        answer: httpx.Response | BaseException
         try:
-            response = await self.http.get(url)
+            answer = await self.http.get(url)
         except httpx.TransportError as exc:
-            await anyio.to_thread.run_sync(self._release_after_lookup, before, owner)
-            raise unsettled(before, f"GET {url} failed: {type(exc).__name__}") from exc
-        finding = judge(response, found)
-        return await anyio.to_thread.run_sync(
-            self._settle_after_lookup, before, owner, url, response, finding
-        )
+            answer = exc
+        return await anyio.to_thread.run_sync(self._judged, lease, url, answer, judgement)
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -31,9 +31,11 @@ from typing import Any
 
 import httpx
 
+from . import _reconcile
 from ._call import (
     CONTINUATION,
     KEY_HEADER,
+    LEASE_MARGIN,
     Call,
     Continuation,
     Settings,
@@ -372,8 +374,8 @@ def refuse(settings: Settings, request: httpx.Request, continuation: Continuatio
 def follow(settings: Settings, request: httpx.Request, continuation: Continuation) -> Flow:
     """The GET that httpx sends after a 301, 302 or 303 to an operation: not the operation
     (it carries no key), but after a 303 See Other it is where the server says the
-    result of the request is, and a 2xx answer may settle it (see `_settled_by`). Within
-    the operation's deadline, like every attempt."""
+    result of the request is, and an answer that says what the payment came to settles
+    it (see `_settle`). Within the operation's deadline, like every attempt."""
     request.headers.pop(KEY_HEADER, None)
     remaining = _remaining(settings, continuation)
     if remaining() <= 0:
@@ -420,6 +422,12 @@ def _settle(
     request: httpx.Request,
     response: httpx.Response,
 ) -> Generator[Effect, Any, Outcome | None]:
+    """Settle the operation by the answer at its 303's location, if that answer says
+    what the payment came to (judged as a look-up's answer is: its status); else None,
+    and it stays indeterminate."""
+    verdict = _reconcile.judge(response)
+    if verdict.finding != "found" or verdict.state is None:
+        return None
     store, clock = settings.store, settings.clock
     owner = new_owner()
     try:
@@ -430,7 +438,7 @@ def _settle(
                 "operation_id": continuation.operation_id,
                 "owner": owner,
                 "now": now,
-                "lease_until": now + 10.0,
+                "lease_until": now + LEASE_MARGIN,
             },
         )
         if begin.claim is Claim.BUSY:
@@ -443,10 +451,8 @@ def _settle(
                     "operation_id": continuation.operation_id,
                     "owner": owner,
                     "applied": True,
-                    "evidence": (
-                        f"HTTP 303 See Other, then GET {request.url} answered"
-                        f" HTTP {response.status_code}"
-                    ),
+                    "state": verdict.state,
+                    "evidence": (f"HTTP 303 See Other, then GET {request.url}: {verdict.why}"),
                     "now": clock.time(),
                     "response": StoredResponse.of(
                         response.status_code,

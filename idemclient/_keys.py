@@ -38,9 +38,10 @@ def new_key() -> str:
 def key_from_identity(*parts: str, namespace: uuid.UUID = DEFAULT_NAMESPACE) -> str:
     """A deterministic key (uuid5) from a natural identity.
 
-    `parts` are the pieces of the identity, for example the batch reference, the row
-    reference, the operation and the value date. The same parts give the same key on
-    any machine with no stored state, so a resubmitted file is inherently safe. The
+    `parts` are the pieces of the identity, for example a payout's reference (within
+    its scope) and the operation; never a field of the content, such as an amount or a
+    value date, which belongs in what the server compares, not in who the operation
+    is. The same parts give the same key on any machine with no stored state. The
     parts are joined unambiguously: ("a:b", "c") and ("a", "b:c") give different keys.
     """
     if not parts:

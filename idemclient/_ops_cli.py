@@ -14,6 +14,7 @@ from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._client import Client
 from ._errors import OutcomeError, StoreError
 from ._outcome import State
+from ._reconcile import DEFAULT_STATUSES
 from ._store import OperationRecord, Store
 from ._store._open import open_store
 
@@ -64,7 +65,13 @@ def _when(timestamp: float | None) -> str:
     help="Only these states (repeatable). [default: all]",
 )
 @click.option("--unfinished", is_flag=True, help="Only operations without a final answer.")
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--limit",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="List at most this many.",
+)
 def list_command(store: Path | str, states: tuple[str, ...], unfinished: bool, limit: int) -> None:
     """One line per operation, oldest first, and a count per state."""
     with _open(store) as opened:
@@ -138,8 +145,14 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
 
 @ops.command("resume")
 @_STORE
-@click.option("--token", required=True, envvar="IDEMCLIENT_TOKEN", help="Bearer token.")
-@click.option("--limit", default=None, type=click.IntRange(min=1))
+@click.option(
+    "--token",
+    required=True,
+    envvar="IDEMCLIENT_TOKEN",
+    show_envvar=True,
+    help="Bearer token (never written to the store).",
+)
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Resume at most this many.")
 def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     """Finish unfinished operations with their original keys, after a crash.
 
@@ -167,23 +180,71 @@ def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     sys.exit(4 if State.FAILED in states else 0)
 
 
+def parse_statuses(
+    _ctx: click.Context | None, _param: click.Parameter | None, values: tuple[str, ...]
+) -> dict[str, State] | None:
+    """`--status NAME=succeeded|failed` options as a mapping added to the defaults."""
+    if not values:
+        return None
+    statuses = dict(DEFAULT_STATUSES)
+    for value in values:
+        name, sep, state = value.partition("=")
+        if not sep or not name.strip() or state.strip() not in ("succeeded", "failed"):
+            raise click.BadParameter(
+                f"{value!r}: write NAME=succeeded or NAME=failed (e.g. paid=succeeded)"
+            )
+        statuses[name.strip().lower()] = State(state.strip())
+    return statuses
+
+
+STATUS_HELP = (
+    "A payment status the look-up may show, and what it means: NAME=succeeded or"
+    " NAME=failed (repeatable; added to succeeded, completed -> succeeded and failed,"
+    " declined -> failed). Any other status is not final: the operation stays unsettled."
+)
+RELIABLE_404_HELP = (
+    "A 404 from the look-up means 'no such payment' (only for an API that answers so:"
+    " otherwise a wrong URL or path would look like a payment never made)."
+)
+
+
 @ops.command("reconcile")
 @_STORE
 @click.argument("operation_id")
-@click.option("--url", required=True, envvar="IDEMCLIENT_URL", help="The PSP's base URL.")
-@click.option("--token", required=True, envvar="IDEMCLIENT_TOKEN", help="Bearer token.")
+@click.option(
+    "--url",
+    required=True,
+    envvar="IDEMCLIENT_URL",
+    show_envvar=True,
+    help="The PSP's base URL.",
+)
+@click.option(
+    "--token",
+    required=True,
+    envvar="IDEMCLIENT_TOKEN",
+    show_envvar=True,
+    help="Bearer token (never written to the store).",
+)
 @click.option(
     "--lookup",
     required=True,
     help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}",
 )
+@click.option("--status", "statuses", multiple=True, callback=parse_statuses, help=STATUS_HELP)
+@click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
 def reconcile_command(
-    store: Path | str, operation_id: str, url: str, token: str, lookup: str
+    store: Path | str,
+    operation_id: str,
+    url: str,
+    token: str,
+    lookup: str,
+    statuses: dict[str, State] | None,
+    reliable_404: bool,
 ) -> None:
     """Settle an unfinished operation by looking it up on the server, never re-sending it.
 
-    Exit 0 when settled (succeeded, or not sent and safe to send again), 3 when the
-    look-up could not tell.
+    Exit 0 when settled (succeeded; failed, for a payment the server declined; or not
+    sent and safe to send again), 3 when the look-up could not tell.
     """
     missing = describe_missing(store)
     if missing is not None:
@@ -194,7 +255,9 @@ def reconcile_command(
         _fail(str(exc))
     with client:
         try:
-            outcome = client.reconcile(operation_id, lookup=lookup)
+            outcome = client.reconcile(
+                operation_id, lookup=lookup, statuses=statuses, reliable_404=reliable_404
+            )
         except ValueError as exc:
             _fail(str(exc))
         except OutcomeError as exc:

@@ -3,71 +3,400 @@
 An operation that may have been applied but has no final answer cannot always be
 resumed: the server may have forgotten its key (`ReconcileRequired`). The server still
 knows its payments, though. A look-up by the operation's end-to-end reference (or by
-its key, while the server keeps keys) says which it is:
+its key, while the server keeps keys) says which it is. One judgement of the look-up's
+answer (`judge`) serves `Client.reconcile` and the batch command alike:
 
-- found: the payment exists; the operation is settled as succeeded, with the look-up's
-  answer as its response;
-- not found (404, or an empty list): it was never applied; the operation becomes
-  `not_sent` and is no longer "maybe applied", so it may be sent again;
-- anything else: still unknown; it stays as it was, for a person to settle.
+- a 2xx with an empty list (`[]`, or `{"data": []}`): not found, never applied;
+- a 2xx naming one payment (a list of one, or the payment itself): found, and its
+  status decides what it came to;
+- a 2xx naming several payments: ambiguous, for a person to settle;
+- a 404: not found only when the caller says the look-up is reliable; otherwise
+  unknown, since a 404 is as likely a wrong URL as a missing payment;
+- anything else (another status, a body that is not JSON, no answer): unknown.
 
-The decisions are here; the clients do the I/O.
+A found payment's status (`status` by default) decides what it came to, through a
+mapping the caller may replace (`DEFAULT_STATUSES`): only `succeeded` and `completed`
+are `succeeded`, `failed` and `declined` are `failed`; any other status (`pending`,
+`processing`, `authorized`, none at all) is not final, and the operation stays
+unsettled. A caller that knows what its rows hold (the batch) also passes `matches`:
+a payment with other content is not this operation (finding `mismatch`).
+
+What a finding does to a stored operation (`apply`):
+
+- found, final: the operation is settled as `succeeded` or `failed`, with the
+  look-up's answer as its response;
+- found, not final: it stays unsettled, and is now "maybe applied" (the server holds
+  it), so it is never sent again blindly;
+- not found: it becomes `not_sent` and is no longer "maybe applied", so it may be
+  sent again with its key;
+- anything else: unchanged, for a person to settle.
+
+The decisions are pure functions here; the store's half takes a store and a clock, and
+the clients do the network's half.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
 
+from ._call import LEASE_MARGIN
+from ._clock import Clock
 from ._errors import Indeterminate
 from ._outcome import Outcome, State
-from ._store import OperationRecord
+from ._store import (
+    Claim,
+    OperationRecord,
+    Progress,
+    Store,
+    StoredResponse,
+    new_owner,
+    release_owner,
+)
 
-__all__ = ["Finding", "default_found", "judge", "lookup_url"]
+__all__ = [
+    "DEFAULT_RULES",
+    "DEFAULT_STATUSES",
+    "Finding",
+    "LookupRules",
+    "Taken",
+    "Verdict",
+    "apply",
+    "default_found",
+    "judge",
+    "judge_found",
+    "lookup_url",
+    "release",
+    "take",
+]
 
-Finding = Literal["applied", "not_applied", "unknown"]
+Finding = Literal["found", "not_found", "mismatch", "ambiguous", "unknown"]
+
+#: A payment's status on the server -> what the operation came to. Any status not
+#: listed is not final: the operation stays unsettled.
+DEFAULT_STATUSES: Mapping[str, State] = MappingProxyType(
+    {
+        "succeeded": State.SUCCEEDED,
+        "completed": State.SUCCEEDED,
+        "failed": State.FAILED,
+        "declined": State.FAILED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupRules:
+    """How to read a look-up's answer.
+
+    `statuses` maps a payment's status (compared without regard to case) to
+    `State.SUCCEEDED` or `State.FAILED`; `status_field` is where the status is;
+    `reliable_404`: the caller says a 404 from this look-up means "no such payment"
+    (otherwise it means the look-up does not work).
+    """
+
+    statuses: Mapping[str, State] = field(default_factory=lambda: DEFAULT_STATUSES)
+    status_field: str = "status"
+    reliable_404: bool = False
+
+    def __post_init__(self) -> None:
+        lowered: dict[str, State] = {}
+        for name, state in self.statuses.items():
+            if State(state) not in (State.SUCCEEDED, State.FAILED):
+                raise ValueError(
+                    f"status {name!r} maps to {State(state).value}: a found payment is"
+                    " succeeded or failed; leave statuses that are not final out"
+                )
+            lowered[name.strip().lower()] = State(state)
+        object.__setattr__(self, "statuses", MappingProxyType(lowered))
+        if not self.status_field:
+            raise ValueError("status_field must name a field")
+
+
+DEFAULT_RULES = LookupRules()
+
+Item = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a look-up's answer says about one operation."""
+
+    finding: Finding
+    #: in words, for records, reports and errors
+    why: str
+    #: found: what the payment came to (`succeeded`, `failed`), None while not final
+    state: State | None = None
+    #: found: the payment
+    item: Item | None = None
+    #: mismatch and ambiguous: the payments the look-up named
+    others: tuple[Item, ...] = ()
+
+    @property
+    def settles(self) -> bool:
+        """The answer is definite: found with a final status, or not found."""
+        return self.finding == "not_found" or (self.finding == "found" and self.state is not None)
 
 
 def lookup_url(template: str, record: OperationRecord) -> str:
     """`template` with `{key}` and `{reference}` filled in (URL-quoted)."""
-    if "{reference}" in template and not record.reference:
+    return fill(template, key=record.key, reference=record.reference, name=record.operation_id)
+
+
+def fill(template: str, *, key: str, reference: str | None, name: str) -> str:
+    """`template` with `{key}` and `{reference}` filled in (URL-quoted); `name` is the
+    operation's, for errors."""
+    if "{reference}" in template and not reference:
         raise ValueError(
-            f"operation {record.operation_id!r} has no end-to-end reference to look up;"
+            f"operation {name!r} has no end-to-end reference to look up;"
             " use a look-up by {key} instead"
         )
     try:
-        return template.format(
-            key=quote(record.key, safe=""), reference=quote(record.reference or "", safe="")
-        )
-    except (KeyError, IndexError) as exc:
+        return template.format(key=quote(key, safe=""), reference=quote(reference or "", safe=""))
+    except (KeyError, IndexError, ValueError) as exc:
         raise ValueError(
             f"look-up {template!r} may only use {{key}} and {{reference}}: {exc}"
         ) from None
 
 
-def default_found(response: httpx.Response) -> bool:
-    """A 2xx answer names the payment: a JSON object, or a list (`data`) with items."""
+def status_of(item: Item, rules: LookupRules) -> tuple[str | None, State | None]:
+    """The payment's status as written, and what it came to (None: not final)."""
+    value = item.get(rules.status_field)
+    if not isinstance(value, str):
+        return None, None
+    return value, rules.statuses.get(value.strip().lower())
+
+
+def _items(response: httpx.Response) -> list[Item] | str:
+    """The payments a 2xx answer names, or why they cannot be read."""
     try:
-        body = json.loads(response.content or b"null")
+        body = json.loads(response.content)
     except ValueError:
-        return bool(response.content)
+        return "a body that is not JSON"
     if isinstance(body, dict) and isinstance(body.get("data"), list):
-        return bool(body["data"])
-    if isinstance(body, list):
-        return bool(body)
-    return bool(body)
+        listed: object = body["data"]
+    elif isinstance(body, list):
+        listed = body
+    elif isinstance(body, dict) and body:
+        listed = [body]  # a look-up that answers with the payment itself
+    else:
+        return "neither a list nor a payment"
+    assert isinstance(listed, list)
+    if not all(isinstance(item, dict) and item for item in listed):
+        return "a list whose items are not payments"
+    return listed
 
 
-def judge(response: httpx.Response, found: Callable[[httpx.Response], bool]) -> Finding:
-    if response.status_code == 404:
-        return "not_applied"
-    if response.is_success:
-        return "applied" if found(response) else "not_applied"
-    return "unknown"
+def _described(item: Item, rules: LookupRules) -> str:
+    status, _ = status_of(item, rules)
+    name = item.get("id")
+    shown = f"payment {name}" if isinstance(name, str | int) else "a payment"
+    return f"{shown} with status {status!r}" if status is not None else f"{shown} with no status"
+
+
+def judge(
+    response: httpx.Response,
+    rules: LookupRules = DEFAULT_RULES,
+    *,
+    matches: Callable[[Item], bool] | None = None,
+) -> Verdict:
+    """What `response`, the answer to a look-up, says (see the module docstring).
+
+    `matches` says whether a payment the look-up names has this operation's content;
+    without it, every payment named counts.
+    """
+    code = response.status_code
+    if code == 404:
+        if rules.reliable_404:
+            return Verdict("not_found", "HTTP 404, which this look-up says means no such payment")
+        return Verdict(
+            "unknown",
+            "HTTP 404: the look-up itself was not found (a wrong URL, path or look-up"
+            " template?); a 404 means 'no such payment' only for a look-up said to be"
+            " reliable",
+        )
+    if not 200 <= code < 300:
+        return Verdict("unknown", f"HTTP {code}")
+    items = _items(response)
+    if isinstance(items, str):
+        return Verdict("unknown", f"HTTP {code} with {items}")
+    if not items:
+        return Verdict("not_found", f"HTTP {code} with no match")
+    if matches is not None:
+        same = [item for item in items if matches(item)]
+        if not same:
+            return Verdict(
+                "mismatch",
+                f"HTTP {code} naming {len(items)} payment(s) with other content",
+                others=tuple(items),
+            )
+        if len(same) > 1:
+            return Verdict(
+                "ambiguous",
+                f"HTTP {code} naming {len(same)} payments with this content",
+                others=tuple(same),
+            )
+        items = same
+    states = {status_of(item, rules)[1] for item in items}
+    if len(items) > 1 and len(states) > 1:
+        return Verdict(
+            "ambiguous",
+            f"HTTP {code} naming {len(items)} payments that came to different ends",
+            others=tuple(items),
+        )
+    item = items[0]
+    (state,) = states
+    ending = "" if state is not None else ", which is not final"
+    return Verdict(
+        "found", f"HTTP {code}: {_described(item, rules)}{ending}", state=state, item=item
+    )
+
+
+def judge_found(response: httpx.Response, found: Callable[[httpx.Response], bool]) -> Verdict:
+    """The judgement of a caller's own `found` (deprecated): True is a payment that
+    succeeded, False is none; statuses other than 2xx judge as `judge` does."""
+    if not 200 <= response.status_code < 300:
+        return judge(response)
+    if found(response):
+        return Verdict("found", f"HTTP {response.status_code}, found", state=State.SUCCEEDED)
+    return Verdict("not_found", f"HTTP {response.status_code}, not found")
+
+
+def default_found(response: httpx.Response) -> bool:
+    """The judgement `found=` used to default to: any 2xx naming something. Kept for
+    callers that passed it explicitly; `judge` reads the payment's status instead."""
+    items = _items(response)
+    return not isinstance(items, str) and bool(items)
+
+
+# -- the store's half ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """An unfinished operation leased for a look-up: as it was, and by whom."""
+
+    before: OperationRecord
+    owner: str
+
+
+def take(store: Store, clock: Clock, operation_id: str) -> Taken | Outcome:
+    """Lease an unfinished operation for a look-up; a finished one is its outcome.
+    Raises `Indeterminate` when another caller holds it, `ValueError` if unknown."""
+    before = store.get(operation_id)
+    if before is None:
+        raise ValueError(f"no operation {operation_id!r} in {store.path}")
+    if before.state.finished:
+        return stored_outcome(before)
+    owner = new_owner()
+    now = clock.time()
+    try:
+        begin = store.claim(operation_id, owner=owner, now=now, lease_until=now + LEASE_MARGIN)
+    except BaseException:
+        release_owner(owner)
+        raise
+    if begin.claim is Claim.FINISHED:
+        release_owner(owner)
+        return stored_outcome(begin.record)
+    if begin.claim is Claim.BUSY:
+        release_owner(owner)
+        raise unsettled(before, "it is being sent by another caller right now")
+    return Taken(before, owner)
+
+
+def release(store: Store, clock: Clock, taken: Taken, *, exists: bool = False) -> None:
+    """Give the operation back as it was; `exists`: the server holds it, not final yet,
+    so it is maybe applied from now on (and never `not_sent`)."""
+    before = taken.before
+    state = before.state
+    if exists and state in (State.PENDING, State.NOT_SENT, State.IN_FLIGHT):
+        state = State.INDETERMINATE
+    try:
+        _give_back(store, clock, taken, state, exists)
+    finally:
+        release_owner(taken.owner)
+
+
+def _give_back(store: Store, clock: Clock, taken: Taken, state: State, exists: bool) -> None:
+    before = taken.before
+    store.finish(
+        before.operation_id,
+        owner=taken.owner,
+        state=state,
+        progress=Progress(
+            attempts=before.attempts,
+            maybe_applied=before.maybe_applied or exists,
+            evidence=before.evidence,
+            not_before=before.not_before,
+            now=clock.time(),
+        ),
+    )
+
+
+def apply(
+    store: Store,
+    clock: Clock,
+    taken: Taken,
+    verdict: Verdict,
+    *,
+    where: str,
+    response: httpx.Response | None,
+) -> Outcome:
+    """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
+    and give the lease back. Raises `Indeterminate` when it settled nothing."""
+    try:
+        return _apply(store, clock, taken, verdict, where=where, response=response)
+    finally:
+        release_owner(taken.owner)  # the look-up's call is over, whatever the store did
+
+
+def _apply(
+    store: Store,
+    clock: Clock,
+    taken: Taken,
+    verdict: Verdict,
+    *,
+    where: str,
+    response: httpx.Response | None,
+) -> Outcome:
+    before = taken.before
+    evidence = f"settled by look-up: {where}: {verdict.why}"
+    if verdict.settles:
+        applied = verdict.finding == "found"
+        record = store.settle(
+            before.operation_id,
+            owner=taken.owner,
+            applied=applied,
+            evidence=evidence,
+            now=clock.time(),
+            response=StoredResponse.of(
+                response.status_code, tuple(response.headers.multi_items()), response.content
+            )
+            if applied and response is not None
+            else None,
+            state=verdict.state or State.SUCCEEDED,
+        )
+        return settled(record, response)
+    release(store, clock, taken, exists=verdict.finding == "found")
+    raise unsettled(before, f"{where}: {verdict.why}")
+
+
+def stored_outcome(record: OperationRecord) -> Outcome:
+    return Outcome(
+        operation_id=record.operation_id,
+        key=record.key,
+        state=record.state,
+        attempts=record.attempts,
+        evidence=record.evidence,
+        not_before=record.not_before,
+        maybe_applied=record.maybe_applied,
+        from_store=True,
+    )
 
 
 def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:
@@ -94,7 +423,7 @@ def settled(record: OperationRecord, response: httpx.Response | None) -> Outcome
         key=record.key,
         state=record.state,
         attempts=record.attempts,
-        response=response if record.state is State.SUCCEEDED else None,
+        response=response if record.state.finished else None,
         from_store=False,
         evidence=record.evidence,
         maybe_applied=record.maybe_applied,

@@ -5,6 +5,7 @@ here imports it: `_open.open_store` does, when a PostgreSQL URL is given.
 """
 
 from ._base import (
+    NEVER_APPLIED_STATUSES,
     Begin,
     Claim,
     Durability,
@@ -21,6 +22,7 @@ from ._sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_SECRET_HEADERS",
+    "NEVER_APPLIED_STATUSES",
     "Begin",
     "BodyEncryption",
     "Claim",

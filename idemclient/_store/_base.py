@@ -11,6 +11,8 @@ from typing import Protocol
 from .._outcome import State
 
 __all__ = [
+    "NEVER_APPLIED_STATUSES",
+    "REOPENABLE_STATES",
     "Begin",
     "Claim",
     "Durability",
@@ -22,6 +24,14 @@ __all__ = [
 ]
 
 Headers = tuple[tuple[str, str], ...]
+
+#: Final answers that say the request never took effect because of where it went or
+#: with what credentials: no such route (404), not this method there (405), refused
+#: credentials (401, 407). An operation that ended with one, and that nothing says may
+#: have been applied, may be pointed at a corrected target under the same key.
+NEVER_APPLIED_STATUSES = (401, 404, 405, 407)
+#: Unfinished states from which nothing was ever applied when `maybe_applied` is false.
+REOPENABLE_STATES = (State.PENDING.value, State.NOT_SENT.value)
 
 
 class Durability(enum.StrEnum):
@@ -191,12 +201,26 @@ class Store(Protocol):
         evidence: str,
         now: float,
         response: StoredResponse | None = None,
+        state: State = State.SUCCEEDED,
     ) -> OperationRecord:
         """Record what a look-up on the server found, while `owner` holds the lease.
 
-        Applied: the operation succeeded (`response` is what the look-up returned).
-        Not applied: it is `not_sent`, and no longer "maybe applied", so that it can be
-        sent again. The only way "maybe applied" is ever cleared.
+        Applied: the server holds the payment, and `state` is what became of it there:
+        `succeeded`, or `failed` for one it declined (`response` is what the look-up
+        returned). Not applied: it is `not_sent`, and no longer "maybe applied", so
+        that it can be sent again. The only way "maybe applied" is ever cleared.
+        """
+        ...
+
+    def reopen(self, intent: Intent, *, evidence: str, now: float) -> OperationRecord | None:
+        """Point an operation that was never applied at a corrected request, same key.
+
+        Only an operation that nothing says may have been applied and that nobody
+        holds, which is `pending`, `not_sent`, or `failed` with one of
+        `NEVER_APPLIED_STATUSES` (a wrong URL, path or token): it becomes `pending`
+        with `intent`'s URL, headers, body and fingerprint, and its answer is dropped.
+        `intent.operation_id` and `intent.key` must be the stored ones. Returns the
+        record, or None when the operation is not in such a state (nothing changed).
         """
         ...
 
@@ -216,6 +240,13 @@ class Store(Protocol):
     def get(self, operation_id: str) -> OperationRecord | None: ...
 
     def get_by_key(self, key: str) -> OperationRecord | None: ...
+
+    def find(
+        self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
+    ) -> Sequence[OperationRecord]:
+        """Every operation whose id is among `operation_ids` or whose end-to-end
+        reference is among `references`, each once, in no particular order."""
+        ...
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         """Operations without a final answer, oldest first."""

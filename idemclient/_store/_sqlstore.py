@@ -26,6 +26,7 @@ transaction for the outbox).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -277,8 +278,11 @@ class SQLStore(ABC):
         evidence: str,
         now: float,
         response: StoredResponse | None = None,
+        state: State = State.SUCCEEDED,
     ) -> OperationRecord:
         if applied:
+            if not state.finished:
+                raise ValueError(f"an applied operation is settled as final, not {state.value}")
             _kept, columns = as_stored(
                 response or StoredResponse.of(200, (), b""),
                 self.header_rule,
@@ -287,7 +291,7 @@ class SQLStore(ABC):
                 operation_id=operation_id,
             )
             statement = self._sql.settle_applied
-            values: tuple[Any, ...] = (State.SUCCEEDED.value, *columns, now)
+            values: tuple[Any, ...] = (state.value, *columns, now)
         else:
             statement = self._sql.settle_not_applied
             values = (State.NOT_SENT.value,)
@@ -327,6 +331,24 @@ class SQLStore(ABC):
             if row is None:  # pragma: no cover - the transaction holds the row
                 raise ValueError(f"operation {operation_id!r} changed while being moved")
             return self._record(row)
+
+    def reopen(self, intent: Intent, *, evidence: str, now: float) -> OperationRecord | None:
+        where = {"operation_id": intent.operation_id}
+        values = (
+            intent.url,
+            self._stored_headers(intent),
+            self._cipher.seal(intent.body, column="body", **where),
+            self._cipher.seal_text(intent.fingerprint, column="fingerprint", **where),
+            State.PENDING.value,
+            evidence,
+            now,
+            intent.operation_id,
+            intent.key,
+        )
+        # Durable like an intent: the request about to be sent is this one.
+        with self._write(durable=self.durability is not Durability.BUFFERED) as conn:
+            row = _returned(conn.execute(self._sql.reopen, values))
+        return None if row is None else self._record(row)
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         with self._write(durable=False) as conn:
@@ -368,6 +390,24 @@ class SQLStore(ABC):
         with self._use() as conn:
             row = conn.execute(self._sql.select_key, (key,)).fetchone()
         return None if row is None else self._record(row)
+
+    def find(
+        self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
+    ) -> Sequence[OperationRecord]:
+        sql = self._sql
+        found: dict[str, OperationRecord] = {}
+        with self._use() as conn:
+            # In chunks: a file of a hundred thousand rows is a few statements, and no
+            # list parameter grows without bound.
+            for statement, values in (
+                (sql.find_ids, operation_ids),
+                (sql.find_references, references),
+            ):
+                for chunk in _chunked(values, _FIND_CHUNK):
+                    for row in conn.execute(statement, (sql.dialect.values(chunk),)).fetchall():
+                        record = self._record(row)
+                        found[record.operation_id] = record
+        return list(found.values())
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:
@@ -570,6 +610,15 @@ def admitted(
         finished_at=None,
         withheld_headers=withheld,
     )
+
+
+_FIND_CHUNK = 5_000
+
+
+def _chunked(values: Iterable[str], size: int) -> Iterator[list[str]]:
+    iterator = iter(values)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def _returned(cursor: _Cursor) -> Any:

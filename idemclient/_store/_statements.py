@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ._base import NEVER_APPLIED_STATUSES, REOPENABLE_STATES
 from ._rows import COLUMNS
 
 __all__ = ["INSERT_COLUMNS", "Dialect", "Statements"]
@@ -166,6 +167,20 @@ _UNFINISHED = _SELECT + " WHERE finished_at IS NULL ORDER BY {order} LIMIT {p}"
 _OPERATIONS = _SELECT + " ORDER BY {order} LIMIT {p}"
 _OPERATIONS_IN = _SELECT + " WHERE state {any} ORDER BY {order} LIMIT {p}"
 _COUNTS = "SELECT state, count(*) FROM {t} GROUP BY state"
+# Records known by id, or by end-to-end reference (the reference's own partial index).
+_FIND_IDS = _SELECT + " WHERE id {any}"
+_FIND_REFERENCES = _SELECT + " WHERE reference {any}"
+# A request that was never applied, pointed at a corrected target under its own key:
+# only while nothing says it may have been applied and nobody holds it, and only from
+# a state that says so (see `Store.reopen`).
+_REOPEN = (
+    "UPDATE {t} SET url = {p}, headers = {j}, body = {p}, fingerprint = {p}, state = {p},"
+    " evidence = {p}, not_before = NULL, status_code = NULL, response_headers = NULL,"
+    " response_body = NULL, response_sha256 = NULL, response_size = NULL, updated_at = {p},"
+    " finished_at = NULL WHERE id = {p} AND key = {p} AND maybe_applied = false"
+    " AND lease_owner IS NULL AND (state IN ({reopenable})"
+    " OR (state = 'failed' AND status_code IN ({never_applied}))) RETURNING {c}"
+)
 
 
 class Statements:
@@ -186,6 +201,8 @@ class Statements:
             "skip_locked": dialect.skip_locked,
             "clock": dialect.clock_table,
             "greatest": dialect.greatest,
+            "reopenable": ", ".join(f"'{state}'" for state in REOPENABLE_STATES),
+            "never_applied": ", ".join(str(status) for status in NEVER_APPLIED_STATUSES),
         }
 
         def render(template: str) -> str:
@@ -220,3 +237,6 @@ class Statements:
         self.operations: Final = render(_OPERATIONS)
         self.operations_in: Final = render(_OPERATIONS_IN)
         self.counts: Final = render(_COUNTS)
+        self.find_ids: Final = render(_FIND_IDS)
+        self.find_references: Final = render(_FIND_REFERENCES)
+        self.reopen: Final = render(_REOPEN)

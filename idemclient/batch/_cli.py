@@ -1,8 +1,19 @@
-"""`idemclient batch submit`: a payout file, submitted safely, as often as needed."""
+"""`idemclient batch submit`: a payout file, submitted safely, as often as needed.
+
+Everything the operator can get wrong is refused before anything is sent, with exit
+code 2 and what to do: the file, an option, an empty token, a URL without a scheme, a
+report that cannot be written, a look-up that does not work, a known reference with
+other content. The run itself happens in a thread of its own, so that Ctrl-C stops it
+cleanly (no new row, no new retry), and the summary and the report still come out
+(exit code 130).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, NoReturn
@@ -10,15 +21,24 @@ from typing import Any, NoReturn
 import click
 import httpx
 
+from .._budget import RetryBudget
 from .._cli_store import STORE_HELP, StoreLocation
 from .._client import Client
 from .._errors import BatchInvalid, StoreError
+from .._keys import DEFAULT_NAMESPACE
+from .._ops_cli import RELIABLE_404_HELP, STATUS_HELP, parse_statuses
+from .._outcome import State
 from .._policy import RetryPolicy
-from ._report import ExitCode
+from ._lookup import DEFAULT_LOOKUP
+from ._progress import ProgressView
+from ._report import ExitCode, Report, check_report_path
 from ._rows import read_batch
-from ._run import BatchProgress, submit
+from ._run import make_run, run_sync
 
 __all__ = ["batch"]
+
+#: After Ctrl-C, how long the rows in flight get to finish their attempt.
+_GRACE = 5.0
 
 
 @click.group()
@@ -41,14 +61,66 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
         raise click.BadParameter(f"{value!r} is not a UUID") from exc
 
 
+def _base_url(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        raise click.BadParameter(f"{value!r} is not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise click.BadParameter(
+            f"{value!r} has no scheme or host: write it whole, e.g. https://psp.example"
+        )
+    return value
+
+
+def _token(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not value.strip():
+        raise click.BadParameter(
+            "the token is empty: is IDEMCLIENT_TOKEN (or the variable given to --token) set?"
+        )
+    if not value.isascii() or any(c.isspace() or not c.isprintable() for c in value):
+        raise click.BadParameter("the token has spaces or characters an HTTP header cannot carry")
+    return value
+
+
+def _delimiter(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    named = {"tab": "\t", "\\t": "\t", "semicolon": ";", "comma": ","}
+    value = named.get(value.lower(), value)
+    if len(value) != 1 or value in '\r\n"' or value.isalnum():
+        raise click.BadParameter(f"{value!r}: give one character, such as ';' or 'tab'")
+    return value
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)?")
+_UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+    match = _DURATION.fullmatch(value.strip().lower())
+    seconds = float(match.group(1)) * _UNITS[match.group(2)] if match else 0.0
+    if not match or seconds <= 0:
+        raise click.BadParameter(f"{value!r}: give a positive duration such as 1h, 24h or 7d")
+    return seconds
+
+
 @batch.command("submit")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--url", required=True, envvar="IDEMCLIENT_URL", help="The PSP's base URL.")
+@click.option(
+    "--url",
+    required=True,
+    envvar="IDEMCLIENT_URL",
+    show_envvar=True,
+    callback=_base_url,
+    help="The PSP's base URL, scheme included: https://psp.example.",
+)
 @click.option(
     "--token",
     required=True,
     envvar="IDEMCLIENT_TOKEN",
-    help="Bearer token (or set IDEMCLIENT_TOKEN; it is never written to the store).",
+    show_envvar=True,
+    callback=_token,
+    help="Bearer token. Prefer the environment variable (it stays out of shell"
+    " history). Never written to the store.",
 )
 @click.option(
     "--store",
@@ -57,14 +129,53 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     type=StoreLocation(),
     help=STORE_HELP,
 )
-@click.option("--path", "api_path", default="/v1/payouts", show_default=True)
-@click.option("--operation", default="payout", show_default=True, help="Part of every key.")
-@click.option("--batch-ref", default=None, help="Part of every key. [default: the file name]")
-@click.option("--namespace", callback=_namespace, help="UUID namespace of the keys.")
-@click.option("--ref-column", default="ref", show_default=True)
-@click.option("--amount-column", default="amount", show_default=True)
-@click.option("--currency-column", default="currency", show_default=True)
-@click.option("--date-column", default="value_date", show_default=True)
+@click.option(
+    "--path",
+    "api_path",
+    default="/v1/payouts",
+    show_default=True,
+    help="Where each row is POSTed, under --url.",
+)
+@click.option(
+    "--operation",
+    default="payout",
+    show_default=True,
+    help="What each row is; part of every row's identity and key.",
+)
+@click.option(
+    "--batch-ref",
+    default=None,
+    help="A scope for references that repeat across files (an employee id every"
+    " month): a row is then its reference within the scope, and the server sees"
+    " <batch-ref>/<reference>. [default: none: every reference stands on its own; the"
+    " file's name never counts]",
+)
+@click.option(
+    "--namespace",
+    callback=_namespace,
+    help=f"UUID namespace of new rows' keys. [default: {DEFAULT_NAMESPACE}]",
+)
+@click.option(
+    "--ref-column",
+    default="ref",
+    show_default=True,
+    help="The column of each row's reference (unique in the file).",
+)
+@click.option(
+    "--amount-column", default="amount", show_default=True, help="The column of the amount."
+)
+@click.option(
+    "--currency-column",
+    default="currency",
+    show_default=True,
+    help="The column of the ISO 4217 currency code.",
+)
+@click.option(
+    "--date-column",
+    default="value_date",
+    show_default=True,
+    help="The column of the value date (YYYY-MM-DD).",
+)
 @click.option(
     "--amount-format",
     type=click.Choice(["minor", "major"]),
@@ -72,9 +183,35 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     show_default=True,
     help="minor: integer minor units (357001); major: decimals (3570.01).",
 )
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 256))
-@click.option("--deadline", default=60.0, show_default=True, type=click.FloatRange(min=0.1))
-@click.option("--max-attempts", default=8, show_default=True, type=click.IntRange(1, 100))
+@click.option(
+    "--delimiter",
+    default=",",
+    show_default=True,
+    callback=_delimiter,
+    help="The character between columns: ';' (spreadsheets set to European"
+    " conventions save so), or 'tab'.",
+)
+@click.option(
+    "--concurrency",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Rows sent (and looked up) at once.",
+)
+@click.option(
+    "--deadline",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds one row may take, over every attempt and wait.",
+)
+@click.option(
+    "--max-attempts",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Attempts per row, the first one included.",
+)
 @click.option(
     "--timeout",
     "attempt_timeout",
@@ -83,7 +220,67 @@ def _namespace(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     type=click.FloatRange(min=0.01),
     help="Seconds one attempt may take (also cut to what is left of --deadline).",
 )
-@click.option("--report", callback=_report_path, help="Write a per-row report (.csv or .json).")
+@click.option(
+    "--retry-budget",
+    default=500,
+    show_default=True,
+    type=click.IntRange(0, 10**9),
+    help="Retry tokens the rows of a run share: a retry takes 5 (10 after a timeout or"
+    " a lost answer), a success gives 1 back. Once they run out, rows stop retrying at"
+    " once, so a server failing for everyone is not hammered; the run says so, and the"
+    " same command later finishes them.",
+)
+@click.option(
+    "--lookup",
+    default=DEFAULT_LOOKUP,
+    show_default=True,
+    help="How a row is looked up on the server before its first send (a row the store"
+    " does not know, or knows from longer ago than --key-retention): a URL under --url"
+    " with {reference} ({path} is --path). A payment found is recorded and not sent; an"
+    " empty list is 'not found'; a 404 or any error stops the run before anything is"
+    " sent.",
+)
+@click.option(
+    "--no-lookup",
+    is_flag=True,
+    help="Send without looking rows up first, for a server that offers no look-up. It"
+    " pays twice a row the server paid already but this store does not know (a run"
+    " from another machine, or before the store was deleted or purged) once the server"
+    " no longer knows its key (past the server's key retention, or a key made by an"
+    " earlier version).",
+)
+@click.option(
+    "--key-retention",
+    default="24h",
+    show_default=True,
+    callback=_duration,
+    help="How long the server keeps idempotency keys (Stripe 24h, Mollie 1h, PayPal"
+    " orders 6h): a row recorded longer ago is looked up before it is sent again. 30m,"
+    " 6h, 7d, or seconds.",
+)
+@click.option(
+    "--lookup-status",
+    "statuses",
+    multiple=True,
+    callback=parse_statuses,
+    help=STATUS_HELP.replace("the operation stays", "the row stays"),
+)
+@click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
+@click.option(
+    "--server-replays",
+    is_flag=True,
+    help="The server answers a key it has finished with that key's stored answer,"
+    " refusals included (Stripe, the reference server). A refusal after an attempt that"
+    " may have been applied (a timeout, then a 4xx) then ends the row failed; without"
+    " it, such a row stays indeterminate (the server may be refusing a duplicate of a"
+    " payout it made) unless the refusal is marked Idempotent-Replayed.",
+)
+@click.option(
+    "--report",
+    callback=_report_path,
+    help="Write a per-row report (.csv or .json). Checked before anything is sent,"
+    " written whole or not at all, and written when interrupted too.",
+)
 def submit_command(
     file: Path,
     url: str,
@@ -98,38 +295,103 @@ def submit_command(
     currency_column: str,
     date_column: str,
     amount_format: str,
+    delimiter: str,
     concurrency: int,
     deadline: float,
     max_attempts: int,
     attempt_timeout: float,
+    retry_budget: int,
+    lookup: str,
+    no_lookup: bool,
+    key_retention: float,
+    statuses: dict[str, State] | None,
+    reliable_404: bool,
+    server_replays: bool,
     report: str | None,
 ) -> None:
-    """Submit FILE (CSV with a header) row by row.
+    """Submit FILE (CSV with a header) row by row; run it again after any failure.
 
-    Exit codes: 0 every row succeeded; 2 bad input, nothing sent; 3 some rows are not
-    sent or indeterminate: run the same command again; 4 some rows were refused.
+    A row is its reference (within --batch-ref, if given): a reference the store knows
+    is never sent under another key, nor with other content. Before a row the store
+    does not know is first sent, its reference is looked up on the server.
+
+    Exit codes: 0 every row succeeded; 2 bad input (the file, an option, the token, a
+    look-up that does not work): fix it, nothing was sent for the rows concerned; 3
+    some rows are not sent or indeterminate: run the same command again; 4 some rows
+    were refused by the server; 130 interrupted: run the same command again.
     """
     try:
-        parsed = read_batch(
-            file,
-            batch_reference=batch_ref,
-            reference_column=ref_column,
-            amount_column=amount_column,
-            currency_column=currency_column,
-            date_column=date_column,
-            amount_format="major" if amount_format == "major" else "minor",
+        _submit(
+            file=file,
+            url=url,
+            token=token,
+            store=store,
+            api_path=api_path,
+            operation=operation,
+            batch_ref=batch_ref,
+            namespace=namespace or DEFAULT_NAMESPACE,
+            read_options={
+                "reference_column": ref_column,
+                "amount_column": amount_column,
+                "currency_column": currency_column,
+                "date_column": date_column,
+                "amount_format": "major" if amount_format == "major" else "minor",
+                "delimiter": delimiter,
+            },
+            concurrency=concurrency,
+            policy=RetryPolicy(
+                deadline=deadline,
+                max_attempts=max_attempts,
+                attempt_timeout=attempt_timeout,
+                key_retention=key_retention,
+                server_replays=server_replays,
+            ),
+            retry_budget=retry_budget,
+            lookup=None if no_lookup else lookup,
+            statuses=statuses,
+            reliable_404=reliable_404,
+            report=report,
         )
+    except KeyboardInterrupt:
+        _fail("interrupted before anything was sent", ExitCode.INTERRUPTED)
+
+
+def _submit(
+    *,
+    file: Path,
+    url: str,
+    token: str,
+    store: Path | str,
+    api_path: str,
+    operation: str,
+    batch_ref: str | None,
+    namespace: uuid.UUID,
+    read_options: dict[str, Any],
+    concurrency: int,
+    policy: RetryPolicy,
+    retry_budget: int,
+    lookup: str | None,
+    statuses: dict[str, State] | None,
+    reliable_404: bool,
+    report: str | None,
+) -> NoReturn:
+    if report is not None:
+        keep = (file, *((store,) if isinstance(store, Path) else ()))
+        try:
+            check_report_path(report, not_these=keep)
+        except ValueError as exc:
+            _fail(f"{exc}; nothing was sent", ExitCode.BAD_INPUT)
+    try:
+        parsed = read_batch(file, batch_reference=batch_ref, **read_options)
     except BatchInvalid as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror}", ExitCode.BAD_INPUT)
-    policy = RetryPolicy(
-        deadline=deadline, max_attempts=max_attempts, attempt_timeout=attempt_timeout
-    )
     try:
         client = Client(
             store=store,
             policy=policy,
+            budget=RetryBudget(retry_budget),
             base_url=url,
             headers={"Authorization": f"Bearer {token}"},
         )
@@ -137,33 +399,80 @@ def submit_command(
         _fail(str(exc), ExitCode.BAD_INPUT)
     with client:
         _check_reachable(client, url)
-        progress = _ProgressView(len(parsed.rows))
-        options: dict[str, Any] = {"namespace": namespace} if namespace else {}
+        progress = ProgressView(len(parsed.rows))
         try:
-            result = submit(
+            run = make_run(
                 parsed,
                 client,
                 path=api_path,
                 operation=operation,
+                namespace=namespace,
                 concurrency=concurrency,
                 on_progress=progress.update,
-                **options,
+                lookup=lookup,
+                statuses=statuses,
+                reliable_404=reliable_404,
+                notify=progress.say,
+                metadata={"url": url},
             )
-        except BatchInvalid as exc:
+        except ValueError as exc:
             _fail(str(exc), ExitCode.BAD_INPUT)
-        finally:
-            progress.close()
-    if any(row.http_status in (401, 407) for row in result.rows):
-        click.echo(
-            "error: the server refused the credentials (HTTP 401): check --token. Nothing"
-            " was applied for the refused rows; run again with the right token.",
-            err=True,
-        )
+        result = _run_interruptibly(run, client.http, progress)
+    if isinstance(result, BaseException):
+        progress.close()
+        if isinstance(result, BatchInvalid):
+            _fail(str(result), ExitCode.BAD_INPUT)
+        if isinstance(result, StoreError):
+            _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
+        raise result
+    progress.close()
+    if result.interrupted:
+        click.echo("interrupted: no new row was started", err=True)
     if report:
-        result.write(report)
-        click.echo(f"report written to {report}", err=True)
+        _write(result, report)
     click.echo(result.summary())
     sys.exit(int(result.exit_code))
+
+
+def _run_interruptibly(
+    run: Any, http: httpx.Client, progress: ProgressView
+) -> Report | BaseException:
+    """The run's report (or its error), from a thread of its own. Ctrl-C stops it: rows
+    in flight get `_GRACE` seconds, then the report shows them as the store has them."""
+    outcome: list[Report | BaseException] = []
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append(run_sync(run, http))
+        except BaseException as exc:  # handed to the main thread, not lost
+            outcome.append(exc)
+        finally:
+            finished.set()
+
+    # Waited for on an event, not with Thread.join: a join cut short by Ctrl-C can leave
+    # the thread looking finished while it runs (CPython before 3.13).
+    threading.Thread(target=work, name="idemclient-batch-run", daemon=True).start()
+    try:
+        finished.wait()
+    except KeyboardInterrupt:
+        run.stop()
+        progress.say("interrupting: no new row is started; rows in flight finish their attempt")
+        with contextlib.suppress(KeyboardInterrupt):
+            finished.wait(_GRACE)
+    if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
+        return outcome[0]
+    report: Report = run.report(interrupted=True)
+    return report
+
+
+def _write(result: Report, path: str) -> None:
+    try:
+        result.write(path)
+    except OSError as exc:
+        click.echo(f"error: the report was not written to {path}: {exc.strerror}", err=True)
+        return
+    click.echo(f"report written to {path}", err=True)
 
 
 def _check_reachable(client: Client, url: str) -> None:
@@ -181,45 +490,3 @@ def _check_reachable(client: Client, url: str) -> None:
 def _fail(message: str, code: ExitCode) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(int(code))
-
-
-class _ProgressView:
-    """A progress bar on a terminal; plain lines (every 10%) anywhere else."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self._last: BatchProgress | None = None
-        self._tty = sys.stderr.isatty()
-        self._bar: Any = None
-        self._printed_step = -1
-        if self._tty:
-            self._bar = click.progressbar(
-                length=total,
-                file=sys.stderr,
-                label="submitting",
-                show_pos=True,
-                item_show_func=lambda p: None if p is None else _counts(p),
-            )
-            self._bar.__enter__()
-
-    def update(self, progress: BatchProgress) -> None:
-        done_before = self._last.done if self._last else 0
-        self._last = progress
-        if self._bar is not None:
-            self._bar.update(progress.done - done_before, progress)
-            return
-        step = progress.done * 10 // max(1, self.total)
-        if step != self._printed_step and (progress.done != done_before or progress.done == 0):
-            self._printed_step = step
-            click.echo(f"[{progress.done}/{progress.total}] {_counts(progress)}", err=True)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-
-
-def _counts(p: BatchProgress) -> str:
-    return (
-        f"succeeded {p.succeeded}  replayed {p.replayed}  retrying {p.retrying}"
-        f"  indeterminate {p.indeterminate}  not sent {p.not_sent}  failed {p.failed}"
-    )

@@ -1,18 +1,32 @@
-"""What a batch run came to: one line per row, a summary, and the exit code."""
+"""What a batch run came to: one line per row, a summary, the exit code, and the file.
+
+The report file is checked before anything is sent (`check_report_path`): a path that
+cannot be written is refused while nothing has happened yet, and so is the input file
+or the store itself. It is written atomically (a temporary file beside it, then a
+rename), so a reader never sees half of one, and an earlier report is replaced only by
+a whole new one. CSV cells that a spreadsheet would run as a formula (`=`, `+`, `-`,
+`@`, and a leading tab or carriage return) are written with a leading `'`. A JSON
+report holds the batch's metadata, the summary and the rows.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import enum
+import io
 import json
 import os
+import tempfile
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from .._outcome import Outcome, State
 
-__all__ = ["ExitCode", "Report", "ReportRow"]
+__all__ = ["REPORT_COLUMNS", "ExitCode", "Report", "ReportRow", "check_report_path"]
 
 
 class ExitCode(enum.IntEnum):
@@ -20,16 +34,30 @@ class ExitCode(enum.IntEnum):
 
     #: every row succeeded (now or in an earlier run)
     OK = 0
-    #: the file was refused: nothing was recorded or sent
+    #: bad input (the file, an option, a look-up that does not work, refused
+    #: credentials): nothing was sent for the rows concerned
     BAD_INPUT = 2
     #: some rows are indeterminate or not sent yet: run the same command again
     RUN_AGAIN = 3
     #: some rows got a final refusal from the server (and none is left to run again)
     FAILED = 4
+    #: interrupted (Ctrl-C): run the same command again to finish
+    INTERRUPTED = 130
+
+
+#: Statuses about the credentials, not the row: fix the token, then run again.
+_CREDENTIALS = frozenset({401, 407})
+_UNSETTLED = frozenset(
+    s.value for s in (State.NOT_SENT, State.INDETERMINATE, State.PENDING, State.IN_FLIGHT)
+)
 
 
 @dataclass(frozen=True, slots=True)
 class ReportRow:
+    """One row of the report. `replayed`: the row's answer was already there (the
+    store, the server's replay of its key, or a look-up); nothing new happened.
+    `reason`: what happened to the row, in words."""
+
     row: int
     ref: str
     key: str
@@ -38,29 +66,37 @@ class ReportRow:
     resource_id: str | None
     attempts: int
     replayed: bool
+    reason: str = ""
 
     @classmethod
-    def of(cls, row: int, ref: str, outcome: Outcome) -> ReportRow:
+    def of(cls, row: int, ref: str, outcome: Outcome, reason: str = "") -> ReportRow:
         return cls(
             row=row,
             ref=ref,
             key=outcome.key,
             state=outcome.state.value,
             http_status=outcome.last_status,
-            resource_id=_resource_id(outcome),
+            resource_id=resource_id(outcome.response.content if outcome.response else None),
             attempts=outcome.attempts,
             replayed=outcome.replayed or outcome.from_store,
+            reason=reason,
         )
 
+    @property
+    def credentials_refused(self) -> bool:
+        return self.state in _UNSETTLED and self.http_status in _CREDENTIALS
 
-def _resource_id(outcome: Outcome) -> str | None:
-    response = outcome.response
-    if response is None or not response.content:
+
+def resource_id(content: bytes | None) -> str | None:
+    """The `id` of the payment an answer's JSON body names (or of its only item)."""
+    if not content:
         return None
     try:
-        body = json.loads(response.content)
+        body = json.loads(content)
     except ValueError:
         return None
+    if isinstance(body, dict) and isinstance(body.get("data"), list) and len(body["data"]) == 1:
+        body = body["data"][0]
     value = body.get("id") if isinstance(body, dict) else None
     return str(value) if value is not None else None
 
@@ -70,8 +106,15 @@ REPORT_COLUMNS = tuple(f.name for f in fields(ReportRow))
 
 @dataclass(frozen=True, slots=True)
 class Report:
+    """A batch run's outcome. `batch` names it in the summary (its scope, or its file);
+    `metadata` goes into a JSON report; `notes` are sentences added to the summary;
+    `interrupted`: the run was stopped before every row was done."""
+
     batch: str
     rows: tuple[ReportRow, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    interrupted: bool = False
 
     def counts(self) -> Counter[str]:
         counts: Counter[str] = Counter(row.state for row in self.rows)
@@ -79,10 +122,18 @@ class Report:
         return counts
 
     @property
+    def credentials_refused(self) -> int:
+        """Rows not sent because the server refused the credentials."""
+        return sum(row.credentials_refused for row in self.rows)
+
+    @property
     def exit_code(self) -> ExitCode:
+        if self.interrupted:
+            return ExitCode.INTERRUPTED
+        if self.credentials_refused:
+            return ExitCode.BAD_INPUT
         states = {row.state for row in self.rows}
-        unsettled = {State.NOT_SENT, State.INDETERMINATE, State.PENDING, State.IN_FLIGHT}
-        if states & {s.value for s in unsettled}:
+        if states & _UNSETTLED:
             return ExitCode.RUN_AGAIN
         if State.FAILED.value in states:
             return ExitCode.FAILED
@@ -93,24 +144,107 @@ class Report:
         parts = [f"{len(self.rows)} rows"]
         for name in ("succeeded", "replayed", "indeterminate", "not_sent", "failed"):
             parts.append(f"{counts.get(name, 0)} {name.replace('_', ' ')}")
+        refused = self.credentials_refused
         advice = {
             ExitCode.OK: "every row is done",
+            ExitCode.INTERRUPTED: "interrupted: run the same command again to finish",
+            ExitCode.BAD_INPUT: (
+                f"the server refused the credentials (HTTP 401): check the token (--token or"
+                f" IDEMCLIENT_TOKEN); nothing was applied for the {refused} row(s) it"
+                " refused, and the same command with the right token sends them"
+            ),
             ExitCode.RUN_AGAIN: "some rows are unsettled: run the same command again",
             ExitCode.FAILED: "some rows were refused by the server: see the report",
         }[self.exit_code]
-        return f"batch {self.batch}: " + ", ".join(parts) + f". {advice}."
+        notes = "".join(f" {note}." for note in self.notes)
+        return f"batch {self.batch}: " + ", ".join(parts) + f".{notes} {advice}."
+
+    def document(self) -> dict[str, Any]:
+        """The JSON report: metadata, summary and rows."""
+        counts = self.counts()
+        return {
+            "batch": {
+                **self.metadata,
+                "interrupted": self.interrupted,
+                "exit_code": int(self.exit_code),
+                "counts": {name: counts.get(name, 0) for name in _COUNTED},
+                "summary": self.summary(),
+            },
+            "rows": [asdict(row) for row in self.rows],
+        }
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        """Write the report as CSV or JSON, chosen by the file's extension."""
+        """Write the report as CSV or JSON, chosen by the file's extension, atomically:
+        the file is whole, or as it was."""
         target = Path(path)
         suffix = target.suffix.lower()
         if suffix == ".json":
-            target.write_text(json.dumps([asdict(r) for r in self.rows], indent=2) + "\n")
+            text = json.dumps(self.document(), indent=2) + "\n"
         elif suffix == ".csv":
-            with target.open("w", newline="") as out:
-                writer = csv.DictWriter(out, fieldnames=REPORT_COLUMNS)
-                writer.writeheader()
-                for row in self.rows:
-                    writer.writerow(asdict(row))
+            out = io.StringIO(newline="")
+            writer = csv.DictWriter(out, fieldnames=REPORT_COLUMNS)
+            writer.writeheader()
+            for row in self.rows:
+                writer.writerow({name: _cell(value) for name, value in asdict(row).items()})
+            text = out.getvalue()
         else:
             raise ValueError(f"report {target}: use a .csv or .json file name")
+        _replace(target, text)
+
+
+_COUNTED = ("succeeded", "failed", "indeterminate", "not_sent", "pending", "in_flight", "replayed")
+#: What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    """A CSV cell a spreadsheet shows as text, never runs: a leading quote."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _replace(target: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `target`, then rename it over `target`."""
+    handle, temporary = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+    )
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def check_report_path(path: str | os.PathLike[str], *, not_these: tuple[Path, ...] = ()) -> None:
+    """Refuse, with a `ValueError` saying why, a report path that cannot be written:
+    a name that is not .csv or .json, a missing or unwritable directory, a directory,
+    or one of `not_these` (the input file, the store). Writes nothing that stays."""
+    target = Path(path)
+    if target.suffix.lower() not in (".csv", ".json"):
+        raise ValueError(f"report {target}: use a .csv or .json file name")
+    if target.is_dir():
+        raise ValueError(f"report {target} is a directory: give a file name")
+    for other in not_these:
+        if _same_file(target, other):
+            raise ValueError(f"report {target} is {other} itself: it would be overwritten")
+    directory = target.parent
+    if not directory.is_dir():
+        raise ValueError(f"report {target}: the directory {directory} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise ValueError(f"report {target}: cannot write in {directory} ({exc.strerror})") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False

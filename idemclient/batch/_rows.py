@@ -3,6 +3,11 @@
 A file is accepted whole or not at all. Every problem found is reported with its row
 number (data rows count from 1; row 0 is the file itself), so that a person can fix
 them all in one pass.
+
+A batch has no identity of its own: a row is its reference, within the batch's scope
+when one is given (`batch_reference`, for references that repeat across files, such as
+an employee id every month). Nothing is taken from the file's name or path, so a
+renamed or copied file is the same rows.
 """
 
 from __future__ import annotations
@@ -45,33 +50,44 @@ class PayoutRow:
     columns: tuple[str, ...]
     values: tuple[str, ...]
 
-    def payload(self) -> dict[str, object]:
-        """The JSON body: every column, with the amount in integer minor units and the
-        row's reference as `reference`."""
+    def payload(self, reference: str | None = None) -> dict[str, object]:
+        """The JSON body: every column, with the amount in integer minor units and
+        `reference` (the row's own by default; its scoped one in a scoped batch) as
+        `reference`."""
         body: dict[str, object] = dict(zip(self.columns, self.values, strict=True))
         body.update(
             amount=self.amount,
             currency=self.currency,
             value_date=self.value_date.isoformat(),
-            reference=self.reference,
+            reference=self.reference if reference is None else reference,
         )
         return body
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """A validated batch: its reference (part of every row's key) and its rows."""
+    """A validated batch: its rows, and the scope of their references.
+
+    `reference` is the scope (`--batch-ref`): None, the default, when every reference
+    stands on its own; a name such as ``2026-11`` when references repeat across files.
+    In a scope, a row's end-to-end reference is ``<scope>/<reference>``.
+    """
 
     source: str
-    reference: str
+    reference: str | None
     rows: tuple[PayoutRow, ...]
+
+    @property
+    def scope(self) -> str | None:
+        """The scope of the rows' references (the same as `reference`)."""
+        return self.reference
 
     @classmethod
     def from_records(
         cls,
         records: Iterable[Mapping[str, object]],
         *,
-        reference: str,
+        reference: str | None = None,
         source: str = "<records>",
         reference_column: str = "ref",
         amount_column: str = "amount",
@@ -113,21 +129,23 @@ def read_batch(
     currency_column: str = "currency",
     date_column: str = "value_date",
     amount_format: AmountFormat = "minor",
+    delimiter: str = ",",
 ) -> Batch:
-    """Read and validate a CSV payout file (UTF-8, a header row, comma-separated).
+    """Read and validate a CSV payout file (UTF-8, a header row, `delimiter`-separated).
 
-    The batch reference defaults to the file name without its extension, so the same
-    file submitted again gets the same keys. Raises `BatchInvalid` listing every
-    problem; raises `OSError` when the file cannot be read.
+    `batch_reference` is the scope of the rows' references (see `Batch`); none by
+    default. The file's name plays no part: a renamed copy is the same rows. Raises
+    `BatchInvalid` listing every problem; raises `OSError` when the file cannot be read.
     """
+    if len(delimiter) != 1 or delimiter in '\r\n"' or delimiter.isalnum():
+        raise ValueError(f"the delimiter must be one character such as ';', not {delimiter!r}")
     file = Path(path)
     source = str(file)
-    reference = batch_reference if batch_reference is not None else file.stem
     columns = _Columns(reference_column, amount_column, currency_column, date_column)
     shape: list[tuple[int, str]] = []
     # Streamed, row by row: a file of a hundred thousand rows is never held twice.
     with file.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(handle, delimiter=delimiter)
         lines = (cells for cells in reader if any(cell.strip() for cell in cells))
         try:
             first = next(lines, None)
@@ -136,6 +154,9 @@ def read_batch(
                     source, [(0, "is empty: a header row and at least one row are needed")]
                 )
             header = [name.strip() for name in first]
+            other = _other_delimiter(header, delimiter)
+            if other is not None:
+                raise BatchInvalid(source, [(0, other)])
             if len(set(header)) != len(header):
                 duplicated = sorted({name for name in header if header.count(name) > 1})
                 raise BatchInvalid(
@@ -151,7 +172,7 @@ def read_batch(
                         continue
                     yield number, [cell.strip() for cell in cells]
 
-            rows, problems = _validate(reference, header, records(), columns, amount_format)
+            rows, problems = _validate(batch_reference, header, records(), columns, amount_format)
         except UnicodeDecodeError as exc:
             raise BatchInvalid(
                 source, [(0, f"is not UTF-8 text ({exc.reason} near line {reader.line_num + 1})")]
@@ -160,11 +181,29 @@ def read_batch(
             raise BatchInvalid(source, [(0, f"is not valid CSV: {exc}")]) from exc
     if shape or problems:  # a row of the wrong shape hides its values' problems
         raise BatchInvalid(source, shape or problems)
-    return Batch(source=source, reference=reference, rows=rows)
+    return Batch(source=source, reference=batch_reference, rows=rows)
+
+
+_DELIMITERS = {";": "semicolon", "\t": "tab", "|": "vertical bar", ",": "comma"}
+
+
+def _other_delimiter(header: Sequence[str], delimiter: str) -> str | None:
+    """Why a header read as one column looks separated by another character, or None."""
+    if len(header) != 1:
+        return None
+    for char, name in _DELIMITERS.items():
+        if char != delimiter and char in header[0]:
+            option = "\\t" if char == "\t" else char
+            return (
+                f"looks {name}-separated, not separated by {delimiter!r}: its header is one"
+                f" column, {header[0][:60]!r}. Read it with --delimiter '{option}'"
+                f" (delimiter='{option}' from Python)"
+            )
+    return None
 
 
 def _validate(
-    batch_reference: str,
+    scope: str | None,
     header: Sequence[str],
     records: Iterable[tuple[int, Sequence[str]]],
     columns: _Columns,
@@ -172,10 +211,10 @@ def _validate(
 ) -> tuple[tuple[PayoutRow, ...], list[tuple[int, str]]]:
     """The valid rows, and every problem found (row 0: the file itself)."""
     problems: list[tuple[int, str]] = []
-    if not batch_reference.strip() or _CONTROL.search(batch_reference):
-        problems.append(
-            (0, f"batch reference {batch_reference!r} is empty or has control characters")
-        )
+    if scope is not None and (not scope.strip() or _CONTROL.search(scope)):
+        problems.append((0, f"batch reference {scope!r} is empty or has control characters"))
+    # In a scope, the reference the server sees is "<scope>/<reference>".
+    room = MAX_REFERENCE_LENGTH - (0 if scope is None else len(scope) + 1)
     required = (columns.reference, columns.amount, columns.currency, columns.date)
     missing = [name for name in required if name not in header]
     if missing:
@@ -199,8 +238,11 @@ def _validate(
         reference = values[at_ref]
         if not reference:
             row_problems.append(f"empty reference ({columns.reference})")
-        elif len(reference) > MAX_REFERENCE_LENGTH:
-            row_problems.append(f"reference is over {MAX_REFERENCE_LENGTH} characters")
+        elif len(reference) > room:
+            row_problems.append(
+                f"reference is over {MAX_REFERENCE_LENGTH} characters"
+                + ("" if scope is None else f" with its scope ({scope}/)")
+            )
         elif _CONTROL.search(reference):
             row_problems.append("reference has control characters")
         elif reference in first_use:
@@ -237,6 +279,8 @@ def _validate(
 
 def _amount(text: str, exponent: int | None, amount_format: AmountFormat) -> int | str:
     """Integer minor units, or a reason why not."""
+    if text.startswith("-") and (_MINOR.fullmatch(text[1:]) or _MAJOR.fullmatch(text[1:])):
+        return f"amount {text!r} is negative: an amount must be positive (greater than zero)"
     if amount_format == "minor":
         if not _MINOR.fullmatch(text):
             return f"amount {text!r} is not a whole number of minor units"

@@ -1,39 +1,96 @@
-"""Running a batch: derive every row's key, register all rows at once, then send them
-with bounded concurrency through an idemclient client.
+"""Running a batch: decide every row, look up what the store does not know, register,
+then send with bounded concurrency through an idemclient client.
 
-Each row's key comes from its natural identity (namespace, batch reference, row
-reference, operation, value date), so the same file run again, on any machine, finds
-the same keys: rows already finished are answered from the store without a network
-call, unfinished ones are resumed with their keys, and the server deduplicates the
-rest. A run may be killed at any moment; running it again finishes the file.
+A run goes in phases, and nothing is sent before the last one:
+
+1. plan: each row's identity (its reference within the batch's scope, see `_identity`)
+   and what the store knows of it (`_plan.plan_row`). A known reference with other
+   content, or a row that may have been applied at another URL, refuses the whole
+   batch (`BatchInvalid`, nothing recorded or sent);
+2. look up: each row the store does not know, or whose record is older than the
+   server's key retention (`RetryPolicy.key_retention`), is looked up on the server by
+   its reference (`_lookup`, judged by `_reconcile.judge`). A look-up that does not
+   work, or a payment found with other content, refuses the batch;
+3. record: rows found on the server are recorded as what they came to and are not
+   sent; rows never applied at a wrong URL are pointed at this run's (same key); the
+   other new rows are registered in one transaction;
+4. send: every unfinished row, with its key; the server deduplicates anything that was
+   in flight. A run may be killed at any moment; running it again finishes the file.
+
+`submit` and `asubmit` run the phases in the calling thread or task; the command runs
+them in a thread of their own so that Ctrl-C can stop them (`_Run.stop`) and still
+write the report.
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
+import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 import httpx
 
-from .._call import CALL_OPTIONS, KEY_HEADER, OUTCOME, CallOptions, fingerprint, intent_for
+from .. import __version__, _reconcile
+from .._call import (
+    CALL_OPTIONS,
+    KEY_HEADER,
+    LEASE_MARGIN,
+    OUTCOME,
+    CallOptions,
+    fingerprint,
+    intent_for,
+)
 from .._client import AsyncClient, Client
-from .._errors import BatchInvalid, OperationMismatch, OutcomeError
+from .._clock import Clock
+from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
 from .._hooks import Hooks, RetryEvent
-from .._keys import DEFAULT_NAMESPACE, key_from_identity
+from .._keys import DEFAULT_NAMESPACE
 from .._outcome import Outcome, State
-from .._store import Intent, Store
-from ._report import Report, ReportRow
+from .._policy import RetryPolicy
+from .._reconcile import LookupRules, Verdict
+from .._store import (
+    Claim,
+    Intent,
+    OperationRecord,
+    Store,
+    StoredResponse,
+    new_owner,
+    release_owner,
+)
+from ._identity import RowIdentity, identify, legacy_key
+from ._lookup import DEFAULT_LOOKUP, Asked, Asking, LookupSettings, alook_up, look_up
+from ._plan import (
+    SCOPE_ADVICE,
+    SERVER_FIELDS,
+    Request,
+    RowPlan,
+    Step,
+    legacy_candidates,
+    matches_payment,
+    plan_row,
+    recorded_payload,
+)
+from ._report import Report, ReportRow, resource_id
 from ._rows import Batch, PayoutRow
 
-__all__ = ["BatchProgress", "asubmit", "submit"]
+__all__ = ["DEFAULT_LOOKUP", "BatchProgress", "asubmit", "submit"]
+
+logger = logging.getLogger("idemclient.batch")
+
+T = TypeVar("T")
 
 #: Answers that are about the credentials, not the row: stop starting new rows.
 _REFUSED_CREDENTIALS = frozenset({401, 407})
+_BUDGET = "retry budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +107,23 @@ class BatchProgress:
     failed: int
 
 
+class _Stopped(IdemError):
+    """Raised from a row's retry hook once the run is asked to stop: the transport
+    records where the row got to and gives its lease back."""
+
+
 class _Tracker:
     """Counts as rows finish and retry; tells `on_progress`, one change at a time."""
 
-    def __init__(self, total: int, on_progress: Callable[[BatchProgress], None] | None) -> None:
+    def __init__(
+        self,
+        total: int,
+        on_progress: Callable[[BatchProgress], None] | None,
+        stopping: threading.Event,
+    ) -> None:
         self._lock = threading.Lock()
         self._on_progress = on_progress
+        self._stopping = stopping
         self._total = total
         self._states: dict[str, int] = {}
         self._replayed = 0
@@ -64,19 +132,20 @@ class _Tracker:
 
     def hooks(self, key: str) -> Hooks:
         def retrying(_event: RetryEvent) -> None:
+            if self._stopping.is_set():
+                raise _Stopped("the batch was interrupted")
             with self._lock:
                 self._retrying.add(key)
                 self._tell()
 
         return Hooks(on_retry=retrying)
 
-    def finished(self, key: str, outcome: Outcome) -> None:
+    def finished(self, key: str, line: ReportRow) -> None:
         with self._lock:
             self._retrying.discard(key)
-            state = outcome.state.value
-            self._states[state] = self._states.get(state, 0) + 1
-            self._replayed += outcome.replayed or outcome.from_store
-            if outcome.last_status in _REFUSED_CREDENTIALS:
+            self._states[line.state] = self._states.get(line.state, 0) + 1
+            self._replayed += line.replayed
+            if line.credentials_refused:
                 self.credentials_refused = True
             self._tell()
 
@@ -91,7 +160,7 @@ class _Tracker:
                 succeeded=states.get("succeeded", 0),
                 replayed=self._replayed,
                 retrying=len(self._retrying),
-                indeterminate=states.get("indeterminate", 0),
+                indeterminate=states.get("indeterminate", 0) + states.get("in_flight", 0),
                 not_sent=states.get("not_sent", 0) + states.get("pending", 0),
                 failed=states.get("failed", 0),
             )
@@ -99,107 +168,913 @@ class _Tracker:
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class _Target:
+    """Where and how rows are sent and looked up."""
+
     path: str
     operation: str
     namespace: uuid.UUID
+    lookup: LookupSettings | None
 
-    def key(self, batch: Batch, row: PayoutRow) -> str:
-        return key_from_identity(
-            batch.reference,
-            row.reference,
-            self.operation,
-            row.value_date.isoformat(),
-            namespace=self.namespace,
+
+@dataclass(slots=True)
+class _Row:
+    """One row as the run works on it. Its request (payload and body) is made again
+    when needed rather than kept: a hundred thousand rows hold their rows once."""
+
+    index: int
+    row: PayoutRow
+    identity: RowIdentity
+    plan: RowPlan
+    #: the look-up's finding, when it was looked up
+    asked: Asked | None = None
+    #: what it is sent as (method POST): None until it is known to be sent
+    outgoing: Intent | None = None
+    #: it was pointed at this run's URL (the reason, in words)
+    reopened: str = ""
+
+
+@dataclass
+class _Counts:
+    found: int = 0
+    found_unsettled: int = 0
+    reopened: int = 0
+    budget: int = 0
+    not_started: int = 0
+    looked_up: int = 0
+
+
+class _Run:
+    """One run of a batch through a client; see the module docstring."""
+
+    def __init__(
+        self,
+        batch: Batch,
+        *,
+        store: Store,
+        clock: Clock,
+        policy: RetryPolicy,
+        http: httpx.Client | httpx.AsyncClient,
+        target: _Target,
+        concurrency: int,
+        on_progress: Callable[[BatchProgress], None] | None,
+        notify: Callable[[str], None] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.batch = batch
+        self.store = store
+        self.clock = clock
+        self.policy = policy
+        self.http = http
+        self.target = target
+        self.concurrency = concurrency
+        self.stopping = threading.Event()
+        self.tracker = _Tracker(len(batch.rows), on_progress, self.stopping)
+        self._notify = notify or (lambda text: logger.info("%s", text))
+        self.results: list[ReportRow | None] = [None] * len(batch.rows)
+        self.rows: list[_Row] = []
+        self.counts = _Counts()
+        self.started = _utc_now()
+        self.metadata = dict(metadata or {})
+        self._template: Intent | None = None
+        self._url: httpx.URL | None = None
+        self._lock = threading.Lock()  # the counts the sending threads change
+
+    def stop(self) -> None:
+        """Start no new row, and stop each row at its next retry (Ctrl-C)."""
+        self.stopping.set()
+
+    # -- 1. plan ---------------------------------------------------------------------
+
+    def plan(self) -> None:
+        batch, target = self.batch, self.target
+        now = self.clock.time()
+        template = intent_for(
+            self.http.build_request(
+                "POST", target.path, headers={"Content-Type": "application/json"}
+            ),
+            b"",
+        )
+        self._template = template
+        self._url = httpx.URL(template.url)
+        identities = [
+            identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
+            for row in batch.rows
+        ]
+        known = self.store.find(
+            operation_ids=[i.operation_id for i in identities],
+            references=[i.bare for i in identities],
+        )
+        by_id = {record.operation_id: record for record in known}
+        by_reference: dict[str, list[OperationRecord]] = defaultdict(list)
+        for record in known:
+            if record.reference is not None:
+                by_reference[record.reference].append(record)
+        problems: list[tuple[int, str]] = []
+        for index, (row, identity) in enumerate(zip(batch.rows, identities, strict=True)):
+            plan = plan_row(
+                identity,
+                functools.partial(self.request_of, row, identity),
+                known=by_id.get(identity.operation_id),
+                legacy=legacy_candidates(by_reference.get(identity.bare, ()), identity),
+                scope=batch.scope,
+                legacy_key=None
+                if batch.scope is None
+                else legacy_key(
+                    row,
+                    batch_reference=batch.scope,
+                    operation=target.operation,
+                    namespace=target.namespace,
+                ),
+                now=now,
+                retention=self.policy.key_retention,
+                look_up=target.lookup is not None,
+            )
+            if plan.step is Step.REFUSED:
+                problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
+            self.rows.append(_Row(index, row, identity, plan))
+        if problems:
+            if any("other content" in why for _, why in problems):
+                problems.insert(0, (0, SCOPE_ADVICE))
+            raise BatchInvalid(batch.source, problems)
+        for item in self.rows:
+            if item.plan.step is Step.DONE:
+                assert item.plan.record is not None
+                self._done(item, _recorded_line(item, item.plan.record))
+
+    def request_of(self, row: PayoutRow, identity: RowIdentity) -> Request:
+        """The request this run sends for a row the store does not hold as it is."""
+        assert self._template is not None, "planned first"
+        payload = row.payload(identity.reference)
+        return Request(self._template.url, _body(payload), payload)
+
+    # -- 2. look up ------------------------------------------------------------------
+
+    def askings(self) -> list[_Row]:
+        """The rows to look up: rows the store does not know, and old records."""
+        lookup = self.target.lookup
+        if lookup is None:
+            return []
+        wanted = [item for item in self.rows if item.plan.look_up]
+        self.counts.looked_up = len(wanted)
+        if wanted:
+            self._notify(
+                f"looking up {len(wanted)} row(s) the store does not know (or knows from"
+                " past the key retention) before sending: GET"
+                f" {lookup.template.replace('{reference}', '<reference>')}"
+            )
+        return wanted
+
+    def asking(self, item: _Row) -> Asking:
+        """One row's look-up (made when it is asked, not all at once)."""
+        lookup = self.target.lookup
+        assert lookup is not None
+        known = item.plan.record if item.plan.step is Step.KNOWN else None
+        payload = (recorded_payload(known) if known is not None else None) or self.request_of(
+            item.row, item.identity
+        ).payload
+        record = item.plan.record
+        return Asking(
+            lookup,
+            key=record.key if record is not None else item.identity.key,
+            reference=(known.reference if known is not None else None) or item.identity.reference,
+            payload=payload,
+            policy=self.policy,
+            clock=self.clock,
+            matches=matches_payment,
         )
 
-    def request(
-        self, http: httpx.Client | httpx.AsyncClient, key: str, row: PayoutRow, hooks: Hooks | None
-    ) -> httpx.Request:
-        return http.build_request(
+    def take_answers(self) -> None:
+        """Refuse the batch when a look-up did not work or found other content."""
+        unknown = [
+            item for item in self.rows if item.asked and item.asked.verdict.finding == "unknown"
+        ]
+        if unknown:
+            first = unknown[0].asked
+            assert first is not None
+            status = first.response.status_code if first.response is not None else None
+            if status in _REFUSED_CREDENTIALS:
+                raise BatchInvalid(
+                    self.batch.source,
+                    [
+                        (
+                            0,
+                            f"the server refused the credentials (HTTP {status}) when asked"
+                            f" GET {first.url}: check the token (--token or IDEMCLIENT_TOKEN)."
+                            " Nothing was recorded or sent",
+                        )
+                    ],
+                )
+            raise BatchInvalid(
+                self.batch.source,
+                [
+                    (
+                        0,
+                        f"the look-up does not work: GET {first.url} got {first.verdict.why}"
+                        ". Nothing was"
+                        " recorded or sent. Check --url, --path, --lookup and the token;"
+                        " where the server offers no look-up, --no-lookup sends without"
+                        " one (read what it risks in its help)",
+                    )
+                ],
+            )
+        problems = []
+        for item in self.rows:
+            asked = item.asked
+            if asked is None or asked.verdict.finding not in ("mismatch", "ambiguous"):
+                continue
+            problems.append((item.row.number, _conflict(self, item, asked)))
+        if problems:
+            problems.insert(0, (0, SCOPE_ADVICE))
+            raise BatchInvalid(self.batch.source, problems)
+        found = sum(1 for i in self.rows if i.asked and i.asked.verdict.finding == "found")
+        if self.counts.looked_up:
+            self._notify(
+                f"looked up {self.counts.looked_up} row(s): {found} found on the server"
+                f" (recorded, not sent), {self.counts.looked_up - found} not found"
+            )
+
+    # -- 3. record -------------------------------------------------------------------
+
+    def record(self) -> list[_Row]:
+        """Record what the look-ups found and register the new rows; the rows to send."""
+        to_send: list[_Row] = []
+        new: list[_Row] = []
+        for item in self.rows:
+            step = item.plan.step
+            if step in (Step.DONE, Step.REFUSED):
+                continue
+            verdict = item.asked.verdict if item.asked else None
+            if step is Step.NEW:
+                if verdict is not None and verdict.finding == "found":
+                    self._record_found(item)
+                else:
+                    new.append(item)
+                continue
+            record = item.plan.record
+            assert record is not None
+            if step is Step.REOPEN:
+                # Never applied: pointed at this run's URL first, then settled as found.
+                reopened = self._reopen(item)
+                if reopened is None:
+                    continue
+                record = reopened
+            if verdict is not None and not self._settle_known(item, verdict, record):
+                continue
+            item.outgoing = _recorded_intent(record)
+            to_send.append(item)
+        if new:
+            self._register(new)
+            to_send.extend(new)
+        to_send.sort(key=lambda item: item.index)
+        return to_send
+
+    def _intent(self, item: _Row) -> Intent:
+        """A new row's intent, exactly as the transport will find it when it is sent."""
+        assert self._url is not None, "planned first"
+        body = self.request_of(item.row, item.identity).body
+        return Intent(
+            operation_id=item.identity.operation_id,
+            key=item.identity.key,
+            key_given=True,
+            method="POST",
+            url=str(self._url),
+            headers=_HEADERS,
+            body=body,
+            fingerprint=fingerprint("POST", self._url, body),
+            reference=item.identity.reference,
+        )
+
+    def _register(self, rows: Sequence[_Row]) -> None:
+        try:
+            self.store.register((self._intent(item) for item in rows), now=self.clock.time())
+        except OperationMismatch as exc:
+            by_id = {item.identity.operation_id: item.row.number for item in rows}
+            raise BatchInvalid(
+                self.batch.source,
+                [
+                    (by_id.get(operation_id, 0), f"changed in the store while planning: {why}")
+                    for operation_id, why in exc.conflicts
+                ],
+            ) from exc
+
+    def _record_found(self, item: _Row) -> None:
+        """A row the store did not know, found on the server: recorded, never sent."""
+        asked = item.asked
+        assert asked is not None
+        verdict = asked.verdict
+        if verdict.state is None:
+            self.counts.found_unsettled += 1
+            self._done(
+                item,
+                _line(
+                    item,
+                    key=item.identity.key,
+                    state=State.INDETERMINATE,
+                    status=None,
+                    resource=_item_id(verdict),
+                    replayed=False,
+                    reason=f"found on the server, not final yet ({verdict.why}): not sent;"
+                    " run again later to settle it",
+                ),
+            )
+            return
+        owner = new_owner()
+        try:
+            now = self.clock.time()
+            begin = self.store.begin(
+                self._intent(item), owner=owner, now=now, lease_until=now + LEASE_MARGIN
+            )
+            if begin.claim in (Claim.CREATED, Claim.CLAIMED):
+                response = asked.response
+                record = self.store.settle(
+                    item.identity.operation_id,
+                    owner=owner,
+                    applied=True,
+                    evidence=f"found by look-up before sending: GET {asked.url}: {verdict.why}",
+                    now=self.clock.time(),
+                    response=None
+                    if response is None
+                    else StoredResponse.of(
+                        response.status_code,
+                        tuple(response.headers.multi_items()),
+                        response.content,
+                    ),
+                    state=verdict.state,
+                )
+            else:  # another process recorded it meanwhile: what it recorded stands
+                record = begin.record
+        finally:
+            release_owner(owner)  # the call is over, whatever the store did
+        self.counts.found += 1
+        self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
+
+    def _settle_known(self, item: _Row, verdict: Verdict, record: OperationRecord) -> bool:
+        """Apply a look-up to a known, old record; True if the row is to be sent."""
+        asked = item.asked
+        assert asked is not None
+        if verdict.finding == "not_found" and not record.maybe_applied:
+            return True
+        try:
+            taken = _reconcile.take(self.store, self.clock, record.operation_id)
+        except OutcomeError as busy:  # another process is sending it right now
+            self._done(
+                item,
+                ReportRow.of(
+                    item.row.number,
+                    item.identity.reference,
+                    busy.outcome,
+                    _reason(busy.outcome, budget=False),
+                ),
+            )
+            return False
+        if isinstance(taken, Outcome):  # finished meanwhile
+            self._done(item, ReportRow.of(item.row.number, item.identity.reference, taken))
+            return False
+        try:
+            outcome = _reconcile.apply(
+                self.store,
+                self.clock,
+                taken,
+                verdict,
+                where=f"GET {asked.url}",
+                response=asked.response,
+            )
+        except OutcomeError as exc:  # found, not final yet: maybe applied from now on
+            self.counts.found_unsettled += 1
+            self._done(
+                item,
+                _line(
+                    item,
+                    key=record.key,
+                    state=State.INDETERMINATE,
+                    status=None,
+                    resource=_item_id(verdict),
+                    replayed=False,
+                    reason=f"found on the server, not final yet ({verdict.why}): not sent;"
+                    f" run again later to settle it ({exc.outcome.state.value})",
+                ),
+            )
+            return False
+        if outcome.state.finished:
+            self.counts.found += 1
+            self._done(
+                item,
+                ReportRow.of(
+                    item.row.number, item.identity.reference, outcome, _found_reason(verdict)
+                ),
+            )
+            return False
+        return True  # not found: no longer maybe applied, sent again with its key
+
+    def _reopen(self, item: _Row) -> OperationRecord | None:
+        """Point a row never applied at another URL at this run's request, same key;
+        the record as it is now (None: settled meanwhile, and reported)."""
+        record = item.plan.record
+        assert record is not None
+        new = self._intent(item)
+        intent = Intent(
+            operation_id=record.operation_id,
+            key=record.key,
+            key_given=True,
+            method="POST",
+            url=new.url,
+            headers=new.headers,
+            body=new.body,
+            fingerprint=new.fingerprint,
+            reference=new.reference,
+        )
+        reopened = self.store.reopen(
+            intent,
+            evidence=f"reopened for {intent.url} under the same key: {item.plan.why}",
+            now=self.clock.time(),
+        )
+        if reopened is not None:
+            item.reopened = item.plan.why
+            return reopened
+        # Changed since it was planned (another process): what is stored now decides.
+        current = self.store.get(record.operation_id)
+        if current is not None and current.state.finished:
+            self._done(item, _recorded_line(item, current))
+            return None
+        if current is None or current.url != intent.url:
+            raise BatchInvalid(
+                self.batch.source,
+                [(item.row.number, "changed in the store while this run planned it: run again")],
+            )
+        return current
+
+    # -- 4. send ---------------------------------------------------------------------
+
+    def request_for(self, item: _Row) -> httpx.Request:
+        # A new row's intent is made again here, as it was registered.
+        outgoing = item.outgoing or self._intent(item)
+        headers = httpx.Headers(list(outgoing.headers))
+        headers[KEY_HEADER] = outgoing.key
+        return self.http.build_request(
             "POST",
-            self.path,
-            content=_body(row),
-            headers={KEY_HEADER: key, "Content-Type": "application/json"},
+            outgoing.url,
+            headers=headers,
+            content=outgoing.body,
             extensions={
-                CALL_OPTIONS: CallOptions(operation_id=key, reference=row.reference, hooks=hooks)
+                CALL_OPTIONS: CallOptions(
+                    operation_id=outgoing.operation_id,
+                    reference=outgoing.reference,
+                    hooks=self.tracker.hooks(outgoing.key),
+                )
             },
         )
 
-    def intents(
-        self, http: httpx.Client | httpx.AsyncClient, batch: Batch, keys: Sequence[str]
-    ) -> Iterator[Intent]:
-        """Every row's intent, exactly as the transport will find it when the row is sent
-        (same key, URL and body bytes, so the same fingerprint), without building an
-        httpx request per row: the URL and headers are the same for every row. Made
-        one at a time, as the store takes them."""
-        template = intent_for(
-            http.build_request("POST", self.path, headers={"Content-Type": "application/json"}),
-            b"",
-        )
-        url = httpx.URL(template.url)
-        for row, key in zip(batch.rows, keys, strict=True):
-            body = _body(row)
-            yield Intent(
-                operation_id=key,
-                key=key,
-                key_given=True,
-                method="POST",
-                url=template.url,
-                headers=template.headers,
-                body=body,
-                fingerprint=fingerprint("POST", url, body),
-                reference=row.reference,
+    def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
+        budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
+        with self._lock:
+            self.counts.budget += budget
+            self.counts.reopened += bool(item.reopened)
+        if isinstance(error, ReconcileRequired):
+            reason = (
+                f"may have been applied, and recorded longer ago than the server keeps keys:"
+                f" never sent again; settle it with idemclient ops reconcile"
+                f" {outcome.operation_id} ({outcome.evidence})"
             )
+        else:
+            reason = _reason(outcome, budget=budget)
+        if item.reopened:
+            reason = f"sent again under its key to this run's URL ({item.reopened}); {reason}"
+        self._done(item, ReportRow.of(item.row.number, item.identity.reference, outcome, reason))
+
+    def not_started(self, item: _Row) -> None:
+        """A row not sent: the server refused the credentials, or the run was stopped."""
+        record = item.outgoing or self._intent(item)
+        stopped = self.stopping.is_set()
+        if not stopped:
+            with self._lock:
+                self.counts.not_started += 1
+        self._done(
+            item,
+            _recorded_line(
+                item,
+                self.store.get(record.operation_id),
+                key=record.key,
+                reason="not sent: interrupted before it was started"
+                if stopped
+                else "not sent: the server refused the credentials (HTTP 401) for an"
+                " earlier row; check the token",
+                replayed=False,
+            ),
+        )
+
+    def stopped(self, item: _Row) -> None:
+        """A row whose retries were cut short by `stop`."""
+        outgoing = item.outgoing or self._intent(item)
+        current = self.store.get(outgoing.operation_id)
+        maybe = current is None or current.maybe_applied or current.state is State.IN_FLIGHT
+        self._done(
+            item,
+            _recorded_line(
+                item,
+                current,
+                key=outgoing.key,
+                reason="interrupted while being sent: "
+                + ("may have been applied; run again" if maybe else "not applied; run again"),
+                replayed=False,
+            ),
+        )
+
+    def _done(self, item: _Row, line: ReportRow) -> None:
+        self.results[item.index] = line
+        self.tracker.finished(line.key, line)
+
+    # -- the report ------------------------------------------------------------------
+
+    def report(self, *, interrupted: bool = False) -> Report:
+        """The report as things stand: rows not done yet are shown as the store has
+        them (an interrupted run), or as not sent when it does not know them."""
+        lines: list[ReportRow] = []
+        for index, row in enumerate(self.batch.rows):
+            line = self.results[index]
+            if line is None:
+                line = self._not_done(index, row)
+            lines.append(line)
+        counts = self.counts
+        notes = []
+        if counts.found:
+            notes.append(f"{counts.found} found on the server by look-up (recorded, not sent)")
+        if counts.found_unsettled:
+            notes.append(
+                f"{counts.found_unsettled} found on the server but not final yet (not sent)"
+            )
+        if counts.reopened:
+            notes.append(
+                f"{counts.reopened} never applied at an earlier URL, path or token, sent"
+                " again under their keys"
+            )
+        if counts.not_started:
+            notes.append(f"{counts.not_started} not started after the server refused the token")
+        if counts.budget:
+            notes.append(
+                f"{counts.budget} stopped by the client's retry budget before their attempts"
+                " ran out (run again, or give it more: --retry-budget)"
+            )
+        metadata = {
+            **self.metadata,
+            "source": self.batch.source,
+            "batch_reference": self.batch.scope,
+            "operation": self.target.operation,
+            "path": self.target.path,
+            "namespace": str(self.target.namespace),
+            "lookup": None if self.target.lookup is None else self.target.lookup.template,
+            "key_retention_seconds": self.policy.key_retention,
+            "store": self.store.path,
+            "started_at": self.started,
+            "finished_at": _utc_now(),
+            "idemclient": __version__,
+            "looked_up": counts.looked_up,
+            "found_by_lookup": counts.found,
+            "reopened": counts.reopened,
+            "stopped_by_retry_budget": counts.budget,
+        }
+        return Report(
+            batch=self.batch.scope or _name(self.batch.source),
+            rows=tuple(lines),
+            metadata=metadata,
+            notes=tuple(notes),
+            interrupted=interrupted,
+        )
+
+    def _not_done(self, index: int, row: PayoutRow) -> ReportRow:
+        item = self.rows[index] if index < len(self.rows) else None
+        if item is None:  # stopped while planning
+            return ReportRow(
+                row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False,
+                "not sent: interrupted before it was recorded",
+            )  # fmt: skip
+        operation_id = (
+            item.outgoing.operation_id if item.outgoing is not None else item.identity.operation_id
+        )
+        record = self.store.get(operation_id)
+        maybe = record is not None and (record.maybe_applied or record.state is State.IN_FLIGHT)
+        return _recorded_line(
+            item,
+            record,
+            key=item.outgoing.key if item.outgoing is not None else item.identity.key,
+            reason="interrupted while being sent: may have been applied; run again"
+            if maybe
+            else "not sent: interrupted; run again",
+            replayed=False,
+        )
 
 
-def _body(row: PayoutRow) -> bytes:
+# -- report lines ----------------------------------------------------------------------
+
+
+def _line(
+    item: _Row,
+    *,
+    key: str,
+    state: State,
+    status: int | None,
+    resource: str | None,
+    replayed: bool,
+    reason: str,
+    attempts: int = 0,
+) -> ReportRow:
+    return ReportRow(
+        row=item.row.number,
+        ref=item.identity.reference,
+        key=key,
+        state=state.value,
+        http_status=status,
+        resource_id=resource,
+        attempts=attempts,
+        replayed=replayed,
+        reason=reason,
+    )
+
+
+def _recorded_line(
+    item: _Row,
+    record: OperationRecord | None,
+    *,
+    key: str | None = None,
+    reason: str = "",
+    replayed: bool = True,
+) -> ReportRow:
+    """A row as the store has it (not sent, when it has nothing), without sending."""
+    if record is None:
+        return _line(
+            item,
+            key=key or item.identity.key,
+            state=State.NOT_SENT,
+            status=None,
+            resource=None,
+            replayed=False,
+            reason=reason,
+        )
+    response = record.response
+    state = State.NOT_SENT if record.state is State.PENDING else record.state
+    if not reason:
+        reason = {
+            State.SUCCEEDED: "answered from the store (done in an earlier run)",
+            State.FAILED: f"refused in an earlier run ({record.evidence})",
+        }.get(state, f"{state.value} in the store, being sent elsewhere: run again")
+    return _line(
+        item,
+        key=record.key,
+        state=state,
+        status=None if response is None else response.status_code,
+        resource=None if response is None else resource_id(response.body),
+        replayed=replayed and state.finished,
+        reason=reason,
+        attempts=record.attempts,
+    )
+
+
+def _recorded_intent(record: OperationRecord) -> Intent:
+    """A recorded operation as the intent it is sent again as: its own request."""
+    return Intent(
+        operation_id=record.operation_id,
+        key=record.key,
+        key_given=True,
+        method=record.method,
+        url=record.url,
+        headers=record.headers,
+        body=record.body,
+        fingerprint=record.fingerprint,
+        reference=record.reference,
+    )
+
+
+def _found_reason(verdict: Verdict) -> str:
+    return f"found on the server by look-up, not sent ({verdict.why})"
+
+
+def _item_id(verdict: Verdict) -> str | None:
+    item = verdict.item
+    value = None if item is None else item.get("id")
+    return None if value is None else str(value)
+
+
+def _reason(outcome: Outcome, *, budget: bool) -> str:
+    state = outcome.state
+    if budget and not state.finished:
+        then = "may have been applied" if outcome.maybe_applied else "not applied"
+        return f"stopped by the retry budget: {then}; run again ({outcome.evidence})"
+    if state is State.SUCCEEDED:
+        if outcome.from_store:
+            return "answered from the store (done in an earlier run)"
+        if outcome.replayed:
+            return "answered by the server from an earlier attempt under the same key"
+        return "sent now"
+    if state is State.FAILED:
+        earlier = "in an earlier run " if outcome.from_store else ""
+        return f"refused by the server {earlier}({outcome.evidence})"
+    if outcome.last_status in _REFUSED_CREDENTIALS:
+        return (
+            f"the server refused the credentials (HTTP {outcome.last_status}): check the"
+            " token; not applied"
+            if not outcome.maybe_applied
+            else f"the server refused the credentials (HTTP {outcome.last_status}) after an"
+            " attempt that may have been applied: check the token, then run again"
+        )
+    if state is State.INDETERMINATE:
+        return f"may have been applied ({outcome.evidence}): run again"
+    if state is State.IN_FLIGHT:
+        return f"being sent by another caller ({outcome.evidence}): run again"
+    return f"not sent ({outcome.evidence}): run again"
+
+
+def _conflict(run: _Run, item: _Row, asked: Asked) -> str:
+    verdict = asked.verdict
+    reference = item.identity.reference
+    if verdict.finding == "ambiguous":
+        return (
+            f"reference {reference!r}: the server holds {len(verdict.others)} payments with"
+            f" this content (GET {asked.url}); settle it by hand before submitting it"
+        )
+    payload = run.request_of(item.row, item.identity).payload
+    shown = []
+    for payment in verdict.others[:3]:
+        diffs = [
+            f"{name} {_value(value)} here, {_value(payment.get(name))} there"
+            for name, value in payload.items()
+            if name not in SERVER_FIELDS
+            and name != "reference"
+            and (name in ("amount", "currency") or name in payment)
+            and payment.get(name) != value
+        ]
+        name = payment.get("id", "a payment")
+        shown.append(f"{name}: " + ("; ".join(diffs) or "content not shown"))
+    return (
+        f"reference {reference!r} is already on the server with other content (GET"
+        f" {asked.url}): " + " | ".join(shown)
+    )
+
+
+def _value(value: object) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _name(source: str) -> str:
+    return source.rsplit("/", 1)[-1]
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _body(payload: Mapping[str, object]) -> bytes:
     """The JSON body, encoded here rather than by httpx, so that the bytes registered
     and the bytes sent are the same whatever httpx version encodes JSON."""
-    return _JSON.encode(row.payload()).encode()
+    return _JSON.encode(payload).encode()
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_HEADERS = (("content-type", "application/json"),)
 
 
-def _registered(
-    store: Store, batch: Batch, plan: _Plan, http: httpx.Client | httpx.AsyncClient, now: float
-) -> list[str]:
-    """Register every row in one transaction, or none (a row changed since it was first
-    sent); return the rows' keys."""
-    keys = [plan.key(batch, row) for row in batch.rows]
+# -- driving a run: threads ----------------------------------------------------------------
+
+
+def _pool(
+    count: int,
+    jobs: Sequence[T],
+    work: Callable[[T], None],
+    stop: threading.Event,
+    also_stop: Callable[[], bool] = lambda: False,
+) -> None:
+    """Run `work` on every job with `count` threads pulling from one queue, until done,
+    `stop` is set or `also_stop()` is true; an error in a thread is re-raised here."""
+    iterator: Iterator[T] = iter(jobs)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        # A few threads pulling jobs, not a future per row: a hundred thousand rows
+        # cost a hundred thousand report lines, and nothing else.
+        while not failures and not stop.is_set() and not also_stop():
+            with lock:
+                job = next(iterator, None)
+            if job is None:
+                return
+            try:
+                work(job)
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    threads = [
+        threading.Thread(target=worker, name=f"idemclient-batch-{n}", daemon=True)
+        for n in range(min(count, max(1, len(jobs))))
+    ]
+    for thread in threads:
+        thread.start()
     try:
-        store.register(plan.intents(http, batch, keys), now=now)
-    except OperationMismatch as exc:
-        row_of = {key: row.number for key, row in zip(keys, batch.rows, strict=True)}
-        problems = [
-            (
-                row_of.get(operation_id, 0),
-                "was submitted before with different content under the same key"
-                " (same batch, reference, operation and value date); the first submission"
-                " stands: use a new reference for a new payment",
-            )
-            for operation_id, _reason in exc.conflicts
-        ]
-        raise BatchInvalid(batch.source, problems) from exc
-    return keys
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        stop.set()  # interrupted while waiting: the threads start nothing new
+        raise
+    if failures:
+        raise failures[0]
 
 
-def _row_report(row: PayoutRow, outcome: Outcome) -> ReportRow:
-    return ReportRow.of(row.number, row.reference, outcome)
+def run_sync(run: _Run, client: httpx.Client) -> Report:
+    """Every phase of `run`, in this thread (and a few worker threads)."""
+    run.plan()
+    askings = run.askings()
+    stop_asking = threading.Event()
+
+    def ask(item: _Row) -> None:
+        asking = run.asking(item)
+        item.asked = look_up(client, asking, run.clock, run.policy.attempt_timeout)
+        if item.asked.verdict.finding == "unknown":
+            stop_asking.set()  # the look-up does not work: stop asking
+
+    _pool(run.concurrency, askings, ask, run.stopping, stop_asking.is_set)
+    if run.stopping.is_set():
+        return run.report(interrupted=True)
+    run.take_answers()
+    to_send = run.record()
+
+    def send(item: _Row) -> None:
+        if run.stopping.is_set():
+            return
+        if run.tracker.credentials_refused:
+            run.not_started(item)
+            return
+        try:
+            response = client.send(run.request_for(item))
+        except _Stopped:
+            run.stopped(item)
+            return
+        except OutcomeError as exc:
+            run.sent(item, exc.outcome, exc)
+            return
+        response.close()
+        outcome = response.extensions[OUTCOME]
+        assert isinstance(outcome, Outcome)
+        run.sent(item, outcome)
+
+    _pool(run.concurrency, to_send, send, run.stopping)
+    return run.report(interrupted=run.stopping.is_set())
 
 
-def _unstarted(store: Store, key: str) -> Outcome:
-    record = store.get(key)
-    assert record is not None, "every row was registered before sending"
-    return Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state if record.state is not State.PENDING else State.NOT_SENT,
-        attempts=record.attempts,
-        evidence=record.evidence or "not started: the server refused the credentials",
-        maybe_applied=record.maybe_applied,
-        from_store=True,
+def _lookup_settings(
+    lookup: str | None,
+    path: str,
+    statuses: Mapping[str, State] | None,
+    reliable_404: bool,
+) -> LookupSettings | None:
+    if lookup is None:
+        return None
+    template = lookup.replace("{path}", path)
+    _reconcile.fill(template, key="k", reference="r", name="the look-up")  # fails early
+    if "{reference}" not in template and "{key}" not in template:
+        raise ValueError(
+            f"look-up {lookup!r} names no row: use {{reference}} (or {{key}}), e.g."
+            " /v1/payouts?reference={reference}"
+        )
+    return LookupSettings(
+        template,
+        LookupRules(
+            statuses=_reconcile.DEFAULT_STATUSES if statuses is None else statuses,
+            reliable_404=reliable_404,
+        ),
+    )
+
+
+def make_run(
+    batch: Batch,
+    client: Client | AsyncClient,
+    *,
+    path: str,
+    operation: str,
+    namespace: uuid.UUID,
+    concurrency: int,
+    on_progress: Callable[[BatchProgress], None] | None,
+    lookup: str | None,
+    statuses: Mapping[str, State] | None,
+    reliable_404: bool,
+    notify: Callable[[str], None] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> _Run:
+    if not operation or "\x1f" in operation:
+        raise ValueError(f"operation {operation!r} must be a non-empty name")
+    return _Run(
+        batch,
+        store=client.store,
+        clock=client.settings.clock,
+        policy=client.policy,
+        http=client.http,
+        target=_Target(
+            path, operation, namespace, _lookup_settings(lookup, path, statuses, reliable_404)
+        ),
+        concurrency=concurrency,
+        on_progress=on_progress,
+        notify=notify,
+        metadata=metadata,
     )
 
 
@@ -212,66 +1087,39 @@ def submit(
     namespace: uuid.UUID = DEFAULT_NAMESPACE,
     concurrency: int = 8,
     on_progress: Callable[[BatchProgress], None] | None = None,
+    lookup: str | None = DEFAULT_LOOKUP,
+    statuses: Mapping[str, State] | None = None,
+    reliable_404: bool = False,
 ) -> Report:
     """Submit every row of `batch` through `client`; return the per-row report.
 
-    Raises `BatchInvalid` (nothing sent) if a row was submitted before with different
-    content. Rows end in any state; `Report.exit_code` says what to do next.
+    Each row is its reference (within `batch.scope`), sent under the key
+    ``uuid5(namespace, reference, operation)``, or under the key the store already
+    holds for it. Before a row the store does not know (or knows from longer ago than
+    `client.policy.key_retention`) is first sent, its reference is looked up on the
+    server: `lookup` is a URL template with `{reference}` (and `{path}`, this path);
+    None sends without looking up, which pays twice whatever the server paid without
+    this store knowing it. A found payment is recorded as what it came to
+    (`statuses`, `reliable_404`: see `Client.reconcile`) and not sent.
+
+    Raises `BatchInvalid` (nothing recorded or sent) when a known reference comes with
+    other content, when the look-up does not work, or when the server holds the
+    reference with other content. Rows end in any state; `Report.exit_code` says what
+    to do next.
     """
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    plan = _Plan(path, operation, namespace)
-    now = client.settings.clock.time()
-    keys = _registered(client.store, batch, plan, client.http, now)
-    tracker = _Tracker(len(keys), on_progress)
-    results: list[ReportRow | None] = [None] * len(keys)
-    work = iter(range(len(keys)))
-    lock = threading.Lock()
-    failures: list[BaseException] = []
-
-    def worker() -> None:
-        # A few threads pulling rows, not a future per row: a hundred thousand rows
-        # cost a hundred thousand report lines, and nothing else.
-        while not failures:
-            with lock:
-                index = next(work, None)
-            if index is None:
-                return
-            row, key = batch.rows[index], keys[index]
-            try:
-                if tracker.credentials_refused:
-                    outcome = _unstarted(client.store, key)
-                else:
-                    request = plan.request(client.http, key, row, tracker.hooks(key))
-                    outcome = _send(client.http, request)
-            except BaseException as exc:  # re-raised by the caller, not lost in a thread
-                failures.append(exc)
-                return
-            tracker.finished(key, outcome)
-            results[index] = _row_report(row, outcome)
-
-    threads = [
-        threading.Thread(target=worker, name=f"idemclient-batch-{n}", daemon=True)
-        for n in range(min(concurrency, max(1, len(keys))))
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
-    return Report(batch=batch.reference, rows=tuple(r for r in results if r is not None))
-
-
-def _send(http: httpx.Client, request: httpx.Request) -> Outcome:
-    try:
-        response = http.send(request)
-    except OutcomeError as exc:
-        return exc.outcome
-    response.close()
-    outcome = response.extensions[OUTCOME]
-    assert isinstance(outcome, Outcome)
-    return outcome
+    run = make_run(
+        batch,
+        client,
+        path=path,
+        operation=operation,
+        namespace=namespace,
+        concurrency=concurrency,
+        on_progress=on_progress,
+        lookup=lookup,
+        statuses=statuses,
+        reliable_404=reliable_404,
+    )
+    return run_sync(run, client.http)
 
 
 async def asubmit(
@@ -283,35 +1131,59 @@ async def asubmit(
     namespace: uuid.UUID = DEFAULT_NAMESPACE,
     concurrency: int = 8,
     on_progress: Callable[[BatchProgress], None] | None = None,
+    lookup: str | None = DEFAULT_LOOKUP,
+    statuses: Mapping[str, State] | None = None,
+    reliable_404: bool = False,
 ) -> Report:
     """`submit` for an `AsyncClient`."""
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    plan = _Plan(path, operation, namespace)
-    now = client.settings.clock.time()
-    keys = await anyio.to_thread.run_sync(_registered, client.store, batch, plan, client.http, now)
-    tracker = _Tracker(len(keys), on_progress)
-    results: list[ReportRow | None] = [None] * len(keys)
-    work = iter(range(len(keys)))
+    run = make_run(
+        batch,
+        client,
+        path=path,
+        operation=operation,
+        namespace=namespace,
+        concurrency=concurrency,
+        on_progress=on_progress,
+        lookup=lookup,
+        statuses=statuses,
+        reliable_404=reliable_404,
+    )
+    http = client.http
+    await anyio.to_thread.run_sync(run.plan)
+    askings = iter(run.askings())
+    failed = False
 
-    async def worker() -> None:
-        for index in work:  # tasks share one iterator: each row is taken once
-            row, key = batch.rows[index], keys[index]
-            if tracker.credentials_refused:
-                outcome = await anyio.to_thread.run_sync(_unstarted, client.store, key)
-            else:
-                request = plan.request(client.http, key, row, tracker.hooks(key))
-                try:
-                    response = await client.http.send(request)
-                except OutcomeError as exc:
-                    outcome = exc.outcome
-                else:
-                    await response.aclose()
-                    outcome = response.extensions[OUTCOME]
-            tracker.finished(key, outcome)
-            results[index] = _row_report(row, outcome)
+    async def ask() -> None:
+        nonlocal failed
+        for item in askings:  # tasks share one iterator: each row is asked once
+            if failed:
+                return
+            asking = run.asking(item)
+            item.asked = await alook_up(http, asking, run.clock, run.policy.attempt_timeout)
+            failed = failed or item.asked.verdict.finding == "unknown"
 
     async with anyio.create_task_group() as group:
-        for _ in range(min(concurrency, max(1, len(keys)))):
-            group.start_soon(worker)
-    return Report(batch=batch.reference, rows=tuple(r for r in results if r is not None))
+        for _ in range(run.concurrency):
+            group.start_soon(ask)
+    run.take_answers()
+    to_send = iter(await anyio.to_thread.run_sync(run.record))
+
+    async def send() -> None:
+        for item in to_send:
+            if run.tracker.credentials_refused:
+                await anyio.to_thread.run_sync(run.not_started, item)
+                continue
+            try:
+                response = await http.send(run.request_for(item))
+            except OutcomeError as exc:
+                run.sent(item, exc.outcome, exc)
+                continue
+            await response.aclose()
+            outcome = response.extensions[OUTCOME]
+            assert isinstance(outcome, Outcome)
+            run.sent(item, outcome)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(run.concurrency):
+            group.start_soon(send)
+    return run.report()

@@ -250,8 +250,9 @@ class Core:
         rows = self.storage.find_resources(
             client=client, kind=kind, reference=reference, idempotency_key=key
         )
-        if not rows:
-            raise _not_found(kind)
+        # No match is an empty list, not a 404: a client telling "no such payment" from
+        # "no such endpoint" must not have to guess (another client's payments are no
+        # match either, so the answer still reveals nothing about them).
         return _json_response(200, {"object": "list", "data": [resource_json(r) for r in rows]})
 
     # -- creation: admission, then the phase machine -----------------------------------

@@ -31,7 +31,7 @@ def test_the_sample_file_reads_whole(tmp_path: Path) -> None:
     path = tmp_path / "payroll-sample.csv"
     shutil.copy(SAMPLE, path)
     batch = read_batch(path)
-    assert batch.reference == "payroll-sample"  # from the file name
+    assert batch.reference is batch.scope is None  # never from the file's name
     assert len(batch.rows) == 20
     first = batch.rows[0]
     assert (first.number, first.reference, first.amount, first.currency) == (
@@ -53,9 +53,11 @@ def test_the_sample_file_reads_whole(tmp_path: Path) -> None:
     }
 
 
-def test_batch_reference_can_be_given(tmp_path: Path) -> None:
+def test_batch_reference_is_the_scope_of_the_references(tmp_path: Path) -> None:
     path = write(tmp_path, HEADER + "r1,E1,A,GB00,100,GBP,2026-11-30\n")
-    assert read_batch(path, batch_reference="run-7").reference == "run-7"
+    batch = read_batch(path, batch_reference="2026-11")
+    assert batch.reference == batch.scope == "2026-11"
+    assert batch.rows[0].reference == "r1"  # the row's own; the server sees 2026-11/r1
 
 
 def test_every_problem_is_listed_with_its_row(tmp_path: Path) -> None:
@@ -98,7 +100,7 @@ def test_every_value_problem_is_listed_with_its_row(tmp_path: Path) -> None:
     assert "'2026-02-30' is not a date" in reasons[6]
     assert "greater than zero" in reasons[7]
     assert [reason for row, reason in problems if row == 8] == [
-        "amount '-5' is not a whole number of minor units",
+        "amount '-5' is negative: an amount must be positive (greater than zero)",
         "value date '30/11/2026' is not a date (YYYY-MM-DD)",
     ]
 
@@ -175,3 +177,40 @@ def test_records_from_python_are_validated_the_same_way() -> None:
             [{"ref": "a", "amount": "x", "currency": "EUR", "value_date": "2026-12-01"}],
             reference="run-1",
         )
+
+
+@pytest.mark.parametrize(
+    ("amount", "amount_format"),
+    [("-100", "minor"), ("-0", "minor"), ("-3570.01", "major"), ("-5", "major")],
+)
+def test_a_negative_amount_is_told_to_be_positive(
+    tmp_path: Path, amount: str, amount_format: str
+) -> None:
+    path = write(tmp_path, HEADER + f"r1,E1,A,GB00,{amount},GBP,2026-11-30\n")
+    [(row, reason)] = problems_of(path, amount_format=amount_format)
+    assert (row, reason) == (
+        1,
+        f"amount '{amount}' is negative: an amount must be positive (greater than zero)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("delimiter", "name"), [(";", "semicolon"), ("\t", "tab"), ("|", "vertical bar")]
+)
+def test_a_file_separated_by_another_character_is_named(
+    tmp_path: Path, delimiter: str, name: str
+) -> None:
+    text = (HEADER + "r1,E1,A,GB00,100,GBP,2026-11-30\n").replace(",", delimiter)
+    path = write(tmp_path, text)
+    [(row, reason)] = problems_of(path)
+    assert row == 0
+    assert f"looks {name}-separated" in reason
+    assert "--delimiter" in reason
+    assert read_batch(path, delimiter=delimiter).rows[0].amount == 100
+
+
+def test_a_comma_file_read_as_semicolons_is_named_too(tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER + "r1,E1,A,GB00,100,GBP,2026-11-30\n")
+    assert "looks comma-separated" in problems_of(path, delimiter=";")[0][1]
+    with pytest.raises(ValueError, match="one character"):
+        read_batch(path, delimiter=";;")

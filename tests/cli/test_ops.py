@@ -173,3 +173,48 @@ def test_reconcile_that_cannot_tell_exits_3(store_with_history: Path, live: Live
     )  # fmt: skip
     assert code == 2
     assert "only use" in err
+
+
+def test_reconcile_reads_the_status_and_takes_a_mapping(tmp_path: Path, live: LiveServer) -> None:
+    path = tmp_path / "ops.db"
+    live.server.crash("H2_DONE", path="/v1/payments")  # left "authorized" on the server
+    live.server.answer(503, path="/v1/payments", times=7)  # the other 7 of 8 attempts
+    with (
+        Client(
+            store=path,
+            clock=ManualClock(start=time.time()),
+            base_url=live.url,
+            headers={"Authorization": "Bearer shop-1"},
+        ) as client,
+        pytest.raises(Indeterminate),
+    ):
+        client.post("/v1/payments", json=PAYMENT, operation_id="order-3", reference="inv-9")
+    common = (
+        "ops", "reconcile", "order-3", "--store", str(path), "--url", live.url,
+        "--token", "shop-1", "--lookup", "/v1/payments?reference={reference}",
+    )  # fmt: skip
+    code, _, err = run(*common)
+    assert code == 3
+    assert "status 'authorized', which is not final" in err
+    code, out, err = run(*common, "--status", "authorized=succeeded")
+    assert code == 0, err
+    assert "order-3  succeeded" in out
+    code, _, err = run(*common, "--status", "authorized")
+    assert code == 2
+    assert "NAME=succeeded or NAME=failed" in err
+
+
+def test_reconcile_treats_a_404_as_not_found_only_when_told(
+    store_with_history: Path, live: LiveServer
+) -> None:
+    common = (
+        "ops", "reconcile", "order-2", "--store", str(store_with_history), "--url", live.url,
+        "--token", "shop-1", "--lookup", "/v1/payments/{key}",
+    )  # fmt: skip
+    code, _, err = run(*common)  # a 404: the look-up may be wrong, so nothing is settled
+    assert code == 3
+    assert "HTTP 404" in err
+    with SQLiteStore(store_with_history) as store:
+        record = store.get("order-2")
+        assert record is not None
+        assert record.state is State.INDETERMINATE

@@ -1,20 +1,37 @@
-"""The batch command's progress: a bar on a terminal, plain lines elsewhere."""
+"""The batch command's progress: one line that fits the terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import termios
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from idemclient.batch import BatchProgress
-from idemclient.batch._cli import _ProgressView
+from idemclient.batch._progress import ProgressView, fitted
+from idemclient.testing import LiveServer, serve
+
+from ..batch.support import command, key_of, payroll
 
 
-def progress(done: int, retrying: int = 0) -> BatchProgress:
-    return BatchProgress(
-        total=20, done=done, succeeded=done, replayed=0, retrying=retrying,
-        indeterminate=0, not_sent=0, failed=0,
-    )  # fmt: skip
+def progress(done: int, retrying: int = 0, total: int = 20, **counts: int) -> BatchProgress:
+    values = {"replayed": 0, "indeterminate": 0, "not_sent": 0, "failed": 0, **counts}
+    return BatchProgress(total=total, done=done, succeeded=done, retrying=retrying, **values)
+
+
+@pytest.fixture
+def live() -> Iterator[LiveServer]:
+    with serve() as running:
+        yield running
 
 
 class Terminal(io.StringIO):
@@ -22,10 +39,15 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_plain_lines_every_tenth_when_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+def drawn(output: str) -> list[str]:
+    """What each redraw left on the screen: the text between carriage returns and
+    newlines, with the erase-to-end-of-line sequence taken out."""
+    return [part for part in re.split(r"[\r\n]", output.replace("\x1b[K", "")) if part]
+
+
+def test_plain_lines_every_tenth_when_not_a_terminal() -> None:
     err = io.StringIO()
-    monkeypatch.setattr("sys.stderr", err)
-    view = _ProgressView(20)
+    view = ProgressView(20, stream=err)
     for done in range(1, 21):
         view.update(progress(done, retrying=1 if done < 20 else 0))
     view.close()
@@ -37,14 +59,74 @@ def test_plain_lines_every_tenth_when_not_a_terminal(monkeypatch: pytest.MonkeyP
     assert lines[-1].startswith("[20/20] succeeded 20")
 
 
-def test_a_bar_with_live_counts_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("columns", [20, 40, 60, 80, 120, 200])
+def test_the_line_fits_the_terminal_it_is_drawn_on(columns: int) -> None:
     err = Terminal()
-    monkeypatch.setattr("sys.stderr", err)
-    view = _ProgressView(20)
-    view.update(progress(5, retrying=2))
-    view.update(progress(20))
+    view = ProgressView(100_000, stream=err, width=lambda: columns)
+    big = progress(
+        99_999, retrying=16, total=100_000, replayed=12_345, indeterminate=321, not_sent=4, failed=7
+    )
+    view.update(big)
+    view.say("looking up 4 row(s) on the server")
     view.close()
-    shown = err.getvalue()
-    assert "submitting" in shown
-    assert "20/20" in shown
-    assert "retrying 2" in shown
+    shown = drawn(err.getvalue())
+    bars = [part for part in shown if part.startswith("submitting")]
+    assert len(bars) == 3  # drawn, drawn again under the message, and at the end
+    assert all(len(part) < columns for part in bars), [len(p) for p in bars]
+    assert "looking up 4 row(s) on the server" in shown  # a line of its own
+    assert err.getvalue().endswith("\n")  # what follows starts on its own line
+
+
+@pytest.mark.parametrize(
+    ("width", "expected"),
+    [
+        (80, "submitting [" + "#" * 11 + "-" * 11 + "] 5/10 5 ok, 2 retrying"),
+        (200, "submitting [" + "#" * 15 + "-" * 15 + "] 5/10 5 ok, 2 retrying"),
+        (50, "submitting [######------] 5/10 5 ok, 2 retrying"),
+        (40, "submitting 5/10 5 ok, 2 retrying"),
+        (20, "submitting 5/10 5 ok"),
+        (0, ""),
+    ],
+)
+def test_fitted(width: int, expected: str) -> None:
+    line = fitted(progress(5, retrying=2, total=10), width)
+    assert line == expected
+    assert len(line) <= width
+
+
+def run_in_terminal(argv: list[str], columns: int) -> tuple[int, str]:
+    """Run `argv` with a pseudo-terminal of `columns` columns as its stdout and stderr;
+    its exit code and everything it wrote. Bounded: at most 120 s of silence."""
+    parent, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=child, stderr=child)
+    os.close(child)
+    chunks = []
+    try:
+        while select.select([parent], [], [], 120)[0]:
+            try:
+                data = os.read(parent, 65536)
+            except OSError:  # EIO: the child side is closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(parent)
+    return process.wait(timeout=60), b"".join(chunks).decode()
+
+
+def test_the_commands_progress_fits_an_80_column_terminal(live: LiveServer, tmp_path: Path) -> None:
+    file = tmp_path / "payroll.csv"
+    file.write_text(payroll(150))
+    for n in range(0, 150, 10):  # some rows retry, so the counts change as it runs
+        live.server.answer(503, key=key_of(f"2026-11-E{1000 + n}"), retry_after_ms=50)
+    code, output = run_in_terminal(
+        command(live.url, file, tmp_path / "s.db", "--concurrency", "2"), columns=80
+    )
+    assert code == 0, output
+    assert "submitting [" in output
+    # No redraw wider than the terminal, so none wraps and leaves a line behind: the
+    # lines left are the look-up's two, the bar's last, and the summary.
+    assert all(len(part) <= 80 for part in drawn(output) if "submitting" in part)
+    assert len(output.replace("\r\n", "\n").strip().split("\n")) <= 6, output

@@ -236,4 +236,3 @@ async def test_the_async_client_hands_401_to_the_auth_flow(tmp_path: Path) -> No
     assert outcome.state is State.SUCCEEDED
     assert sum(psp.effects.values()) == 1
     assert operations_in(tmp_path / "c.db") == ["https://psp.test/v1/payments"]
-

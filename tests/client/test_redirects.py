@@ -42,7 +42,8 @@ class Redirecting:
                 self._pay(key, request)
             return httpx.Response(self.status, headers={"location": self.location})
         if request.method == "GET" and request.url.path.startswith("/v2/payments/"):
-            return httpx.Response(200, json={"id": request.url.path.rsplit("/", 1)[-1]})
+            name = request.url.path.rsplit("/", 1)[-1]
+            return httpx.Response(200, json={"id": name, "status": "succeeded"})
         if request.method == "POST":
             if key is None:
                 return httpx.Response(400, json={"error": "missing key"})
@@ -128,7 +129,7 @@ def test_a_303_see_other_settles_the_operation_by_its_get(tmp_path: Path) -> Non
         stored = client.operation("op")
     assert outcome.state is State.SUCCEEDED
     assert outcome.response is not None
-    assert outcome.response.json() == {"id": "pay_1"}
+    assert outcome.response.json() == {"id": "pay_1", "status": "succeeded"}
     assert stored is not None
     assert stored.state is State.SUCCEEDED
     [(post, _, key, _), (get, _, get_key, _)] = psp.seen

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ..cli.test_progress import run_in_terminal
+
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
 
@@ -57,7 +59,11 @@ def test_every_example_is_checked() -> None:
     assert {p.name for p in EXAMPLES.glob("*.py")} == set(EXPECTED) | NEEDS_POSTGRESQL
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+#: Run on a terminal instead (below): its output is a terminal's.
+ON_A_TERMINAL = {"demo.py"}
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED) - ON_A_TERMINAL))
 def test_example_runs(name: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name)],
@@ -95,3 +101,17 @@ def test_the_readme_example_runs_twice_without_paying_twice(tmp_path: Path) -> N
         for _ in range(2)
     ]
     assert runs[0] == runs[1]  # the second run is answered from the store: same payment
+
+
+def test_the_demo_runs_on_an_80_column_terminal_and_its_sigkill_note_has_its_own_line(
+    tmp_path: Path,
+) -> None:
+    code, output = run_in_terminal([sys.executable, str(EXAMPLES / "demo.py")], columns=80)
+    text = output.replace("\r\n", "\n")
+    assert code == 0, text
+    for pattern in EXPECTED["demo.py"]:
+        assert re.search(pattern, text, re.MULTILINE), (pattern, text)
+    assert "Traceback" not in text
+    # The killed submitter leaves its progress line unfinished: the note starts anew.
+    before, _, _ = text.partition("SIGKILL sent with")
+    assert before.endswith("\n"), before[-200:]

@@ -119,7 +119,7 @@ def test_lookup_by_key_and_bad_templates(
         assert psp.reconcile("no-ref", lookup="/v1/payments?idempotency_key={key}").from_store
 
 
-def test_a_custom_judge_of_what_was_found(
+def test_a_custom_judge_of_what_was_found_still_works_but_is_deprecated(
     server: ReferenceServer, clock: ManualClock, tmp_path: Path
 ) -> None:
     server.drop(path="/v1/payments", times=3)
@@ -130,10 +130,91 @@ def test_a_custom_judge_of_what_was_found(
 
         def found(response: httpx.Response) -> bool:
             seen.append(response)
-            return response.json()["data"][0]["status"] == "succeeded"
+            return response.json()["data"][0]["amount"] == 700
 
-        assert psp.reconcile("o", lookup=BY_REFERENCE, found=found).succeeded
+        with pytest.warns(DeprecationWarning, match="statuses="):
+            assert psp.reconcile("o", lookup=BY_REFERENCE, found=found).succeeded
         assert len(seen) == 1
+
+
+def test_a_declined_payment_is_settled_as_failed_not_succeeded(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    server.external_fault(1, "decline")
+    server.drop(path="/v1/payments", times=3)  # declined on the server, every answer lost
+    with client(server, clock, tmp_path / "s.db") as psp:
+        with pytest.raises(Indeterminate):
+            psp.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-77")
+        outcome = psp.reconcile("o", lookup=BY_REFERENCE)
+        assert outcome.state is State.FAILED
+        assert outcome.response is not None
+        assert outcome.response.json()["data"][0]["status"] == "declined"
+        assert "status 'declined'" in outcome.evidence
+        record = psp.store.get("o")
+        assert record is not None
+        assert record.state is State.FAILED
+        # Final: issued again, it is answered from the store, never sent.
+        again = psp.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-77")
+        assert (again.state, again.from_store) == (State.FAILED, True)
+    assert len(server.ledger()) == 1
+
+
+def test_a_payment_still_pending_on_the_server_stays_unsettled_and_maybe_applied(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    server.crash("H1_DONE", path="/v1/payments")  # created (pending), then the worker died
+    server.answer(503, path="/v1/payments", times=2)
+    with client(server, clock, tmp_path / "s.db") as psp:
+        with pytest.raises(Indeterminate):
+            psp.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-77")
+        with pytest.raises(Indeterminate, match="status 'pending', which is not final"):
+            psp.reconcile("o", lookup=BY_REFERENCE)
+        record = psp.store.get("o")
+        assert record is not None
+        assert record.state is State.INDETERMINATE
+        assert record.maybe_applied
+        assert record.lease_owner is None
+        # Once the server finishes it, the same look-up settles it.
+        server.advance(server.lease + 1)
+        server.recover()
+        assert psp.reconcile("o", lookup=BY_REFERENCE).state is State.SUCCEEDED
+    assert len(server.ledger()) == 1
+
+
+def test_a_404_from_the_lookup_itself_is_not_not_found_unless_the_caller_says_so(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    server.answer(500, times=3, path="/v1/payments")  # maybe applied; in fact not
+    wrong = "/v1/payment?reference={reference}"  # a typo: the server answers 404
+    with client(server, clock, tmp_path / "s.db") as psp:
+        with pytest.raises(Indeterminate):
+            psp.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-77")
+        with pytest.raises(Indeterminate, match="HTTP 404: the look-up itself was not found"):
+            psp.reconcile("o", lookup=wrong)
+        record = psp.store.get("o")
+        assert record is not None
+        assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
+        # A look-up whose 404 means "no such payment", said so by the caller.
+        by_id = "/v1/payments/{reference}"
+        settled = psp.reconcile("o", lookup=by_id, reliable_404=True)
+        assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
+    assert server.ledger() == ()
+
+
+def test_the_status_mapping_is_the_callers_to_change(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    server.crash("H2_DONE", path="/v1/payments")  # left "authorized" on the server
+    server.answer(503, path="/v1/payments", times=2)
+    with client(server, clock, tmp_path / "s.db") as psp:
+        with pytest.raises(Indeterminate):
+            psp.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-77")
+        with pytest.raises(Indeterminate, match="'authorized'"):
+            psp.reconcile("o", lookup=BY_REFERENCE)
+        outcome = psp.reconcile("o", lookup=BY_REFERENCE, statuses={"AUTHORIZED": State.SUCCEEDED})
+        assert outcome.state is State.SUCCEEDED
+        with pytest.raises(ValueError, match="succeeded or failed"):
+            psp.reconcile("o", lookup=BY_REFERENCE, statuses={"pending": State.NOT_SENT})
 
 
 @pytest.mark.anyio

@@ -22,6 +22,7 @@ from idemclient import (
 )
 from idemclient.batch import Batch, ExitCode, submit
 from idemclient.postgres import PostgresStore
+from idemclient.testing import ReferenceServer
 
 from ..client.fakes import FakePSP, error, status
 from ..client.ledger_psp import FileLedgerPSP
@@ -116,16 +117,29 @@ def test_a_batch_registers_and_pays_every_row_once(pg_url: str) -> None:
         ],
         reference="payroll-pg",
     )
-    psp = FakePSP()
-    with make_client(pg_url, psp) as client:
-        report = submit(batch, client, concurrency=8)
-    with make_client(pg_url, psp) as client:
-        again = submit(batch, client, concurrency=8)  # the same file, run again
+    clock = ManualClock()
+    with ReferenceServer(clock=clock) as server:  # it answers the batch's look-ups
+
+        def client() -> Client:
+            return Client(
+                store=pg_url,
+                clock=clock,
+                transport=server.transport,
+                base_url="http://psp.test",
+                headers={"Authorization": "Bearer sk_test_secret"},
+            )
+
+        with client() as first:
+            report = submit(batch, first, concurrency=8)
+        with client() as second:
+            again = submit(batch, second, concurrency=8)  # the same file, run again
+            assert second.store.get("batch/payout/payroll-pg/E007") is not None
+        ledger = server.ledger()
     assert report.exit_code is ExitCode.OK
     assert again.exit_code is ExitCode.OK
-    assert len(psp.effects) == 40
-    assert set(psp.effects.values()) == {1}
-    assert len(psp.requests) == 40  # the second run was answered from the store
+    assert all(row.replayed for row in again.rows)  # answered from the store
+    assert len(ledger) == 40
+    assert all((e.ext1_applied, e.ext2_applied) == (1, 1) for e in ledger)
 
 
 HOST = """

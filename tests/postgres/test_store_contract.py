@@ -3,16 +3,19 @@ the same for admission, leases, mismatches, registration, retention and privacy.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
 from idemclient import OperationMismatch, SQLiteStore, State, Store, StoreUnavailable
-from idemclient._store import Claim, Progress, StoredResponse, new_owner
+from idemclient._call import fingerprint
+from idemclient._store import Claim, Intent, Progress, StoredResponse, new_owner
 from idemclient.postgres import PostgresStore
 
 from ..store.conftest import NOW, make_intent
@@ -413,3 +416,137 @@ def test_only_the_lease_holder_may_settle(store: Store) -> None:
     assert record.state is State.IN_FLIGHT
     assert record.maybe_applied is False
     assert record.lease_owner == owner
+
+
+def test_a_lookup_that_finds_a_declined_payment_settles_it_failed(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    found = StoredResponse.of(200, (), b'{"data": [{"status": "declined"}]}')
+    record = store.settle(
+        "op-1",
+        owner=owner,
+        applied=True,
+        evidence="found, declined",
+        now=NOW + 2,
+        response=found,
+        state=State.FAILED,
+    )
+    assert (record.state, record.finished_at) == (State.FAILED, NOW + 2)
+    assert record.response is not None
+    assert record.response.status_code == 200
+    with pytest.raises(ValueError, match="final"):
+        store.settle("op-1", owner=owner, applied=True, evidence="", now=NOW, state=State.PENDING)
+
+
+# -- finding by reference, and reopening what was never applied ----------------------------
+
+
+def reference_intent(operation_id: str, reference: str, key: str | None = None) -> Intent:
+    return dataclasses.replace(
+        make_intent(operation_id, key or f"key-{operation_id}"), reference=reference
+    )
+
+
+def test_find_answers_by_operation_id_or_by_reference(store: Store) -> None:
+    store.register(
+        [
+            reference_intent("op-a", "ref-1"),
+            reference_intent("op-b", "ref-1"),  # a reference may repeat
+            reference_intent("op-c", "ref-2"),
+            dataclasses.replace(make_intent("op-d", "key-d"), reference=None),
+        ],
+        now=NOW,
+    )
+    assert store.find() == []
+    by_reference = store.find(references=["ref-1", "ref-9"])
+    assert sorted(r.operation_id for r in by_reference) == ["op-a", "op-b"]
+    both = store.find(operation_ids=["op-c", "op-d", "op-a"], references=["ref-1"])
+    assert sorted(r.operation_id for r in both) == ["op-a", "op-b", "op-c", "op-d"]
+    assert both[0].body == b'{"amount":100}'
+
+
+def test_find_takes_more_references_than_one_statement_holds(store: Store) -> None:
+    intents = [reference_intent(f"op-{n}", f"ref-{n}") for n in range(12_000)]
+    store.register(intents, now=NOW)
+    wanted = [f"ref-{n}" for n in range(0, 12_000, 2)] + ["ref-none"]
+    assert len(store.find(references=wanted)) == 6_000
+
+
+def moved(intent: Intent, path: str = "/v1/payouts") -> Intent:
+    url = httpx.URL(intent.url).copy_with(path=path)
+    return dataclasses.replace(
+        intent, url=str(url), fingerprint=fingerprint("POST", url, intent.body)
+    )
+
+
+@pytest.mark.parametrize("status", [401, 404, 405, 407])
+def test_an_operation_refused_for_its_target_is_reopened_with_its_key(
+    store: Store, status: int
+) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish(
+        "op-1",
+        owner=owner,
+        state=State.FAILED,
+        progress=progress(applied=False),
+        response=StoredResponse.of(status, (), b"{}"),
+    )
+    record = store.reopen(moved(make_intent()), evidence="wrong path fixed", now=NOW + 5)
+    assert record is not None
+    assert (record.state, record.key, record.response, record.finished_at) == (
+        State.PENDING,
+        "key-1",
+        None,
+        None,
+    )
+    assert record.url == "http://psp.test/v1/payouts"
+    assert record.fingerprint == moved(make_intent()).fingerprint
+    assert (record.evidence, record.updated_at) == ("wrong path fixed", NOW + 5)
+    # Pending again: a call with the corrected request claims it and sends it.
+    taken = store.begin(moved(make_intent()), owner=owner, now=NOW + 6, lease_until=NOW + 60)
+    assert taken.claim is Claim.CLAIMED
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "maybe_applied"),
+    [
+        (State.SUCCEEDED, 201, True),  # applied
+        (State.FAILED, 400, False),  # a refusal of the payment itself
+        (State.FAILED, 422, False),
+        (State.FAILED, 404, True),  # a 404 after an attempt that may have been applied
+        (State.INDETERMINATE, None, True),
+        (State.NOT_SENT, None, True),  # taken over from a caller that may have sent it
+    ],
+)
+def test_nothing_that_may_have_been_applied_is_reopened(
+    store: Store, state: State, status: int | None, maybe_applied: bool
+) -> None:
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish(
+        "op-1",
+        owner=owner,
+        state=state,
+        progress=progress(applied=maybe_applied),
+        response=None if status is None else StoredResponse.of(status, (), b"{}"),
+    )
+    assert store.reopen(moved(make_intent()), evidence="x", now=NOW + 5) is None
+    record = store.get("op-1")
+    assert record is not None
+    assert (record.state, record.url) == (state, make_intent().url)
+
+
+def test_a_pending_or_not_sent_operation_is_reopened_but_never_while_held(store: Store) -> None:
+    store.register([make_intent("op-p", "key-p")], now=NOW)
+    reopened = store.reopen(moved(make_intent("op-p", "key-p")), evidence="moved", now=NOW + 1)
+    assert reopened is not None
+    assert reopened.url.endswith("/v1/payouts")
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    assert store.reopen(moved(make_intent()), evidence="x", now=NOW + 1) is None  # held
+    store.finish("op-1", owner=owner, state=State.NOT_SENT, progress=progress(applied=False))
+    assert store.reopen(moved(make_intent()), evidence="x", now=NOW + 2) is not None
+    # The key is the stored one, or nothing happens.
+    wrong_key = moved(make_intent("op-p", "key-other"))
+    assert store.reopen(wrong_key, evidence="x", now=NOW + 3) is None

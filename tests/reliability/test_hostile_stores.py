@@ -170,7 +170,7 @@ def test_a_damaged_store_is_refused_by_every_door_and_left_as_it_was(
         ["ops", "list", "--store", str(store)],
         ["ops", "resume", "--store", str(store), "--token", "t"],
         ["batch", "submit", str(csv), "--store", str(store), "--url", "http://127.0.0.1:9"],
-        ["batch", "submit", str(csv), "--store", str(store), "--url", "x", "--token", "t"],
+        ["batch", "submit", str(csv), "--store", str(store), "--url", "http://x", "--token", "t"],
     ):
         result = runner.invoke(main, argv, env={"IDEMCLIENT_TOKEN": "t"})
         assert result.exit_code == 2, (argv, result.output)

@@ -1,7 +1,8 @@
 """Look-ups by id, end-to-end reference and idempotency key, scoped to the caller.
 
-Another client's id, reference or key answers exactly as one that never existed: 404,
-never 403, never their data, so nothing can be enumerated.
+Another client's id, reference or key answers exactly as one that never existed (404
+by id, an empty list for a search), never 403, never their data, so nothing can be
+enumerated.
 """
 
 from __future__ import annotations
@@ -36,26 +37,38 @@ def test_a_reference_used_twice_lists_both_payments(env: Env) -> None:
     assert [p["id"] for p in found["data"]] == [first["id"], second["id"]]
 
 
-@pytest.mark.parametrize(
-    ("path", "params"),
-    [
-        ("/v1/payments/{id}", {}),
-        ("/v1/payments", {"reference": "inv-77"}),
-        ("/v1/payments", {"idempotency_key": "k-lookup"}),
-    ],
-)
-def test_another_client_gets_404_exactly_like_a_miss(
-    env: Env, alices_payment: dict, path: str, params: dict
-) -> None:
+def test_another_client_gets_404_by_id_exactly_like_a_miss(env: Env, alices_payment: dict) -> None:
     bob = env.client("bob")
-    theirs = bob.get(path.format(id=alices_payment["id"]), params=params)
-    missing = bob.get(
-        path.format(id="pay_000000000000000000000000"), params=dict.fromkeys(params, "nothing-here")
-    )
+    theirs = bob.get(f"/v1/payments/{alices_payment['id']}")
+    missing = bob.get("/v1/payments/pay_000000000000000000000000")
     assert theirs.status_code == missing.status_code == 404
     assert theirs.headers["content-type"] == "application/problem+json"
     assert theirs.content == missing.content  # not even the wording differs
     assert alices_payment["id"] not in theirs.text
+
+
+@pytest.mark.parametrize("params", [{"reference": "inv-77"}, {"idempotency_key": "k-lookup"}])
+def test_a_search_of_another_clients_payments_is_an_empty_list_like_a_miss(
+    env: Env, alices_payment: dict, params: dict
+) -> None:
+    bob = env.client("bob")
+    theirs = bob.get("/v1/payments", params=params)
+    missing = bob.get("/v1/payments", params=dict.fromkeys(params, "nothing-here"))
+    assert theirs.status_code == missing.status_code == 200
+    assert theirs.json() == {"object": "list", "data": []}
+    assert theirs.content == missing.content
+    assert alices_payment["id"] not in theirs.text
+
+
+def test_a_search_with_no_match_is_200_with_an_empty_list_not_404(env: Env) -> None:
+    # A 404 would be indistinguishable from a wrong path: a client looking a payment
+    # up before paying it again must be able to tell "none" from "not the endpoint".
+    for collection in ("/v1/payments", "/v1/payouts"):
+        found = env.client().get(collection, params={"reference": "never-used"})
+        assert found.status_code == 200
+        assert found.headers["content-type"] == "application/json"
+        assert found.json() == {"object": "list", "data": []}
+    assert env.client().get("/v1/payuots", params={"reference": "x"}).status_code == 404
 
 
 def test_another_clients_key_is_a_new_payment_not_their_response(
@@ -86,7 +99,7 @@ def test_a_key_admitted_but_not_yet_handled_has_no_payment_to_show(env: Env) -> 
     with pytest.raises(Exception, match="disconnected"):
         env.post("k-admitted")
     found = env.client().get("/v1/payments", params={"idempotency_key": "k-admitted"})
-    assert found.status_code == 404  # honest: nothing has been applied
+    assert (found.status_code, found.json()["data"]) == (200, [])  # nothing applied yet
 
 
 @pytest.mark.parametrize(

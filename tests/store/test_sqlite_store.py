@@ -313,4 +313,29 @@ def test_a_version_1_store_is_migrated_and_keeps_its_operations(store_path: Path
     with sqlite3.connect(store_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = {row[1] for row in conn.execute("PRAGMA index_list(operations)")}
-    assert "operations_reference" not in indexes
+    # Dropped by version 2, back (partial, on the reference) in version 3 for the batch
+    # command's look-ups by reference.
+    assert "operations_reference" in indexes
+
+
+def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(
+    store_path: Path,
+) -> None:
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:2]).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
+            " finished_at, status_code, response_body, response_sha256, response_size)"
+            " VALUES ('k', 'k', 'POST', 'http://x/v1/payouts', '[]', x'7b7d', 'f', 'E1',"
+            " 'succeeded', 1, 1, 'HTTP 201', 1.0, 1.0, 1.0, 201, x'', '', 0)"
+        )
+    with SQLiteStore(store_path) as store:
+        [record] = store.find(references=["E1"])
+        assert (record.operation_id, record.state) == ("k", State.SUCCEEDED)
+        plan = store._conn.execute(
+            "EXPLAIN QUERY PLAN " + store._sql.find_references, ('["E1"]',)
+        ).fetchall()
+    assert any("operations_reference" in str(step) for step in plan)

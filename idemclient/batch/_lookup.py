@@ -1,0 +1,163 @@
+"""Looking a row's reference up on the server before its first send: the network's half.
+
+The judgement of an answer is `_reconcile.judge`, shared with `Client.reconcile`. Here
+is only the asking: one GET per row, retried while the answer says "later" (429, 503,
+a 5xx, a dropped connection or a timeout), within the client's retry policy (attempts,
+deadline, the server's Retry-After as a floor), on the client's clock. A look-up that
+never gets a definite answer counts as a look-up that does not work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .._clock import Clock
+from .._policy import RetryPolicy, backoff_ceiling
+from .._reconcile import LookupRules, Verdict, fill, judge
+from .._retry_after import parse_retry_after
+
+__all__ = [
+    "DEFAULT_LOOKUP",
+    "Asked",
+    "Asking",
+    "LookupSettings",
+    "alook_up",
+    "look_up",
+    "next_wait",
+]
+
+#: The default look-up: the collection rows are POSTed to, searched by reference (the
+#: reference server's `GET /v1/payouts?reference=R`). `{path}` is the batch's path.
+DEFAULT_LOOKUP = "{path}?reference={reference}"
+
+#: A look-up is a read: asked at least this often, whatever the rows' own max_attempts.
+MIN_ATTEMPTS = 3
+#: Answers that say "ask again later", not "this is what the server holds".
+_LATER = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class LookupSettings:
+    """How a batch looks its rows up: where (`template`, relative to the client's base
+    URL, with `{reference}` and optionally `{key}`) and how to read the answer."""
+
+    template: str
+    rules: LookupRules
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One row's look-up: where, what came back, and what it says."""
+
+    url: str
+    verdict: Verdict
+    response: httpx.Response | None
+
+
+def next_wait(
+    policy: RetryPolicy,
+    attempts: int,
+    result: httpx.Response | Exception,
+    *,
+    now: float,
+    remaining: float,
+) -> float | None:
+    """Seconds to wait before asking again, or None to stop: pure.
+
+    Asked again only after an answer that says "later" or no answer at all, at most
+    `policy.max_attempts` times (and at least `MIN_ATTEMPTS`), waiting the backoff
+    ceiling or the server's Retry-After, whichever is longer, never past the deadline.
+    """
+    if isinstance(result, httpx.Response):
+        if result.status_code not in _LATER:
+            return None
+        server = parse_retry_after(result.headers, now)
+    elif isinstance(result, httpx.TransportError):
+        server = None
+    else:
+        return None
+    if attempts >= max(policy.max_attempts, MIN_ATTEMPTS):
+        return None
+    if server is not None and server > policy.max_retry_after:
+        return None
+    wait = max(backoff_ceiling(policy, attempts), server or 0.0)
+    return None if wait >= remaining else wait
+
+
+class Asking:
+    """One row's look-up, decided here and carried out by `look_up` or `alook_up`:
+    `url` to GET, then `answered(result)` says how long to wait before asking again,
+    or what the look-up came to."""
+
+    def __init__(
+        self,
+        settings: LookupSettings,
+        *,
+        key: str,
+        reference: str,
+        payload: Mapping[str, Any],
+        policy: RetryPolicy,
+        clock: Clock,
+        matches: Callable[[Mapping[str, Any], Mapping[str, Any]], bool],
+    ) -> None:
+        self.url = fill(settings.template, key=key, reference=reference, name=reference)
+        self._settings = settings
+        self._payload = payload
+        self._policy = policy
+        self._clock = clock
+        self._matches = matches
+        self._started = clock.monotonic()
+        self._attempts = 0
+
+    def answered(self, result: httpx.Response | Exception) -> float | Asked:
+        self._attempts += 1
+        policy, clock = self._policy, self._clock
+        wait = next_wait(
+            policy,
+            self._attempts,
+            result,
+            now=clock.time(),
+            remaining=policy.deadline - (clock.monotonic() - self._started),
+        )
+        if wait is not None:
+            return wait
+        if isinstance(result, httpx.Response):
+            payload = self._payload
+            verdict = judge(
+                result, self._settings.rules, matches=lambda item: self._matches(payload, item)
+            )
+            return Asked(self.url, verdict, result)
+        why = f"{type(result).__name__}: {result}" if str(result) else type(result).__name__
+        return Asked(self.url, Verdict("unknown", f"no answer ({why})"), None)
+
+
+def look_up(http: httpx.Client, asking: Asking, clock: Clock, timeout: float) -> Asked:
+    """Carry out `asking` through plain GETs of `http` (no key, no store)."""
+    while True:
+        result: httpx.Response | Exception
+        try:
+            result = http.get(asking.url, timeout=timeout)
+        except httpx.TransportError as exc:
+            result = exc
+        step = asking.answered(result)
+        if isinstance(step, Asked):
+            return step
+        clock.sleep(step)
+
+
+async def alook_up(http: httpx.AsyncClient, asking: Asking, clock: Clock, timeout: float) -> Asked:
+    """`look_up` for an async client."""
+    while True:
+        result: httpx.Response | Exception
+        try:
+            result = await http.get(asking.url, timeout=timeout)
+        except httpx.TransportError as exc:
+            result = exc
+        step = asking.answered(result)
+        if isinstance(step, Asked):
+            return step
+        await clock.asleep(step)

@@ -1,0 +1,402 @@
+"""What the batch does with each row before anything is sent: the pure decisions."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from idemclient import DEFAULT_NAMESPACE, RetryPolicy, State, key_from_identity
+from idemclient._call import fingerprint
+from idemclient._store import OperationRecord, StoredResponse
+from idemclient.batch import Batch
+from idemclient.batch._identity import identify, is_batch_operation, legacy_key
+from idemclient.batch._lookup import next_wait
+from idemclient.batch._plan import (
+    Request,
+    Step,
+    differences,
+    legacy_candidates,
+    matches_payment,
+    past_retention,
+    plan_row,
+)
+
+NOW = 1_800_000_000.0
+DAY = 86_400.0
+URL = "http://psp.test/v1/payouts"
+ROW = {"ref": "E1", "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}
+
+
+def row_of(scope: str | None = None, **changes: object) -> Any:
+    batch = Batch.from_records([{**ROW, **changes}], reference=scope)
+    return batch.rows[0]
+
+
+def request_of(payload: dict[str, Any], url: str = URL) -> Request:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return Request(url, body, payload)
+
+
+def record(
+    payload: dict[str, Any] | None = None,
+    *,
+    state: State = State.SUCCEEDED,
+    url: str = URL,
+    status: int | None = 201,
+    maybe_applied: bool = False,
+    created_at: float = NOW - 60,
+    operation_id: str = "batch/payout/E1",
+    key: str | None = None,
+    reference: str = "E1",
+    body: bytes | None = None,
+) -> OperationRecord:
+    payload = payload if payload is not None else row_of().payload()
+    raw = json.dumps(payload, separators=(",", ":")).encode() if body is None else body
+    content = raw or json.dumps(payload, separators=(",", ":")).encode()
+    return OperationRecord(
+        operation_id=operation_id,
+        key=key or key_from_identity("E1", "payout"),
+        method="POST",
+        url=url,
+        headers=(),
+        body=raw,
+        fingerprint=fingerprint("POST", httpx.URL(url), content),
+        reference=reference,
+        state=state,
+        attempts=1,
+        maybe_applied=maybe_applied,
+        evidence="",
+        not_before=None,
+        lease_owner=None,
+        lease_expires=None,
+        response=None if status is None else StoredResponse.of(status, (), b"{}"),
+        created_at=created_at,
+        updated_at=created_at,
+        finished_at=created_at if state.finished else None,
+    )
+
+
+def plan(known: OperationRecord | None, **options: Any) -> Any:
+    row = row_of()
+    identity = identify(row, scope=None, operation="payout", namespace=DEFAULT_NAMESPACE)
+    request = options.pop("request", request_of(row.payload()))
+    return plan_row(
+        identity,
+        lambda: request,
+        known=known,
+        now=NOW,
+        retention=DAY,
+        **{"look_up": True, **options},
+    )
+
+
+# -- identity ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scope", "reference", "operation_id"),
+    [
+        (None, "E1", "batch/payout/E1"),
+        ("2026-11", "2026-11/E1", "batch/payout/2026-11/E1"),
+    ],
+)
+def test_a_row_is_its_reference_within_its_scope_never_its_file_or_date(
+    scope: str | None, reference: str, operation_id: str
+) -> None:
+    one = identify(row_of(scope), scope=scope, operation="payout", namespace=DEFAULT_NAMESPACE)
+    later = identify(
+        row_of(scope, value_date="2026-12-31", amount=5),
+        scope=scope,
+        operation="payout",
+        namespace=DEFAULT_NAMESPACE,
+    )
+    assert one == later  # content is not identity
+    assert (one.bare, one.reference, one.operation_id) == ("E1", reference, operation_id)
+    assert one.key == key_from_identity(reference, "payout")
+    assert is_batch_operation(one.operation_id)
+    assert not is_batch_operation(one.key)
+
+
+def test_the_earlier_versions_key_is_known() -> None:
+    key = legacy_key(
+        row_of(), batch_reference="payroll-2026-11", operation="payout", namespace=DEFAULT_NAMESPACE
+    )
+    assert key == key_from_identity("payroll-2026-11", "E1", "payout", "2026-11-30")
+
+
+# -- the table of plan_row --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("known", "step", "look_up"),
+    [
+        # nothing known: look it up, then send
+        (None, Step.NEW, True),
+        # finished: its answer stands, nothing is sent, no look-up
+        (record(), Step.DONE, False),
+        (record(state=State.FAILED, status=400), Step.DONE, False),
+        (record(state=State.FAILED, status=404), Step.DONE, False),  # same URL: stays
+        # refused for its target at another URL, never applied: the corrected request
+        (
+            record(state=State.FAILED, status=404, url="http://psp.test/v1/payout"),
+            Step.REOPEN,
+            False,
+        ),
+        (
+            record(state=State.FAILED, status=405, url="http://other.test/v1/payouts"),
+            Step.REOPEN,
+            False,
+        ),
+        # refused credentials: the token may have been fixed (it is never stored)
+        (record(state=State.FAILED, status=401), Step.REOPEN, False),
+        # refused at another URL after an attempt that may have been applied: stays
+        (
+            record(
+                state=State.FAILED, status=404, maybe_applied=True, url="http://x.test/v1/payouts"
+            ),
+            Step.DONE,
+            False,
+        ),
+        # unfinished at this URL: its own request and key; looked up only when old
+        (record(state=State.PENDING, status=None), Step.KNOWN, False),
+        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), Step.KNOWN, False),
+        (record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY), Step.KNOWN, True),
+        (record(state=State.PENDING, status=None, created_at=NOW + 30 * DAY), Step.KNOWN, True),
+        # never applied at another URL: the corrected request
+        (record(state=State.NOT_SENT, status=None, url="http://psp.test/v2/p"), Step.REOPEN, False),
+        (
+            record(state=State.PENDING, status=None, url="http://x/p", created_at=NOW - 2 * DAY),
+            Step.REOPEN,
+            True,
+        ),
+        # maybe applied at another URL: refused, to be finished where it went
+        (
+            record(state=State.INDETERMINATE, status=None, maybe_applied=True, url="http://x/p"),
+            Step.REFUSED,
+            False,
+        ),
+    ],
+)
+def test_plan_row(known: OperationRecord | None, step: Step, look_up: bool) -> None:
+    planned = plan(known)
+    assert (planned.step, planned.look_up) == (step, look_up)
+    assert planned.record is known
+
+
+def test_with_look_ups_off_nothing_is_looked_up() -> None:
+    assert not plan(None, look_up=False).look_up
+    old = record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY)
+    assert not plan(old, look_up=False).look_up
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"amount": 101}, "amount 100 -> 101"),
+        ({"value_date": "2026-12-01"}, "value_date '2026-11-30' -> '2026-12-01'"),
+        ({"currency": "EUR"}, "currency 'GBP' -> 'EUR'"),
+        ({"account": "GB99"}, "account (none) -> 'GB99'"),
+    ],
+)
+def test_a_known_reference_with_other_content_is_refused_showing_both(
+    changes: dict[str, object], why: str
+) -> None:
+    new = row_of(**changes).payload()
+    planned = plan(record(), request=request_of(new))
+    assert planned.step is Step.REFUSED
+    assert planned.why == f"was submitted before with other content: {why}"
+
+
+def test_a_reaped_body_is_compared_by_its_fingerprint() -> None:
+    reaped = record(body=b"")
+    assert plan(reaped).step is Step.DONE
+    changed = plan(reaped, request=request_of(row_of(amount=7).payload()))
+    assert changed.step is Step.REFUSED
+    assert "old values cannot be shown" in changed.why
+
+
+# -- rows recorded by earlier versions ----------------------------------------------------
+
+
+def legacy(payload: dict[str, Any] | None = None, *, key: str = "k-old", **options: Any) -> Any:
+    return record(payload, operation_id=key, key=key, **options)
+
+
+def legacy_plan(
+    candidates: list[OperationRecord], scope: str | None = None, **changes: object
+) -> Any:
+    row = row_of(scope, **changes)
+    identity = identify(row, scope=scope, operation="payout", namespace=DEFAULT_NAMESPACE)
+    old_key = (
+        None
+        if scope is None
+        else legacy_key(row, batch_reference=scope, operation="payout", namespace=DEFAULT_NAMESPACE)
+    )
+    request = request_of(row.payload(identity.reference))
+    return plan_row(
+        identity,
+        lambda: request,
+        known=None,
+        legacy=legacy_candidates(candidates, identity),
+        scope=scope,
+        legacy_key=old_key,
+        now=NOW,
+        retention=DAY,
+    )
+
+
+def test_an_earlier_versions_row_is_found_by_reference_and_keeps_its_key() -> None:
+    old = legacy()
+    planned = legacy_plan([old])
+    assert (planned.step, planned.record) == (Step.DONE, old)
+    unfinished = legacy(state=State.PENDING, status=None)
+    assert legacy_plan([unfinished]).step is Step.KNOWN
+
+
+def test_legacy_candidates_are_only_the_earlier_batch_commands_rows() -> None:
+    identity = identify(row_of(), scope=None, operation="payout", namespace=DEFAULT_NAMESPACE)
+    mine = record()  # this version's: found by its operation id, not here
+    client_call = record(operation_id="order-7", key="k7")  # an application's operation
+    other_reference = legacy(reference="E2")
+    old = legacy()
+    found = legacy_candidates([mine, client_call, other_reference, old], identity)
+    assert found == [old]
+
+
+def test_a_reference_repeated_in_an_old_store_is_refused_with_how_to_scope_it() -> None:
+    november = legacy(key="k-nov")
+    december = legacy(row_of(value_date="2026-12-31").payload(), key="k-dec")
+    planned = legacy_plan([november, december], value_date="2027-01-31")
+    assert planned.step is Step.REFUSED
+    assert "recorded 2 times" in planned.why
+    assert "--batch-ref" in planned.why
+    # The one with the very same content is this row.
+    assert legacy_plan([november, december]).record is november
+
+
+def test_in_a_scope_an_earlier_row_is_its_old_key_else_the_same_content_else_none() -> None:
+    row = row_of("payroll-2026-11")
+    old_key = legacy_key(
+        row, batch_reference="payroll-2026-11", operation="payout", namespace=DEFAULT_NAMESPACE
+    )
+    exact = legacy(key=old_key, created_at=NOW - 1)
+    other_month = legacy(row_of(value_date="2026-10-31").payload(), key="k-oct")
+    assert legacy_plan([other_month, exact], scope="payroll-2026-11").record is exact
+    same = legacy(key="k-renamed")  # this row, paid from a file of another name
+    assert legacy_plan([other_month, same], scope="payroll-2026-11").record is same
+    assert legacy_plan([other_month], scope="payroll-2026-11").step is Step.NEW
+    twice = legacy_plan([same, legacy(key="k-again")], scope="payroll-2026-11")
+    assert twice.step is Step.REFUSED
+
+
+# -- content, age ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        ({"a": 1}, {"a": 1}, []),
+        ({"a": 1, "reference": "x"}, {"a": 1, "reference": "s/x"}, []),  # identity, not content
+        ({"a": 1}, {"a": 2}, ["a 1 -> 2"]),
+        ({"a": "1"}, {"a": 1}, ["a '1' -> 1"]),
+        ({"a": 1}, {}, ["a 1 -> (none)"]),
+        ({"b": "x"}, {"a": 1, "b": "y"}, ["a (none) -> 1", "b 'x' -> 'y'"]),
+    ],
+)
+def test_differences(before: dict[str, Any], after: dict[str, Any], changed: list[str]) -> None:
+    assert differences(before, after) == changed
+
+
+PAYLOAD = {"ref": "E1", "account": "GB1", "amount": 100, "currency": "GBP", "reference": "E1"}
+
+
+@pytest.mark.parametrize(
+    ("payment", "matches"),
+    [
+        ({**PAYLOAD, "id": "po_1", "status": "succeeded"}, True),
+        ({"amount": 100, "currency": "GBP", "id": "po_1"}, True),  # shows less: compared less
+        ({**PAYLOAD, "amount": 101}, False),
+        ({**PAYLOAD, "currency": "EUR"}, False),
+        ({**PAYLOAD, "account": "GB2"}, False),
+        ({"account": "GB1", "currency": "GBP"}, False),  # no amount shown: not this row
+        ({"amount": 100, "account": "GB1"}, False),  # no currency shown
+        ({**PAYLOAD, "status": "declined", "id": "x"}, True),  # the server's own fields
+    ],
+)
+def test_a_payment_found_counts_as_the_row_only_with_its_content(
+    payment: dict[str, Any], matches: bool
+) -> None:
+    assert matches_payment(PAYLOAD, payment) is matches
+
+
+@pytest.mark.parametrize(
+    ("created_at", "past"),
+    [
+        (NOW - 60, False),
+        (NOW - DAY, False),
+        (NOW - DAY - 1, True),
+        (NOW + 1, True),  # in the future: the clock went back, or was fast; any age
+    ],
+)
+def test_past_retention(created_at: float, past: bool) -> None:
+    assert past_retention(record(created_at=created_at), now=NOW, retention=DAY) is past
+
+
+# -- asking the server again ----------------------------------------------------------------
+
+
+def response(status: int, **headers: str) -> httpx.Response:
+    return httpx.Response(status, headers=headers)
+
+
+POLICY = RetryPolicy(max_attempts=4, initial_backoff=0.5, max_backoff=4.0)
+
+
+@pytest.mark.parametrize(
+    ("attempts", "result", "remaining", "wait"),
+    [
+        (1, response(200), 60.0, None),  # an answer: judged, not asked again
+        (1, response(404), 60.0, None),
+        (1, response(401), 60.0, None),
+        (1, response(503), 60.0, 0.5),  # later: the backoff ceiling
+        (2, response(502), 60.0, 1.0),
+        (1, response(429, **{"retry-after": "3"}), 60.0, 3.0),  # the server's wait is a floor
+        (1, response(429, **{"retry-after": "3600"}), 9999.0, None),  # past max_retry_after
+        (1, httpx.ConnectError("refused"), 60.0, 0.5),  # no answer: ask again
+        (1, httpx.ReadTimeout("slow"), 60.0, 0.5),
+        (4, response(503), 60.0, None),  # attempts spent
+        (1, response(503), 0.4, None),  # the wait would pass the deadline
+        (1, ValueError("a bug"), 60.0, None),  # not a network failure: never retried
+    ],
+)
+def test_a_look_up_is_asked_again_only_while_the_answer_says_later(
+    attempts: int, result: httpx.Response | Exception, remaining: float, wait: float | None
+) -> None:
+    assert next_wait(POLICY, attempts, result, now=NOW, remaining=remaining) == wait
+
+
+def test_a_look_up_is_asked_at_least_three_times_whatever_the_rows_attempts() -> None:
+    once = RetryPolicy(max_attempts=1, initial_backoff=0.5)
+    assert next_wait(once, 1, response(503), now=NOW, remaining=60) == 0.5
+    assert next_wait(once, 2, response(503), now=NOW, remaining=60) == 1.0
+    assert next_wait(once, 3, response(503), now=NOW, remaining=60) is None
+
+
+def test_a_scope_counts_in_a_references_length() -> None:
+    from idemclient import BatchInvalid
+
+    long = "r" * 250
+    Batch.from_records([{**ROW, "ref": long}])
+    with pytest.raises(BatchInvalid, match=r"over 255 characters with its scope \(2026-11/\)"):
+        Batch.from_records([{**ROW, "ref": long}], reference="2026-11")
+
+
+def test_the_payload_carries_the_scoped_reference() -> None:
+    row = row_of("2026-11")
+    assert row.payload()["reference"] == "E1"
+    assert row.payload("2026-11/E1")["reference"] == "2026-11/E1"
+    assert dataclasses.replace(row, reference="E9").payload()["ref"] == "E1"

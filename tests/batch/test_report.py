@@ -1,0 +1,133 @@
+"""The report file: checked before anything is sent, written whole, safe to open."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from idemclient.batch import ExitCode, Report, ReportRow
+from idemclient.batch._report import check_report_path
+
+
+def line(
+    ref: str = "E1", *, state: str = "succeeded", status: int | None = 201, reason: str = "sent now"
+) -> ReportRow:
+    return ReportRow(1, ref, "k-1", state, status, "po_1", 1, False, reason)
+
+
+@pytest.mark.parametrize(
+    ("cell", "written"),
+    [
+        ('=HYPERLINK("http://x")', '\'=HYPERLINK("http://x")'),
+        ("+441234", "'+441234"),
+        ("-2+3", "'-2+3"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tTAB", "'\tTAB"),
+        ("E-1", "E-1"),  # only a leading character counts
+        ("2026-11-E1", "2026-11-E1"),
+    ],
+)
+def test_csv_cells_a_spreadsheet_would_run_are_written_as_text(
+    tmp_path: Path, cell: str, written: str
+) -> None:
+    Report("b", (line(cell, reason=cell),)).write(tmp_path / "r.csv")
+    with (tmp_path / "r.csv").open(newline="") as f:
+        [row] = list(csv.DictReader(f))
+    assert (row["ref"], row["reason"]) == (written, written)
+    Report("b", (line(cell),)).write(tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["rows"][0]["ref"] == cell  # JSON as is
+
+
+def test_a_report_is_replaced_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "r.csv"
+    target.write_text("the previous report\n")
+
+    def broken(_src: str, _dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="No space"):
+        Report("b", (line(),)).write(target)
+    assert target.read_text() == "the previous report\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]  # no temporary file left
+    monkeypatch.undo()
+    Report("b", (line(),)).write(target)
+    assert target.read_text().startswith("row,ref,key")
+
+
+def test_the_json_report_has_the_batchs_metadata(tmp_path: Path) -> None:
+    report = Report(
+        "2026-11",
+        (line(), line("E2", state="failed", status=400)),
+        metadata={"source": "payroll.csv", "url": "https://psp.example"},
+        notes=("1 found on the server by look-up (recorded, not sent)",),
+    )
+    report.write(tmp_path / "r.json")
+    written = json.loads((tmp_path / "r.json").read_text())
+    meta = written["batch"]
+    assert (meta["source"], meta["url"], meta["exit_code"], meta["interrupted"]) == (
+        "payroll.csv", "https://psp.example", 4, False,
+    )  # fmt: skip
+    assert meta["counts"]["failed"] == 1
+    assert meta["summary"] == report.summary()
+    assert "1 found on the server by look-up" in meta["summary"]
+    assert [row["ref"] for row in written["rows"]] == ["E1", "E2"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "interrupted", "code"),
+    [
+        ((line(),), False, ExitCode.OK),
+        ((line(state="failed", status=400),), False, ExitCode.FAILED),
+        (
+            (line(state="failed", status=400), line(state="indeterminate")),
+            False,
+            ExitCode.RUN_AGAIN,
+        ),
+        (
+            (line(state="not_sent", status=401), line(state="indeterminate")),
+            False,
+            ExitCode.BAD_INPUT,
+        ),
+        ((line(state="not_sent", status=401),), True, ExitCode.INTERRUPTED),
+    ],
+)
+def test_exit_codes(rows: tuple[ReportRow, ...], interrupted: bool, code: ExitCode) -> None:
+    assert Report("b", rows, interrupted=interrupted).exit_code is code
+
+
+def test_refused_credentials_say_check_the_token_not_run_again() -> None:
+    summary = Report("b", (line(state="not_sent", status=401),)).summary()
+    assert "check the token" in summary
+    assert "run the same command again" not in summary
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("report.txt", ".csv or .json"),
+        ("missing/report.csv", "does not exist"),
+        ("input.csv", "itself"),
+        ("batches.db.csv", None),
+        ("a-directory.csv", "is a directory"),
+    ],
+)
+def test_a_report_path_that_cannot_be_written_is_refused_first(
+    tmp_path: Path, name: str, why: str | None
+) -> None:
+    (tmp_path / "input.csv").write_text("ref\n")
+    (tmp_path / "a-directory.csv").mkdir()
+    target = tmp_path / name
+    if why is None:
+        check_report_path(target, not_these=(tmp_path / "input.csv",))
+        assert not target.exists()  # checked, not written
+        return
+    with pytest.raises(ValueError, match=why):
+        check_report_path(target, not_these=(tmp_path / "input.csv",))
+    assert (tmp_path / "input.csv").read_text() == "ref\n"
