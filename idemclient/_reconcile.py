@@ -6,7 +6,9 @@ knows its payments, though. A look-up by the operation's end-to-end reference (o
 its key, while the server keeps keys) says which it is. One judgement of the look-up's
 answer (`judge`) serves `Client.reconcile` and the batch command alike:
 
-- a 2xx with an empty list (`[]`, or `{"data": []}`): not found, never applied;
+- a 2xx with an empty list (`[]`, or `{"data": []}`): not found, never applied, unless
+  it says more pages follow (`has_more`, a next page or cursor, `Link: rel=next`): a
+  page cut short says nothing of the others, so that is unknown;
 - a 2xx naming one payment (a list of one, or the payment itself): found, and its
   status decides what it came to;
 - a 2xx naming several payments: ambiguous, for a person to settle;
@@ -192,6 +194,30 @@ def _items(response: httpx.Response) -> list[Item] | str:
     return listed
 
 
+#: Fields with which a list answer says that more pages follow (Stripe, Mollie, and
+#: cursor APIs generally).
+_MORE = ("has_more", "next_page", "next_page_url", "next", "next_cursor", "nextCursor")
+
+
+def _more_follow(response: httpx.Response) -> str | None:
+    """How the answer says it is one page of several (None: it is the whole answer).
+    A page cut short says nothing of what is on the others: "no match" on it is not
+    "not found"."""
+    if 'rel="next"' in response.headers.get("link", "").replace("'", '"'):
+        return "a Link header with rel=next"
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    for name in _MORE:
+        value = body.get(name)
+        if value not in (None, False, "", 0):
+            return f"{name}: {value!r}"
+    return None
+
+
 def _described(item: Item, rules: LookupRules) -> str:
     status, _ = status_of(item, rules)
     name = item.get("id")
@@ -225,11 +251,20 @@ def judge(
     items = _items(response)
     if isinstance(items, str):
         return Verdict("unknown", f"HTTP {code} with {items}")
+    partial = _more_follow(response)
     if not items:
+        if partial:
+            return Verdict("unknown", f"HTTP {code} with an empty page of several ({partial})")
         return Verdict("not_found", f"HTTP {code} with no match")
     if matches is not None:
         same = [item for item in items if matches(item)]
         if not same:
+            if partial:
+                return Verdict(
+                    "unknown",
+                    f"HTTP {code} with one page of several ({partial}) and no payment of"
+                    " this content on it",
+                )
             return Verdict(
                 "mismatch",
                 f"HTTP {code} naming {len(items)} payment(s) with other content",

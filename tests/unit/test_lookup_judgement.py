@@ -106,3 +106,30 @@ def test_a_callers_own_found_keeps_its_old_meaning() -> None:
     assert judge_found(answer(200, [paid("declined")]), lambda r: True).state is State.SUCCEEDED
     assert judge_found(answer(200, [paid()]), lambda r: False).finding == "not_found"
     assert judge_found(answer(503), lambda r: True).finding == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        ({"object": "list", "data": [], "has_more": True}, {}),  # Stripe
+        ({"data": [], "next_page": "/v1/payouts?cursor=2"}, {}),
+        ({"data": [], "next_cursor": "abc"}, {}),
+        ({"data": []}, {"link": '</v1/payouts?page=2>; rel="next"'}),
+    ],
+)
+def test_an_empty_page_of_several_is_not_not_found(
+    body: dict[str, object], headers: dict[str, str]
+) -> None:
+    response = httpx.Response(200, json=body, headers=headers)
+    assert judge(response).finding == "unknown"
+
+
+def test_a_page_of_several_without_this_rows_payment_is_not_a_mismatch() -> None:
+    other = {"id": "po_1", "reference": "E1", "amount": 5, "currency": "EUR"}
+    response = httpx.Response(200, json={"data": [other], "has_more": True})
+    assert judge(response, matches=lambda item: False).finding == "unknown"
+
+
+def test_the_last_page_is_a_whole_answer() -> None:
+    response = httpx.Response(200, json={"data": [], "has_more": False, "next_page": None})
+    assert judge(response).finding == "not_found"
