@@ -45,7 +45,7 @@ from ._hooks import AttemptEvent, Hooks, RetryEvent
 from ._keys import new_key, validate_key
 from ._outcome import OUTCOME, Outcome, State
 from ._policy import Decision, RetryPolicy, decide
-from ._redaction import redact_url
+from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
 from ._store import Intent, OperationRecord, Progress, Store
 
@@ -442,7 +442,7 @@ class Call:
                 )
             self.evidence = f"HTTP {result.status_code} {result.reason_phrase}".rstrip()
             if found.kind is AttemptKind.REDIRECT and "location" in result.headers:
-                self.evidence += f" to {result.headers['location']}"
+                self.evidence += f" to {redact_location(result.headers['location'])}"
             elif self.maybe_applied and not found.final and found.kind in _REFUSALS:
                 self.evidence += (
                     " after an attempt that may have been applied (the server may be"

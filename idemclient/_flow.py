@@ -46,6 +46,7 @@ from ._errors import StoreError
 from ._exchange import current, handed_back
 from ._outcome import OUTCOME, Outcome, State
 from ._policy import Decision
+from ._redaction import redact_url
 from ._store import Begin, Claim, OperationRecord, StoredResponse, new_owner, release_owner
 
 __all__ = [
@@ -452,7 +453,9 @@ def _settle(
                     "owner": owner,
                     "applied": True,
                     "state": verdict.state,
-                    "evidence": (f"HTTP 303 See Other, then GET {request.url}: {verdict.why}"),
+                    "evidence": (
+                        f"HTTP 303 See Other, then GET {redact_url(request.url)}: {verdict.why}"
+                    ),
                     "now": clock.time(),
                     "response": StoredResponse.of(
                         response.status_code,

@@ -141,9 +141,10 @@ class HeaderRule:
         return tuple(kept), tuple(withheld.values())
 
     def response(self, headers: Iterable[tuple[str, str]]) -> Headers:
-        """A response's headers as stored: the secret and transient ones gone."""
+        """A response's headers as stored: the secret and transient ones gone, and the
+        URLs some carry (`Location`, `Content-Location`) without their credentials."""
         return tuple(
-            (name, value)
+            (name, redact_location(value) if name.lower() in _URL_HEADERS else value)
             for name, value in headers
             if name.lower() not in _TRANSIENT and not self.is_secret(name)
         )
@@ -176,6 +177,21 @@ def redact_url(url: httpx.URL) -> httpx.URL:
         if not (looks_secret(name) and not value)
     ]
     return url.copy_with(query=str(httpx.QueryParams(kept)).encode("ascii") or None)
+
+
+def redact_location(value: str) -> str:
+    """A URL as written in an answer or in evidence (absolute or relative), without its
+    credentials (see `redact_url`); a value that is not a URL is kept as it is."""
+    try:
+        url = httpx.URL(value)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return value
+    redacted = redact_url(url)
+    return value if redacted is url else str(redacted)
+
+
+#: Response headers whose value is a URL.
+_URL_HEADERS = frozenset({"location", "content-location"})
 
 
 def secret_query_names(url: httpx.URL) -> list[str]:
