@@ -28,6 +28,7 @@ from psycopg.rows import tuple_row
 
 from .._errors import ForeignStore, StoreTooNew
 from .._outcome import UNFINISHED_STATES, State
+from ._scrub import scrubbed
 
 __all__ = [
     "MIGRATIONS",
@@ -142,6 +143,21 @@ def _v2(conn: psycopg.Connection[Any], schema: str) -> None:
         f"INSERT INTO {schema}.store_clock (high_water) SELECT coalesce(GREATEST("
         f"max(created_at), max(finished_at)), 0) FROM {schema}.operations"
     )
+    # Operations are kept until purged now, where earlier versions deleted them after a
+    # week: what those versions wrote and this one never does goes (see `_scrub`).
+    with conn.cursor(row_factory=tuple_row) as cur:
+        rows = cur.execute(
+            f"SELECT id, method, url, headers, body, fingerprint, response_headers"
+            f" FROM {schema}.operations"
+        ).fetchall()
+        for operation_id, method, url, headers, body, stored, answer in rows:
+            clean = scrubbed(method, url, headers, bytes(body), stored, answer)
+            if clean is not None:
+                cur.execute(
+                    f"UPDATE {schema}.operations SET url = %s, headers = %s::jsonb,"
+                    f" fingerprint = %s, response_headers = %s::jsonb WHERE id = %s",
+                    (*clean, operation_id),
+                )
 
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.

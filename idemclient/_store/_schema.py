@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import sqlite_utils
 
 from .._errors import ForeignStore, StoreCorrupt, StoreError, StoreTooNew, StoreUnavailable
+from ._scrub import scrubbed
 
 __all__ = [
     "APPLICATION_ID",
@@ -142,6 +143,21 @@ def _v4(db: sqlite_utils.Database) -> None:
         "INSERT INTO store_clock (id, high_water) SELECT 1, coalesce(max(max(created_at),"
         " max(coalesce(finished_at, 0))), 0) FROM operations"
     )
+    # Operations are kept until purged now, where earlier versions deleted them after a
+    # week: what those versions wrote and this one never does goes (see `_scrub`).
+    # What is taken out is overwritten, not left in free pages of the file.
+    db.execute("PRAGMA secure_delete = ON")
+    rows = db.execute(
+        "SELECT id, method, url, headers, body, fingerprint, response_headers FROM operations"
+    ).fetchall()
+    for operation_id, method, url, headers, body, stored, answer in rows:
+        clean = scrubbed(method, url, headers, bytes(body), stored, answer)
+        if clean is not None:
+            db.execute(
+                "UPDATE operations SET url = ?, headers = ?, fingerprint = ?,"
+                " response_headers = ? WHERE id = ?",
+                (*clean, operation_id),
+            )
 
 
 #: The columns of `operations` that every schema version from 1 on has. A file that
@@ -339,6 +355,7 @@ def _check_and_migrate(
 
 def _migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
     db = sqlite_utils.Database(conn)
+    migrated = False
     for version, step in enumerate(migrations, start=1):
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -351,7 +368,13 @@ def _migrate(conn: sqlite3.Connection, migrations: Sequence[Migration]) -> None:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {version}")
             conn.execute("COMMIT")
+            migrated = True
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+    if migrated:
+        # A migration may have taken values out (`_scrub`): their old pages go from the
+        # write-ahead log too, and later writes need not zero what they free.
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA secure_delete = OFF")

@@ -322,3 +322,48 @@ def test_the_store_recovers_when_its_connections_are_cut(
         record = store.get("op-1")  # a checked connection, not a dead one
         assert record is not None
         assert record.state is State.PENDING
+
+
+def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: str) -> None:
+    """As on SQLite: withheld header names, a redacted URL fingerprinted again, and no
+    secret answer header, for operations this version keeps until they are purged."""
+    import json
+
+    import httpx
+
+    from idemclient._fingerprint import fingerprint
+
+    secret = "xat_SECRET_VALUE_7741"
+    body = b'{"amount":1}'
+    url = f"https://psp.test/v1/payouts?access_token={secret}&page=1"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        open_schema(conn, "idemclient", where="test", migrations=MIGRATIONS[:1])
+        conn.execute(
+            "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
+            " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"
+            " updated_at, finished_at, status_code, response_headers, response_body,"
+            " response_sha256, response_size) VALUES ('op', 'k', 'POST', %s, %s::jsonb, %s,"
+            " %s, 'E1', 'succeeded', 1, true, 'HTTP 201', 1, 1, 1, 201, %s::jsonb, %s, '', 2)",
+            (
+                url,
+                json.dumps([["content-type", "application/json"], ["x-auth-token", secret]]),
+                body,
+                fingerprint("POST", httpx.URL(url), body),
+                json.dumps([["set-session", secret]]),
+                b"{}",
+            ),
+        )
+    with PostgresStore(pg_url) as store:
+        record = store.get("op")
+    assert record is not None
+    assert record.url == "https://psp.test/v1/payouts?access_token=&page=1"
+    assert (record.headers, record.withheld_headers) == (
+        (("content-type", "application/json"),),
+        ("x-auth-token",),
+    )
+    assert record.fingerprint == fingerprint("POST", httpx.URL(record.url), body)
+    assert record.response is not None
+    assert record.response.headers == ()
+    with psycopg.connect(pg_url) as conn:
+        dumped = conn.execute("SELECT operations::text FROM idemclient.operations").fetchall()
+    assert secret not in str(dumped)

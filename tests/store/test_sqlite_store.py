@@ -4,6 +4,7 @@ store at once, and group commit. The behaviour every backend shares is pinned by
 tests/postgres/test_store_contract.py, which runs on SQLite and PostgreSQL alike."""
 
 import hashlib
+import json
 import os
 import sqlite3
 import stat
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlite_utils
 
@@ -339,3 +341,45 @@ def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(
             "EXPLAIN QUERY PLAN " + store._sql.find_references, ('["E1"]',)
         ).fetchall()
     assert any("operations_reference" in str(step) for step in plan)
+
+
+def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(
+    store_path: Path,
+) -> None:
+    """Earlier versions wrote X-Auth-Token and secret query values in clear, and deleted
+    operations after a week; this one keeps them until purged, so the upgrade takes the
+    secrets out: withheld header names, a redacted URL fingerprinted again."""
+    from idemclient._fingerprint import fingerprint
+    from idemclient._store._schema import MIGRATIONS
+
+    secret = "xat_SECRET_VALUE_7741"
+    body = b'{"amount":1}'
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:2]).close()
+    url = f"https://psp.test/v1/payouts?access_token={secret}&page=1"
+    old_fingerprint = fingerprint("POST", httpx.URL(url), body)
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
+            " finished_at, status_code, response_headers, response_body, response_sha256,"
+            " response_size) VALUES ('op', 'k', 'POST', ?, ?, ?, ?, 'E1', 'succeeded', 1, 1,"
+            " 'HTTP 201', 1.0, 1.0, 1.0, 201, ?, x'7b7d', '', 2)",
+            (
+                url,
+                json.dumps([["content-type", "application/json"], ["x-auth-token", secret]]),
+                body,
+                old_fingerprint,
+                json.dumps([["set-session", secret], ["location", url]]),
+            ),
+        )
+    with SQLiteStore(store_path) as store:
+        record = store.get("op")
+    assert record is not None
+    assert record.url == "https://psp.test/v1/payouts?access_token=&page=1"
+    assert record.headers == (("content-type", "application/json"),)
+    assert record.withheld_headers == ("x-auth-token",)  # a resume must carry it again
+    assert record.fingerprint == fingerprint("POST", httpx.URL(record.url), body)
+    assert record.response is not None
+    assert dict(record.response.headers) == {"location": record.url}
+    files = [store_path, *store_path.parent.glob(store_path.name + "-*")]
+    assert not any(secret.encode() in path.read_bytes() for path in files)
