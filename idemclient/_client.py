@@ -252,18 +252,7 @@ def _with_live_secrets(url: httpx.URL, live: httpx.QueryParams) -> httpx.URL:
     return url.copy_with(params=httpx.QueryParams(filled))
 
 
-def _stored_outcome(record: OperationRecord) -> Outcome:
-    return Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
-        evidence=record.evidence,
-        not_before=record.not_before,
-        maybe_applied=record.maybe_applied,
-        from_store=True,
-        body_omitted=record.response is not None and record.response.body_omitted,
-    )
+_stored_outcome = _reconcile.stored_outcome
 
 
 def _not_resumed(record: OperationRecord, reason: str) -> Outcome:

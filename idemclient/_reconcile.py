@@ -422,6 +422,7 @@ def _apply(
 
 
 def stored_outcome(record: OperationRecord) -> Outcome:
+    """What the store knows of an operation, as an `Outcome` (no network call made)."""
     return Outcome(
         operation_id=record.operation_id,
         key=record.key,
@@ -431,6 +432,7 @@ def stored_outcome(record: OperationRecord) -> Outcome:
         not_before=record.not_before,
         maybe_applied=record.maybe_applied,
         from_store=True,
+        body_omitted=record.response is not None and record.response.body_omitted,
     )
 
 
