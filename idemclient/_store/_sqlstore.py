@@ -299,6 +299,44 @@ class SQLStore(ABC):
             row = _returned(conn.execute(statement, (*values, evidence, now, operation_id, owner)))
             return self._record(row) if row is not None else self._fetch(conn, operation_id)
 
+    def record_settled(
+        self,
+        intent: Intent,
+        *,
+        state: State,
+        evidence: str,
+        now: float,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        if not state.finished:
+            raise ValueError(
+                f"an operation found on the server is recorded final, not {state.value}"
+            )
+        _kept, answer = as_stored(
+            response or StoredResponse.of(200, (), b""),
+            self.header_rule,
+            self.max_stored_body,
+            cipher=self._cipher,
+            operation_id=intent.operation_id,
+        )
+        values = admission_values(
+            intent, self._stored_headers(intent), state, None, None, now, cipher=self._cipher
+        )
+        sql = self._sql
+        with self._write(durable=self.durability is Durability.FULL) as conn:
+            conn.execute(sql.record_settled, (*values, evidence, *answer, now))
+            # Written now, or there first: the stored row answers, if it is this request.
+            row = conn.execute(
+                sql.find_for, (intent.operation_id, intent.key, intent.operation_id)
+            ).fetchone()
+        if row is None:  # deleted between the insert and this read: a purge raced us
+            raise KeyError(f"operation {intent.operation_id!r} vanished from {self.path!r}")
+        record = self._record(row)
+        reason = mismatch(intent, record, sending=False)
+        if reason is not None:
+            raise OperationMismatch(reason, operation_id=intent.operation_id, key=record.key)
+        return record
+
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
         target = httpx.URL(origin)
         if target.scheme not in ("http", "https") or not target.host:
@@ -392,11 +430,20 @@ class SQLStore(ABC):
         return None if row is None else self._record(row)
 
     def find(
-        self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
+        self,
+        *,
+        operation_ids: Iterable[str] = (),
+        references: Iterable[str] = (),
+        reference_tails: Iterable[str] = (),
     ) -> Sequence[OperationRecord]:
         sql = self._sql
         found: dict[str, OperationRecord] = {}
+        tails = list(dict.fromkeys(reference_tails))
         with self._use() as conn:
+            if tails:  # one pass over the references, whatever the number of tails
+                for row in conn.execute(sql.find_tails, (sql.dialect.values(tails),)).fetchall():
+                    record = self._record(row)
+                    found[record.operation_id] = record
             # In chunks: a file of a hundred thousand rows is a few statements, and no
             # list parameter grows without bound.
             for statement, values in (
