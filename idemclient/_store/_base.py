@@ -263,18 +263,21 @@ class Store(Protocol):
     def get_by_key(self, key: str) -> OperationRecord | None: ...
 
     def find(
-        self,
-        *,
-        operation_ids: Iterable[str] = (),
-        references: Iterable[str] = (),
-        reference_tails: Iterable[str] = (),
+        self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
     ) -> Sequence[OperationRecord]:
-        """Every operation whose id is among `operation_ids`, whose end-to-end
-        reference is among `references`, or whose reference is one of `reference_tails`
-        or ends with "/" and one of them (the same reference in any scope: ``E1`` finds
-        ``E1``, ``2026-11/E1`` and ``a/b/E1``); each once, in no particular order.
+        """Every operation whose id is among `operation_ids` or whose end-to-end
+        reference is among `references`, each once, in no particular order."""
+        ...
 
-        Looking for tails reads every reference the store holds, once.
+    def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
+        """The request of every operation whose end-to-end reference is one of
+        `reference_tails` or ends with "/" and one of them (the same reference in any
+        scope: ``E1`` finds ``E1``, ``2026-11/E1`` and ``a/b/E1``), each once, in no
+        particular order: what each was recorded to send (its id, key, method, URL,
+        headers as stored, body, fingerprint and reference), without its state or
+        answer, for a caller that compares many of them (`find` gives the rest).
+
+        Reads every reference the store holds, once, whatever the number of tails.
         """
         ...
 

@@ -49,7 +49,7 @@ from ._base import (
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
 from ._owners import owner_is_dead
-from ._rows import as_stored, dump_headers, mismatch, record_from_row
+from ._rows import as_stored, dump_headers, intent_from_row, mismatch, record_from_row
 from ._statements import Statements
 
 __all__ = ["Connection", "SQLStore", "admission_values", "admitted", "refused"]
@@ -430,20 +430,11 @@ class SQLStore(ABC):
         return None if row is None else self._record(row)
 
     def find(
-        self,
-        *,
-        operation_ids: Iterable[str] = (),
-        references: Iterable[str] = (),
-        reference_tails: Iterable[str] = (),
+        self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
     ) -> Sequence[OperationRecord]:
         sql = self._sql
         found: dict[str, OperationRecord] = {}
-        tails = list(dict.fromkeys(reference_tails))
         with self._use() as conn:
-            if tails:  # one pass over the references, whatever the number of tails
-                for row in conn.execute(sql.find_tails, (sql.dialect.values(tails),)).fetchall():
-                    record = self._record(row)
-                    found[record.operation_id] = record
             # In chunks: a file of a hundred thousand rows is a few statements, and no
             # list parameter grows without bound.
             for statement, values in (
@@ -455,6 +446,18 @@ class SQLStore(ABC):
                         record = self._record(row)
                         found[record.operation_id] = record
         return list(found.values())
+
+    def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
+        tails = list(dict.fromkeys(reference_tails))
+        if not tails:
+            return []
+        sql = self._sql
+        with self._use() as conn:
+            # One statement: each chunk of tails would cost a pass over the references.
+            rows = conn.execute(sql.find_tail_requests, (sql.dialect.values(tails),)).fetchall()
+        # The rows of a batch share their headers: each distinct text is read once.
+        headers: dict[object, Headers] = {}
+        return [intent_from_row(row, self._cipher, headers) for row in rows]
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._base import NEVER_APPLIED_STATUSES, REOPENABLE_STATES
-from ._rows import COLUMNS
+from ._rows import COLUMNS, REQUEST_COLUMNS
 
 __all__ = ["INSERT_COLUMNS", "Dialect", "Statements"]
 
@@ -173,17 +173,18 @@ _COUNTS = "SELECT state, count(*) FROM {t} GROUP BY state"
 # Records known by id, or by end-to-end reference (the reference's own partial index).
 _FIND_IDS = _SELECT + " WHERE id {any}"
 _FIND_REFERENCES = _SELECT + " WHERE reference {any}"
-# Records whose reference is one of a list, or ends with "/" and one of it: the same
-# reference in any scope ("<scope>/<reference>", a scope may hold "/" too). One pass
-# over the references (the reference's index), each cut after every "/" in turn, and
-# matched against the list at once: the list is not chunked, since each chunk would
-# cost a pass of its own.
-_FIND_TAILS = (
+# The requests of the records whose reference is one of a list, or ends with "/" and
+# one of it: the same reference in any scope ("<scope>/<reference>", a scope may hold
+# "/" too). One pass over the references (the reference's index), each cut after every
+# "/" in turn and matched against the list at once; only the request's columns are read
+# (`REQUEST_COLUMNS`), for a caller that compares many.
+_FIND_TAIL_REQUESTS = (
     "WITH RECURSIVE tails(reference, tail) AS ("
     "SELECT reference, reference FROM {t} WHERE reference IS NOT NULL"
     " UNION ALL SELECT reference, substr(tail, {strpos}(tail, '/') + 1) FROM tails"
     " WHERE {strpos}(tail, '/') > 0)"
-    " " + _SELECT + " WHERE reference IN (SELECT reference FROM tails WHERE tail {any})"
+    " SELECT {request} FROM {t} WHERE reference IN"
+    " (SELECT reference FROM tails WHERE tail {any})"
 )
 # A payment a look-up found on the server, recorded already settled: one write, so that
 # no crash leaves it half recorded (see `Store.record_settled`). The columns of an
@@ -216,6 +217,7 @@ class Statements:
             "p": dialect.param,
             "j": dialect.json,
             "c": COLUMNS,
+            "request": REQUEST_COLUMNS,
             "insert": INSERT_COLUMNS,
             "same": dialect.same,
             "any": dialect.any,
@@ -263,6 +265,6 @@ class Statements:
         self.counts: Final = render(_COUNTS)
         self.find_ids: Final = render(_FIND_IDS)
         self.find_references: Final = render(_FIND_REFERENCES)
-        self.find_tails: Final = render(_FIND_TAILS)
+        self.find_tail_requests: Final = render(_FIND_TAIL_REQUESTS)
         self.record_settled: Final = render(_RECORD_SETTLED)
         self.reopen: Final = render(_REOPEN)

@@ -64,7 +64,7 @@ from .._outcome import Outcome, State
 from .._policy import RetryPolicy
 from .._reconcile import LookupRules, Verdict
 from .._store import Intent, OperationRecord, Store, StoredResponse
-from ._duplicates import TWIN_ADVICE, by_tail, tails_of, twin_problem, twins
+from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
 from ._lookup import DEFAULT_LOOKUP, Asked, Asking, LookupSettings, alook_up, look_up
 from ._plan import (
@@ -324,14 +324,27 @@ class _Run:
         wanted: set[str] = set()
         for item in new:
             wanted |= tails_of(item.row)
-        index = by_tail(self.store.find(reference_tails=wanted), self.target.operation)
+        index = by_tail(self.store.find_requests(reference_tails=wanted), self.target.operation)
         if not index:
             return []
+        paths = Paths()
+        found = {
+            item.row.number: (
+                item,
+                twins(
+                    item.identity, item.row, self.request_of(item.row, item.identity), index, paths
+                ),
+            )
+            for item in new
+        }
+        named = {twin.operation_id for _item, listed in found.values() for twin in listed}
+        records = {r.operation_id: r for r in self.store.find(operation_ids=named)}
         problems = []
-        for item in new:
-            found = twins(item.identity, item.row, self.request_of(item.row, item.identity), index)
-            if found:
-                problems.append((item.row.number, twin_problem(item.identity, found)))
+        for number, (item, listed) in found.items():
+            # As the store has them now (one purged meanwhile is no twin any more).
+            stored = [records[t.operation_id] for t in listed if t.operation_id in records]
+            if stored:
+                problems.append((number, twin_problem(item.identity, stored)))
         return problems
 
     def request_of(self, row: PayoutRow, identity: RowIdentity) -> Request:

@@ -4,6 +4,8 @@ any scope."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import httpx
@@ -11,7 +13,7 @@ import pytest
 
 from idemclient import DEFAULT_NAMESPACE, State
 from idemclient._call import fingerprint
-from idemclient._store import OperationRecord
+from idemclient._store import Intent, OperationRecord
 from idemclient.batch import Batch
 from idemclient.batch._duplicates import by_tail, tails_of, twin_problem, twins
 from idemclient.batch._identity import identify
@@ -59,12 +61,30 @@ def recorded(
     )
 
 
+def request_of(record: OperationRecord) -> Intent:
+    """What the store's `find_requests` gives for `record`."""
+    return Intent(
+        record.operation_id,
+        record.key,
+        True,
+        record.method,
+        record.url,
+        record.headers,
+        record.body,
+        record.fingerprint,
+        record.reference,
+    )
+
+
 def twins_of(records: list[OperationRecord], scope: str | None = None, column: str = "ref") -> Any:
     row = row_of(scope, column)
     identity = identify(row, scope=scope, operation="payout", namespace=DEFAULT_NAMESPACE)
     payload = row.payload(identity.reference)
     request = Request(URL, encode_body(payload), payload)
-    return twins(identity, row, request, by_tail(records, "payout"))
+    index = by_tail([request_of(record) for record in records], "payout")
+    found = twins(identity, row, request, index)
+    by_id = {record.operation_id: record for record in records}
+    return [by_id[twin.operation_id] for twin in found]
 
 
 def test_a_rows_values_are_where_its_reference_may_have_come_from() -> None:
@@ -88,6 +108,17 @@ def test_the_same_content_under_another_reference_is_a_twin(
 ) -> None:
     twin = recorded(stored, reaped=reaped)
     assert twins_of([twin], scope, column) == [twin]
+
+
+def test_a_kept_body_is_compared_column_by_column_in_any_order() -> None:
+    twin = recorded("2026-11/E1")
+    reordered = json.loads(twin.body)
+    body = encode_body(dict(reversed(list(reordered.items()))))
+    moved = dataclasses.replace(
+        twin, body=body, fingerprint=fingerprint("POST", httpx.URL(URL), body)
+    )
+    assert twins_of([moved]) == [moved]
+    assert twins_of([dataclasses.replace(moved, body=b"")]) == []  # reaped: bytes only
 
 
 def test_only_the_very_same_content_of_the_same_operation_is_a_twin() -> None:

@@ -554,19 +554,20 @@ def test_a_pending_or_not_sent_operation_is_reopened_but_never_while_held(store:
     assert store.reopen(wrong_key, evidence="x", now=NOW + 3) is None
 
 
-def test_find_answers_a_reference_in_any_scope_by_its_tail(store: Store) -> None:
+def test_find_requests_answers_a_reference_in_any_scope_by_its_tail(store: Store) -> None:
     references = ["E1", "2026-11/E1", "a/b/E1", "E10", "xE1", "2026-11/E2", "E1/x", "b/E1"]
     store.register([reference_intent(f"op-{n}", ref) for n, ref in enumerate(references)], now=NOW)
-    found = store.find(reference_tails=["E1", "E1", "none"])
+    found = store.find_requests(reference_tails=["E1", "E1", "none"])
     assert sorted(r.reference or "" for r in found) == ["2026-11/E1", "E1", "a/b/E1", "b/E1"]
     # A tail with a "/" of its own matches whole segments only.
-    assert sorted(r.reference or "" for r in store.find(reference_tails=["b/E1"])) == [
+    assert sorted(r.reference or "" for r in store.find_requests(reference_tails=["b/E1"])) == [
         "a/b/E1",
         "b/E1",
     ]
-    both = store.find(operation_ids=["op-5"], reference_tails=["E10"])
-    assert sorted(r.operation_id for r in both) == ["op-3", "op-5"]
-    assert store.find(reference_tails=[]) == []
+    assert store.find_requests(reference_tails=[]) == []
+    # Each is the request as registered.
+    (one,) = store.find_requests(reference_tails=["E10"])
+    assert one == reference_intent("op-3", "E10")
 
 
 # -- recording a payment found before it was ever sent ----------------------------------------

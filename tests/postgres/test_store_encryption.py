@@ -274,6 +274,8 @@ def test_a_payment_found_on_the_server_is_recorded_sealed(make_store: StoreFacto
         response=StoredResponse.of(200, (), ANSWER),
     )
     read_back(store)
+    (request,) = store.find_requests(reference_tails=["ref-1"])
+    assert (request.body, request.fingerprint) == (BODY, make_intent(body=BODY).fingerprint)
     raw = raw_dump(store)
     assert b"found by look-up" in raw  # the bytes read are this store's
     for secret in (
