@@ -924,6 +924,11 @@ def _line(
     )
 
 
+#: How the evidence of a row settled by a look-up begins (`_reconcile.apply`, and
+#: `_record_found` below).
+_FOUND_EVIDENCE = ("settled by look-up", "found by look-up")
+
+
 def _recorded_line(
     item: _Row,
     record: OperationRecord | None,
@@ -945,7 +950,9 @@ def _recorded_line(
         )
     response = record.response
     state = State.NOT_SENT if record.state is State.PENDING else record.state
-    if not reason:
+    if not reason and state.finished and record.evidence.startswith(_FOUND_EVIDENCE):
+        reason = "answered from the store (found on the server by look-up in an earlier run)"
+    elif not reason:
         reason = {
             State.SUCCEEDED: "answered from the store (done in an earlier run)",
             State.FAILED: f"refused in an earlier run ({record.evidence})",
