@@ -864,7 +864,7 @@ class _Run:
         """A row of a batch refused for other rows: as the store had it when planned
         (nothing was sent; a row done before stays done)."""
         item = self.rows[index] if index < len(self.rows) else None
-        reason = "not sent: the batch was refused for other rows; nothing was sent"
+        reason = "not sent: the batch was refused (see why in the errors); nothing was sent"
         if item is None:
             return ReportRow(
                 row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False, reason
