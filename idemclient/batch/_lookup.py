@@ -36,6 +36,7 @@ __all__ = [
     "look_up",
     "next_wait",
     "refined",
+    "works",
 ]
 
 #: The default look-up: the collection rows are POSTed to, searched by reference (the
@@ -96,6 +97,16 @@ def next_wait(
         return None
     wait = max(backoff_ceiling(policy, attempts), server or 0.0)
     return None if wait >= remaining else wait
+
+
+#: What a look-up that works says about a row; any other finding (`unknown`, or one a
+#: later judgement adds) means the look-up does not work, and nothing is sent.
+_WORKING = frozenset({"found", "not_found", "mismatch", "ambiguous"})
+
+
+def works(verdict: Verdict) -> bool:
+    """Whether `verdict` is a look-up's definite word about a row."""
+    return verdict.finding in _WORKING
 
 
 def refined(

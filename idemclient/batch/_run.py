@@ -66,7 +66,15 @@ from .._reconcile import LookupRules, Verdict
 from .._store import Intent, OperationRecord, Store, StoredResponse
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
-from ._lookup import DEFAULT_LOOKUP, Asked, Asking, LookupSettings, alook_up, look_up
+from ._lookup import (
+    DEFAULT_LOOKUP,
+    Asked,
+    Asking,
+    LookupSettings,
+    alook_up,
+    look_up,
+    works,
+)
 from ._plan import (
     ELSEWHERE_ADVICE,
     SCOPE_ADVICE,
@@ -390,9 +398,7 @@ class _Run:
 
     def take_answers(self) -> None:
         """Refuse the batch when a look-up did not work or found other content."""
-        unknown = [
-            item for item in self.rows if item.asked and item.asked.verdict.finding == "unknown"
-        ]
+        unknown = [item for item in self.rows if item.asked and not works(item.asked.verdict)]
         if unknown:
             first = unknown[0].asked
             assert first is not None
@@ -1143,7 +1149,7 @@ def run_sync(run: _Run, client: httpx.Client) -> Report:
     def ask(item: _Row) -> None:
         asking = run.asking(item)
         item.asked = look_up(client, asking, run.clock, run.policy.attempt_timeout)
-        if item.asked.verdict.finding == "unknown":
+        if not works(item.asked.verdict):
             stop_asking.set()  # the look-up does not work: stop asking
 
     _pool(run.concurrency, askings, ask, run.stopping, stop_asking.is_set)
@@ -1341,7 +1347,7 @@ async def asubmit(
                 return
             asking = run.asking(item)
             item.asked = await alook_up(http, asking, run.clock, run.policy.attempt_timeout)
-            failed = failed or item.asked.verdict.finding == "unknown"
+            failed = failed or not works(item.asked.verdict)
 
     async with anyio.create_task_group() as group:
         for _ in range(run.concurrency):

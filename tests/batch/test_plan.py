@@ -525,3 +525,21 @@ def test_a_look_up_counts_only_the_payments_that_show_this_row(
         )
     if finding == "unknown":
         assert "--lookup-reference-field" in verdict.why
+
+
+@pytest.mark.parametrize(
+    ("finding", "definite"),
+    [
+        ("found", True),
+        ("not_found", True),
+        ("mismatch", True),
+        ("ambiguous", True),
+        ("unknown", False),
+        ("incomplete", False),  # a finding a later judgement may add: nothing is sent on it
+    ],
+)
+def test_only_a_definite_finding_means_the_look_up_works(finding: str, definite: bool) -> None:
+    from idemclient._reconcile import Verdict
+    from idemclient.batch._lookup import works
+
+    assert works(Verdict(finding, "why")) is definite  # type: ignore[arg-type]
