@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import httpx
 
-__all__ = ["fingerprint"]
+__all__ = ["fingerprint", "fingerprints"]
 
 
 def fingerprint(method: str, url: httpx.URL, body: bytes) -> str:
@@ -17,8 +18,21 @@ def fingerprint(method: str, url: httpx.URL, body: bytes) -> str:
     out of the hash: an operation is bound to its origin by a check of its own, which
     can say so by name (see `_store._rows.mismatch`).
     """
-    digest = hashlib.sha256()
-    for part in (method.encode(), url.raw_path, body):
-        digest.update(len(part).to_bytes(8, "big"))
-        digest.update(part)
-    return digest.hexdigest()
+    return fingerprints(method, url)(body)
+
+
+def fingerprints(method: str, url: httpx.URL) -> Callable[[bytes], str]:
+    """`fingerprint` of many bodies sent with one method to one URL: the method and the
+    URL are hashed once."""
+    start = hashlib.sha256()
+    for part in (method.encode(), url.raw_path):
+        start.update(len(part).to_bytes(8, "big"))
+        start.update(part)
+
+    def of(body: bytes) -> str:
+        digest = start.copy()
+        digest.update(len(body).to_bytes(8, "big"))
+        digest.update(body)
+        return digest.hexdigest()
+
+    return of

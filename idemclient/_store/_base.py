@@ -212,6 +212,27 @@ class Store(Protocol):
         """
         ...
 
+    def record_settled(
+        self,
+        intent: Intent,
+        *,
+        state: State,
+        evidence: str,
+        now: float,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        """Record, in one write, an operation a look-up found on the server before it
+        was ever sent: already settled as `state` (`succeeded`, or `failed` for one the
+        server declined), with `response` (what the look-up returned) as its answer.
+
+        Never leased and never attempted: no crash leaves it half recorded, and it is
+        never sent. When the operation (or its key) is there already (another process
+        recorded it meanwhile), nothing is written and the stored record is returned.
+        Raises `OperationMismatch` when that record is for another request, and
+        `ValueError` for a `state` that is not final.
+        """
+        ...
+
     def reopen(self, intent: Intent, *, evidence: str, now: float) -> OperationRecord | None:
         """Point an operation that was never applied at a corrected request, same key.
 
@@ -246,6 +267,18 @@ class Store(Protocol):
     ) -> Sequence[OperationRecord]:
         """Every operation whose id is among `operation_ids` or whose end-to-end
         reference is among `references`, each once, in no particular order."""
+        ...
+
+    def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
+        """The request of every operation whose end-to-end reference is one of
+        `reference_tails` or ends with "/" and one of them (the same reference in any
+        scope: ``E1`` finds ``E1``, ``2026-11/E1`` and ``a/b/E1``), each once, in no
+        particular order: what each was recorded to send (its id, key, method, URL,
+        headers as stored, body, fingerprint and reference), without its state or
+        answer, for a caller that compares many of them (`find` gives the rest).
+
+        Reads every reference the store holds, once, whatever the number of tails.
+        """
         ...
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:

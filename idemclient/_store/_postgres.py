@@ -76,6 +76,7 @@ def _dialect(schema: str) -> Dialect:
         unlimited=None,
         clock_table=f"{schema}.store_clock",
         greatest="GREATEST",
+        strpos="strpos",
     )
 
 

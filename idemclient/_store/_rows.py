@@ -29,8 +29,10 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_MAX_STORED_BODY",
     "DEFAULT_SECRET_HEADERS",
+    "REQUEST_COLUMNS",
     "as_stored",
     "dump_headers",
+    "intent_from_row",
     "mismatch",
     "record_from_row",
 ]
@@ -48,6 +50,10 @@ COLUMNS = (
     " response_headers, response_body, response_sha256, response_size, created_at,"
     " updated_at, finished_at"
 )
+
+
+#: The columns of an operation's request, in the order `intent_from_row` reads them.
+REQUEST_COLUMNS = "id, key, method, url, headers, body, fingerprint, reference"
 
 
 def as_stored(
@@ -158,6 +164,32 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         updated_at=updated_at,
         finished_at=finished_at,
         withheld_headers=withheld,
+    )
+
+
+def intent_from_row(
+    row: Sequence[Any], cipher: Cipher = PLAIN, read: dict[object, Headers] | None = None
+) -> Intent:
+    """The request a row (`REQUEST_COLUMNS`) was recorded to send, its sealed values
+    opened by `cipher`; its key was the caller's or the store's, as recorded. `read`
+    keeps the headers already read, by their stored text, for many rows at once."""
+    operation_id, key, method, url, headers, body, fingerprint, reference = row
+    where = {"operation_id": operation_id}
+    known = read.get(headers) if read is not None and isinstance(headers, str) else None
+    if known is None:
+        known = _headers(headers)[0]
+        if read is not None and isinstance(headers, str):
+            read[headers] = known
+    return Intent(
+        operation_id=operation_id,
+        key=key,
+        key_given=True,
+        method=method,
+        url=url,
+        headers=known,
+        body=cipher.open(bytes(body), column="body", **where),
+        fingerprint=cipher.open_text(fingerprint, column="fingerprint", **where),
+        reference=reference,
     )
 
 

@@ -52,6 +52,7 @@ _SQL = Statements(
         unlimited=-1,
         clock_table="store_clock",
         greatest="max",
+        strpos="instr",
     )
 )
 _REGISTER_CHUNK = 5_000

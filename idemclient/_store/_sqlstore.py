@@ -49,7 +49,7 @@ from ._base import (
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
 from ._owners import owner_is_dead
-from ._rows import as_stored, dump_headers, mismatch, record_from_row
+from ._rows import as_stored, dump_headers, intent_from_row, mismatch, record_from_row
 from ._statements import Statements
 
 __all__ = ["Connection", "SQLStore", "admission_values", "admitted", "refused"]
@@ -299,6 +299,44 @@ class SQLStore(ABC):
             row = _returned(conn.execute(statement, (*values, evidence, now, operation_id, owner)))
             return self._record(row) if row is not None else self._fetch(conn, operation_id)
 
+    def record_settled(
+        self,
+        intent: Intent,
+        *,
+        state: State,
+        evidence: str,
+        now: float,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord:
+        if not state.finished:
+            raise ValueError(
+                f"an operation found on the server is recorded final, not {state.value}"
+            )
+        _kept, answer = as_stored(
+            response or StoredResponse.of(200, (), b""),
+            self.header_rule,
+            self.max_stored_body,
+            cipher=self._cipher,
+            operation_id=intent.operation_id,
+        )
+        values = admission_values(
+            intent, self._stored_headers(intent), state, None, None, now, cipher=self._cipher
+        )
+        sql = self._sql
+        with self._write(durable=self.durability is Durability.FULL) as conn:
+            conn.execute(sql.record_settled, (*values, evidence, *answer, now))
+            # Written now, or there first: the stored row answers, if it is this request.
+            row = conn.execute(
+                sql.find_for, (intent.operation_id, intent.key, intent.operation_id)
+            ).fetchone()
+        if row is None:  # deleted between the insert and this read: a purge raced us
+            raise KeyError(f"operation {intent.operation_id!r} vanished from {self.path!r}")
+        record = self._record(row)
+        reason = mismatch(intent, record, sending=False)
+        if reason is not None:
+            raise OperationMismatch(reason, operation_id=intent.operation_id, key=record.key)
+        return record
+
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
         target = httpx.URL(origin)
         if target.scheme not in ("http", "https") or not target.host:
@@ -408,6 +446,18 @@ class SQLStore(ABC):
                         record = self._record(row)
                         found[record.operation_id] = record
         return list(found.values())
+
+    def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
+        tails = list(dict.fromkeys(reference_tails))
+        if not tails:
+            return []
+        sql = self._sql
+        with self._use() as conn:
+            # One statement: each chunk of tails would cost a pass over the references.
+            rows = conn.execute(sql.find_tail_requests, (sql.dialect.values(tails),)).fetchall()
+        # The rows of a batch share their headers: each distinct text is read once.
+        headers: dict[object, Headers] = {}
+        return [intent_from_row(row, self._cipher, headers) for row in rows]
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         with self._use() as conn:

@@ -15,7 +15,8 @@ they differ only in how a statement is spelled, which a `Dialect` says:
   locks the whole file, so it needs none);
 - `unlimited`: the LIMIT parameter that means no limit;
 - `clock_table`, `greatest`: the store's clock table, and the larger of two values
-  (`max`, `GREATEST`).
+  (`max`, `GREATEST`);
+- `strpos`: the position of one string in another (`instr`, `strpos`).
 
 `Statements(dialect)` renders every statement once, when a store is made (SQLite's at
 import; PostgreSQL's per store, since the schema is the store's): each is a plain
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._base import NEVER_APPLIED_STATUSES, REOPENABLE_STATES
-from ._rows import COLUMNS
+from ._rows import COLUMNS, REQUEST_COLUMNS
 
 __all__ = ["INSERT_COLUMNS", "Dialect", "Statements"]
 
@@ -63,6 +64,8 @@ class Dialect:
     clock_table: str
     #: the larger of two values
     greatest: str
+    #: the function giving the position of a string in another, from 1 (0: absent)
+    strpos: str = "instr"
 
 
 #: The columns an admission writes, in the order of `admission_values`; the others
@@ -170,6 +173,27 @@ _COUNTS = "SELECT state, count(*) FROM {t} GROUP BY state"
 # Records known by id, or by end-to-end reference (the reference's own partial index).
 _FIND_IDS = _SELECT + " WHERE id {any}"
 _FIND_REFERENCES = _SELECT + " WHERE reference {any}"
+# The requests of the records whose reference is one of a list, or ends with "/" and
+# one of it: the same reference in any scope ("<scope>/<reference>", a scope may hold
+# "/" too). One pass over the references (the reference's index), each cut after every
+# "/" in turn and matched against the list at once; only the request's columns are read
+# (`REQUEST_COLUMNS`), for a caller that compares many.
+_FIND_TAIL_REQUESTS = (
+    "WITH RECURSIVE tails(reference, tail) AS ("
+    "SELECT reference, reference FROM {t} WHERE reference IS NOT NULL"
+    " UNION ALL SELECT reference, substr(tail, {strpos}(tail, '/') + 1) FROM tails"
+    " WHERE {strpos}(tail, '/') > 0)"
+    " SELECT {request} FROM {t} WHERE reference IN"
+    " (SELECT reference FROM tails WHERE tail {any})"
+)
+# A payment a look-up found on the server, recorded already settled: one write, so that
+# no crash leaves it half recorded (see `Store.record_settled`). The columns of an
+# admission, then the evidence and the answer; never leased, never attempted.
+_RECORD_SETTLED = (
+    "INSERT INTO {t} ({insert}, evidence, status_code, response_headers, response_body,"
+    " response_sha256, response_size, finished_at) VALUES ({p}, {p}, {p}, {p}, {j}, {p}, {p},"
+    " {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
+)
 # A request that was never applied, pointed at a corrected target under its own key:
 # only while nothing says it may have been applied and nobody holds it, and only from
 # a state that says so (see `Store.reopen`).
@@ -193,6 +217,7 @@ class Statements:
             "p": dialect.param,
             "j": dialect.json,
             "c": COLUMNS,
+            "request": REQUEST_COLUMNS,
             "insert": INSERT_COLUMNS,
             "same": dialect.same,
             "any": dialect.any,
@@ -201,6 +226,7 @@ class Statements:
             "skip_locked": dialect.skip_locked,
             "clock": dialect.clock_table,
             "greatest": dialect.greatest,
+            "strpos": dialect.strpos,
             "reopenable": ", ".join(f"'{state}'" for state in REOPENABLE_STATES),
             "never_applied": ", ".join(str(status) for status in NEVER_APPLIED_STATUSES),
         }
@@ -239,4 +265,6 @@ class Statements:
         self.counts: Final = render(_COUNTS)
         self.find_ids: Final = render(_FIND_IDS)
         self.find_references: Final = render(_FIND_REFERENCES)
+        self.find_tail_requests: Final = render(_FIND_TAIL_REQUESTS)
+        self.record_settled: Final = render(_RECORD_SETTLED)
         self.reopen: Final = render(_REOPEN)

@@ -3,7 +3,9 @@
 Everything the operator can get wrong is refused before anything is sent, with exit
 code 2 and what to do: the file, an option, an empty token, a URL without a scheme, a
 report that cannot be written, a look-up that does not work, a known reference with
-other content. The run itself happens in a thread of its own, so that Ctrl-C stops it
+other content, a row paid elsewhere, the same payment under another reference. A
+batch refused once its rows are read still writes its report, each row with why. The
+run itself happens in a thread of its own, so that Ctrl-C stops it
 cleanly (no new row, no new retry), and the summary and the report still come out
 (exit code 130).
 """
@@ -29,6 +31,7 @@ from .._keys import DEFAULT_NAMESPACE
 from .._ops_cli import RELIABLE_404_HELP, STATUS_HELP, parse_statuses
 from .._outcome import State
 from .._policy import RetryPolicy
+from .._redaction import redact_url
 from ._lookup import DEFAULT_LOOKUP
 from ._progress import ProgressView
 from ._report import ExitCode, Report, check_report_path
@@ -265,6 +268,16 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float
     callback=parse_statuses,
     help=STATUS_HELP.replace("the operation stays", "the row stays"),
 )
+@click.option(
+    "--lookup-reference-field",
+    "reference_field",
+    default="reference",
+    show_default=True,
+    help="The field of a payment, in the look-up's answer, that holds the reference a"
+    " row was sent with (some PSPs call it external_reference). A payment counts as the"
+    " row only if it shows the row's reference there (or its key, in idempotency_key);"
+    " a look-up naming payments that show neither does not work.",
+)
 @click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
 @click.option(
     "--server-replays",
@@ -274,6 +287,15 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float
     " may have been applied (a timeout, then a 4xx) then ends the row failed; without"
     " it, such a row stays indeterminate (the server may be refusing a duplicate of a"
     " payout it made) unless the refusal is marked Idempotent-Replayed.",
+)
+@click.option(
+    "--new-payments",
+    is_flag=True,
+    help="The rows are new payments even where the store holds a row with the very"
+    " same content (every column, the value date included) under another reference."
+    " Without it such a row is refused as the same payment submitted again with another"
+    " --batch-ref (or none) or --ref-column. Use it only to pay an identical payment a"
+    " second time.",
 )
 @click.option(
     "--report",
@@ -305,8 +327,10 @@ def submit_command(
     no_lookup: bool,
     key_retention: float,
     statuses: dict[str, State] | None,
+    reference_field: str,
     reliable_404: bool,
     server_replays: bool,
+    new_payments: bool,
     report: str | None,
 ) -> None:
     """Submit FILE (CSV with a header) row by row; run it again after any failure.
@@ -350,6 +374,8 @@ def submit_command(
             lookup=None if no_lookup else lookup,
             statuses=statuses,
             reliable_404=reliable_404,
+            reference_field=reference_field,
+            new_payments=new_payments,
             report=report,
         )
     except KeyboardInterrupt:
@@ -373,6 +399,8 @@ def _submit(
     lookup: str | None,
     statuses: dict[str, State] | None,
     reliable_404: bool,
+    reference_field: str,
+    new_payments: bool,
     report: str | None,
 ) -> NoReturn:
     if report is not None:
@@ -413,7 +441,10 @@ def _submit(
                 statuses=statuses,
                 reliable_404=reliable_404,
                 notify=progress.say,
-                metadata={"url": url},
+                # Without a user, password or secret query value given in it.
+                metadata={"url": str(redact_url(httpx.URL(url)))},
+                reference_field=reference_field,
+                new_payments=new_payments,
             )
         except ValueError as exc:
             _fail(str(exc), ExitCode.BAD_INPUT)
@@ -421,6 +452,8 @@ def _submit(
     if isinstance(result, BaseException):
         progress.close()
         if isinstance(result, BatchInvalid):
+            if report:  # each row, with why it was refused
+                _write(run.report(refused=result), report)
             _fail(str(result), ExitCode.BAD_INPUT)
         if isinstance(result, StoreError):
             _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)

@@ -1,7 +1,12 @@
 """Looking a row's reference up on the server before its first send: the network's half.
 
-The judgement of an answer is `_reconcile.judge`, shared with `Client.reconcile`. Here
-is only the asking: one GET per row, retried while the answer says "later" (429, 503,
+The judgement of an answer is `_reconcile.judge`, shared with `Client.reconcile`, with
+one rule of the batch's on top (`refined`): a payment counts as this row only if it
+shows this row's reference (in `LookupSettings.reference_field`) or its key. A look-up
+whose filter the server ignores answers with other rows' payments: those are set aside
+("not found" when they are all of other references), and a payment that shows neither
+cannot be told apart, so the look-up does not work until the field is named. Here is
+otherwise only the asking: one GET per row, retried while the answer says "later" (429, 503,
 a 5xx, a dropped connection or a timeout), within the client's retry policy (attempts,
 deadline, the server's Retry-After as a floor), on the client's clock. A look-up that
 never gets a definite answer counts as a look-up that does not work.
@@ -9,7 +14,8 @@ never gets a definite answer counts as a look-up that does not work.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +25,7 @@ from .._clock import Clock
 from .._policy import RetryPolicy, backoff_ceiling
 from .._reconcile import LookupRules, Verdict, fill, judge
 from .._retry_after import parse_retry_after
+from ._plan import KEY_FIELD, matches_payment, shows_row
 
 __all__ = [
     "DEFAULT_LOOKUP",
@@ -28,6 +35,8 @@ __all__ = [
     "alook_up",
     "look_up",
     "next_wait",
+    "refined",
+    "works",
 ]
 
 #: The default look-up: the collection rows are POSTed to, searched by reference (the
@@ -47,6 +56,8 @@ class LookupSettings:
 
     template: str
     rules: LookupRules
+    #: the field of a payment that holds the reference the row was sent with
+    reference_field: str = "reference"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +99,50 @@ def next_wait(
     return None if wait >= remaining else wait
 
 
+#: What a look-up that works says about a row; any other finding (`unknown`, or one a
+#: later judgement adds) means the look-up does not work, and nothing is sent.
+_WORKING = frozenset({"found", "not_found", "mismatch", "ambiguous"})
+
+
+def works(verdict: Verdict) -> bool:
+    """Whether `verdict` is a look-up's definite word about a row."""
+    return verdict.finding in _WORKING
+
+
+def refined(
+    verdict: Verdict, status: int, *, reference: str, key: str | None, reference_field: str
+) -> Verdict:
+    """`verdict` once the payments that are not this row's are set aside (see the
+    module docstring): pure. Only a "mismatch" changes: it stands for the payments that
+    show this row's reference or key; none such, it is "not found" when every payment
+    shows another reference, and "unknown" when one shows neither."""
+    if verdict.finding != "mismatch":
+        return verdict
+    shown = [
+        (item, shows_row(item, reference=reference, key=key, reference_field=reference_field))
+        for item in verdict.others
+    ]
+    mine = tuple(item for item, is_mine in shown if is_mine)
+    if mine:
+        return dataclasses.replace(
+            verdict,
+            others=mine,
+            why=f"HTTP {status} naming {len(mine)} payment(s) of this reference with other content",
+        )
+    if all(is_mine is False for _item, is_mine in shown):
+        return Verdict(
+            "not_found",
+            f"HTTP {status} naming {len(shown)} payment(s) of other references only: no match",
+        )
+    return Verdict(
+        "unknown",
+        f"HTTP {status} naming payment(s) that show neither {reference_field!r} nor"
+        f" {KEY_FIELD!r}: the look-up cannot tell whether one of them is this row. Name the"
+        " field of a payment that holds the reference with --lookup-reference-field"
+        " (reference_field= from Python)",
+    )
+
+
 class Asking:
     """One row's look-up, decided here and carried out by `look_up` or `alook_up`:
     `url` to GET, then `answered(result)` says how long to wait before asking again,
@@ -102,14 +157,14 @@ class Asking:
         payload: Mapping[str, Any],
         policy: RetryPolicy,
         clock: Clock,
-        matches: Callable[[Mapping[str, Any], Mapping[str, Any]], bool],
     ) -> None:
         self.url = fill(settings.template, key=key, reference=reference, name=reference)
         self._settings = settings
         self._payload = payload
         self._policy = policy
         self._clock = clock
-        self._matches = matches
+        self._reference = reference
+        self._key = key
         self._started = clock.monotonic()
         self._attempts = 0
 
@@ -126,9 +181,20 @@ class Asking:
         if wait is not None:
             return wait
         if isinstance(result, httpx.Response):
-            payload = self._payload
-            verdict = judge(
-                result, self._settings.rules, matches=lambda item: self._matches(payload, item)
+            payload, field = self._payload, self._settings.reference_field
+            reference, key = self._reference, self._key
+
+            def matches(item: Mapping[str, Any]) -> bool:
+                return matches_payment(
+                    payload, item, reference=reference, key=key, reference_field=field
+                )
+
+            verdict = refined(
+                judge(result, self._settings.rules, matches=matches),
+                result.status_code,
+                reference=reference,
+                key=key,
+                reference_field=field,
             )
             return Asked(self.url, verdict, result)
         why = f"{type(result).__name__}: {result}" if str(result) else type(result).__name__

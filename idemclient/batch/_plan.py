@@ -5,22 +5,32 @@ rows recorded by earlier versions, by its reference), and `plan_row` decides:
 
 - the store knows nothing of it: NEW, registered then sent with the row's key;
 - the row, with other content: REFUSED, showing the old and the new values;
-- the row, finished (succeeded, or failed for the payment's sake): DONE, its answer;
-- the row, never applied: pending or not sent at another URL, or refused for its
-  target (404, 405) at another URL, or for its credentials (401, 407) anywhere: REOPEN,
-  the corrected request under the same key;
-- the row, maybe applied at another URL: REFUSED, to be finished where it went;
+- the row, finished (succeeded, or failed for the payment's sake) where this run sends
+  it: DONE, its answer. Where is the origin (scheme, host, port) and the credentials
+  (see `_sender`; unknown for rows of earlier versions, which are compared by origin);
+- the row, finished at another origin or with other credentials (a sandbox, a test
+  key, another account): ELSEWHERE, looked up here; done only if the look-up finds it
+  here, refused otherwise (and refused outright without look-ups);
+- the row, never applied: pending or not sent at another URL or with other
+  credentials, or refused for its target (404, 405) at another URL, or for its
+  credentials (401, 407) anywhere: REOPEN, the corrected request under the same key;
+- the row, maybe applied at another URL or with other credentials: REFUSED, to be
+  finished where it went;
 - the row, unfinished, at this URL: KNOWN, its recorded request under its key.
 
-NEW rows are looked up on the server first, and so are KNOWN and REOPEN rows whose
-record is old (look-ups on).
+NEW rows are looked up on the server first (look-ups on), and so are KNOWN and REOPEN
+rows that have never been attempted (their first send is to come), that may have been
+applied (a lost answer, a sender that died mid-attempt: the server may have forgotten
+the key sooner than --key-retention says), or whose record is old.
 
-"Old" is a record older than the server's key retention, or of unknown age (created in
-the future by the clock's reckoning). A row recorded by an earlier version (its key from
-the batch reference and the value date) is found by its reference: in no scope, the one
-record with that reference is this row (more than one: refused, with how to scope
-them); in a scope, the record whose earlier key this scope would have made, else one
-with the very same content, else none.
+"Old" is a record older than the server's key retention, counting the clock skew the
+client allows between hosts (`_call.CLOCK_SKEW`: a record's age may be that much more
+than it looks), or of unknown age (created in the future by the clock's reckoning). A
+row recorded by an earlier version (its key from the batch reference and the value
+date) is found by its reference: in no scope, the one record with that reference is
+this row (more than one: refused, with how to scope them); in a scope, the record whose
+earlier key this scope would have made, else one with the very same content, else
+none.
 """
 
 from __future__ import annotations
@@ -33,23 +43,30 @@ from typing import Any
 
 import httpx
 
-from .._call import fingerprint
+from .._call import CLOCK_SKEW, fingerprint
 from .._outcome import State
+from .._redaction import origin_of
 from .._store import NEVER_APPLIED_STATUSES, OperationRecord
 from ._identity import RowIdentity, is_batch_operation
+from ._sender import target_of
 
 __all__ = [
+    "ELSEWHERE_ADVICE",
+    "KEY_FIELD",
     "SCOPE_ADVICE",
     "SERVER_FIELDS",
     "Request",
     "RowPlan",
     "Step",
     "differences",
+    "encode_body",
     "legacy_candidates",
     "matches_payment",
     "past_retention",
     "plan_row",
     "recorded_payload",
+    "same_content",
+    "shows_row",
 ]
 
 #: Names a PSP sets on its own payments: never compared with a row's columns.
@@ -61,6 +78,10 @@ SCOPE_ADVICE = (
     " give each file its own scope with --batch-ref (batch_reference= from Python),"
     " e.g. --batch-ref 2026-12; the server then sees <scope>/<reference>"
 )
+
+#: Where a payment found by a look-up shows the key it was made with (the reference
+#: server's name); its reference is in the look-up's `reference_field`.
+KEY_FIELD = "idempotency_key"
 
 #: Credentials refused: the token is not stored, so it may have been fixed since.
 _CREDENTIALS = frozenset({401, 407})
@@ -77,6 +98,9 @@ class Step(enum.Enum):
     REOPEN = "reopen"
     #: refused before anything is sent
     REFUSED = "refused"
+    #: finished at another origin or with other credentials: done only if a look-up
+    #: finds it here, refused otherwise
+    ELSEWHERE = "elsewhere"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +110,23 @@ class Request:
     url: str
     body: bytes
     payload: Mapping[str, Any]
+
+    def body_for(self, reference: str | None) -> bytes:
+        """The body this row would have been sent with under `reference` (a row
+        recorded by an earlier version, or in another scope, carries its own)."""
+        if reference is None or reference == self.payload.get("reference"):
+            return self.body
+        return encode_body({**self.payload, "reference": reference})
+
+
+def encode_body(payload: Mapping[str, object]) -> bytes:
+    """A row's JSON body, encoded here rather than by httpx, so that the bytes
+    registered and the bytes sent are the same whatever httpx version encodes JSON (and
+    the same as every earlier version of the batch made)."""
+    return _JSON.encode(payload).encode()
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +138,8 @@ class RowPlan:
     look_up: bool = False
     #: in words: why it is refused, or why it is reopened
     why: str = ""
+    #: what to do about it, said once for every row it concerns
+    advice: str = ""
 
 
 #: Most rows of a new file: one plan shared by all of them.
@@ -138,23 +181,55 @@ def _shown(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def matches_payment(payload: Mapping[str, Any], payment: Mapping[str, Any]) -> bool:
-    """Whether a payment the server holds has this row's content: the same amount and
-    currency (both must be shown), and the same value for every other column of the row
-    that the payment shows too."""
+def shows_row(
+    payment: Mapping[str, Any], *, reference: str, key: str | None, reference_field: str
+) -> bool | None:
+    """Whether a payment a look-up names is this row's, by what it shows: its
+    `reference_field` (this row's reference, or another row's) or its key. None when it
+    shows neither, so that it cannot tell."""
+    if key is not None and payment.get(KEY_FIELD) == key:
+        return True
+    shown = payment.get(reference_field)
+    if isinstance(shown, str | int) and not isinstance(shown, bool):
+        return str(shown) == reference
+    return None
+
+
+def matches_payment(
+    payload: Mapping[str, Any],
+    payment: Mapping[str, Any],
+    *,
+    reference: str | None = None,
+    key: str | None = None,
+    reference_field: str = "reference",
+) -> bool:
+    """Whether a payment the server holds is this row: it shows this row's reference
+    (in `reference_field`; `reference` defaults to the payload's) or its key, and it has
+    this row's content: the same amount and currency (both must be shown), and the same
+    value for every other column of the row that the payment shows too.
+
+    A payment that shows neither the reference nor the key is never this row, whatever
+    its content: a look-up that ignores its filter answers with other payments, and
+    last month's identical salary is not this month's."""
+    wanted = reference if reference is not None else str(payload.get("reference", ""))
+    if not shows_row(payment, reference=wanted, key=key, reference_field=reference_field):
+        return False
     if any(name not in payment for name in ("amount", "currency")):
         return False
     return all(
         payment[name] == value
         for name, value in payload.items()
-        if name in payment and name not in SERVER_FIELDS
+        if name in payment and name not in SERVER_FIELDS and name != "reference"
     )
 
 
 def past_retention(record: OperationRecord, *, now: float, retention: float) -> bool:
-    """Older than the server's key retention, or of unknown age: a record dated after
-    `now` (the clock went back, or was fast when it was written) may be any age."""
-    return record.created_at > now or now - record.created_at > retention
+    """Older than the server's key retention, or of unknown age: a record's age may be
+    up to `CLOCK_SKEW` more than it looks (the host that recorded it was fast), and a
+    record dated after `now` (the clock went back, or another host's is ahead) may be
+    any age."""
+    age = now - record.created_at
+    return age < 0 or age + CLOCK_SKEW > retention
 
 
 def legacy_candidates(
@@ -172,15 +247,18 @@ def legacy_candidates(
     ]
 
 
-def _same_content(record: OperationRecord, request: Request) -> bool | None:
-    """Whether `record` was sent with `request`'s content (None: cannot tell)."""
+def same_content(record: OperationRecord, request: Request) -> bool | None:
+    """Whether `record` was sent with `request`'s content, whatever reference it was
+    sent under (None: cannot tell). Its recorded body when it has one; once reaped, its
+    fingerprint, taken with the record's own path and its own reference (a row of an
+    earlier version, or of another scope, carried another one)."""
     recorded = recorded_payload(record)
     if recorded is not None:
         return not differences(recorded, request.payload)
     if record.body:
         return None
-    # The body was reaped: its fingerprint, taken with the record's own path, still says.
-    return fingerprint("POST", httpx.URL(record.url), request.body) == record.fingerprint
+    body = request.body_for(record.reference)
+    return fingerprint("POST", httpx.URL(target_of(record.url)), body) == record.fingerprint
 
 
 def _adopted(
@@ -197,7 +275,7 @@ def _adopted(
         exact = [r for r in legacy if r.key == legacy_key]
         if exact:
             return exact[0]
-        same = [r for r in legacy if _same_content(r, request)]
+        same = [r for r in legacy if same_content(r, request)]
         if len(same) > 1:
             return (
                 f"reference {identity.bare!r} was paid {len(same)} times with this content"
@@ -207,7 +285,7 @@ def _adopted(
         return same[0] if same else None
     if len(legacy) == 1:
         return legacy[0]
-    same = [r for r in legacy if _same_content(r, request)]
+    same = [r for r in legacy if same_content(r, request)]
     if len(same) == 1:
         return same[0]
     return (
@@ -227,12 +305,15 @@ def plan_row(
     now: float,
     retention: float,
     look_up: bool = True,
+    other_credentials: Callable[[OperationRecord], bool] = lambda _record: False,
 ) -> RowPlan:
     """What to do with one row (see the module docstring). `request_of()` makes the
     request this run would send for it (only needed, and so only made, when the store
     knows something of the row); `known` is the store's record under the row's
     operation id, `legacy` the earlier version's records with its reference
-    (`legacy_candidates`); `look_up` says whether look-ups are on."""
+    (`legacy_candidates`); `look_up` says whether look-ups are on;
+    `other_credentials(record)` whether the record says it was sent with other
+    credentials than this run's (`_sender.Sender.other`)."""
     if known is None and not legacy:
         return _NEW_LOOKED_UP if look_up else _NEW
     request = request_of()
@@ -244,7 +325,7 @@ def plan_row(
         record = adopted
     if record is None:
         return _NEW_LOOKED_UP if look_up else _NEW
-    same = _same_content(record, request)
+    same = same_content(record, request)
     if same is not True:
         recorded = recorded_payload(record)
         if recorded is None:
@@ -257,40 +338,86 @@ def plan_row(
                 differences(recorded, request.payload)
             )
         return RowPlan(Step.REFUSED, record, why=why)
-    old = look_up and past_retention(record, now=now, retention=retention)
-    moved = record.url != request.url
+    return _known(record, request, other_credentials(record), look_up, now, retention)
+
+
+def _known(
+    record: OperationRecord,
+    request: Request,
+    other_credentials: bool,
+    look_up: bool,
+    now: float,
+    retention: float,
+) -> RowPlan:
+    """What to do with a row the store holds with this content."""
+    moved = target_of(record.url) != target_of(request.url)
+    elsewhere = origin_of(record.url) != origin_of(request.url)
     never_applied = not record.maybe_applied and record.lease_owner is None
     status = record.response.status_code if record.response is not None else None
+    # Looked up before it is sent: its first send is to come, it may have been applied
+    # (the server may have forgotten its key sooner than the retention says), or old.
+    unsure = record.maybe_applied or record.state is State.IN_FLIGHT
+    ask = look_up and (
+        record.attempts == 0 or unsure or past_retention(record, now=now, retention=retention)
+    )
     if record.state.finished:
         refused_for_target = (
             record.state is State.FAILED
             and never_applied
             and status in NEVER_APPLIED_STATUSES
-            and (moved or status in _CREDENTIALS)
+            and (moved or other_credentials or status in _CREDENTIALS)
         )
         if refused_for_target:
             return RowPlan(
                 Step.REOPEN,
                 record,
-                look_up=old,
-                why=f"refused with HTTP {status} at {record.url}, never applied",
+                look_up=ask,
+                why=f"refused with HTTP {status} at {_shown_target(record)}, never applied",
             )
+        if elsewhere or other_credentials:
+            where = (
+                f"at {origin_of(record.url)}, not at {origin_of(request.url)}"
+                if elsewhere
+                else "with other credentials than this run's (another account, or a test key)"
+            )
+            why = f"was {_finished(record)} {where}"
+            if look_up:
+                return RowPlan(Step.ELSEWHERE, record, look_up=True, why=why)
+            return RowPlan(Step.REFUSED, record, why=why, advice=ELSEWHERE_ADVICE)
         return RowPlan(Step.DONE, record)
-    if moved:
+    if moved or other_credentials:
+        where = _shown_target(record) if moved else "with other credentials"
         if never_applied and record.state in (State.PENDING, State.NOT_SENT):
             return RowPlan(
-                Step.REOPEN,
-                record,
-                look_up=old,
-                why=f"recorded for {record.url}, never applied there",
+                Step.REOPEN, record, look_up=ask, why=f"recorded for {where}, never applied there"
             )
         return RowPlan(
             Step.REFUSED,
             record,
             why=(
-                f"was sent to {record.url} and may have been applied there"
-                f" ({record.state.value}): finish it there (the same --url and --path), or"
-                f" settle it with idemclient ops reconcile {record.operation_id}"
+                f"was sent {'to ' if moved else ''}{where} and may have been applied there"
+                f" ({record.state.value}): finish it there (the same --url, --path and"
+                f" token), or settle it with idemclient ops reconcile {record.operation_id}"
             ),
         )
-    return RowPlan(Step.KNOWN, record, look_up=old)
+    return RowPlan(Step.KNOWN, record, look_up=ask)
+
+
+#: What to do about a row finished somewhere else than where this run sends it.
+ELSEWHERE_ADVICE = (
+    "a store records each row as paid once, where it was paid (the origin, and the"
+    " credentials). To pay these rows at another server or for another account (a"
+    " sandbox, then production), give that run a store of its own (--store): each row is"
+    " then looked up there before it is sent"
+)
+
+
+def _finished(record: OperationRecord) -> str:
+    status = record.response.status_code if record.response is not None else None
+    answer = f" (HTTP {status})" if status is not None else ""
+    return ("paid" if record.state is State.SUCCEEDED else "refused") + answer
+
+
+def _shown_target(record: OperationRecord) -> str:
+    """Where a record was sent, for messages: its URL without the credentials' digest."""
+    return target_of(record.url)

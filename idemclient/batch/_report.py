@@ -50,6 +50,9 @@ _CREDENTIALS = frozenset({401, 407})
 _UNSETTLED = frozenset(
     s.value for s in (State.NOT_SENT, State.INDETERMINATE, State.PENDING, State.IN_FLIGHT)
 )
+#: Unsettled, and nothing of it can have been applied (the store keeps an unsettled
+#: operation that may have been applied as indeterminate, or in flight).
+_NOT_APPLIED = frozenset(s.value for s in (State.NOT_SENT, State.PENDING))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,13 @@ class ReportRow:
 
     @property
     def credentials_refused(self) -> bool:
+        """The server refused the credentials for this row, which is unsettled."""
         return self.state in _UNSETTLED and self.http_status in _CREDENTIALS
+
+    @property
+    def maybe_applied(self) -> bool:
+        """Unsettled, and may have been applied (indeterminate, or in flight)."""
+        return self.state in _UNSETTLED and self.state not in _NOT_APPLIED
 
 
 def resource_id(content: bytes | None) -> str | None:
@@ -108,13 +117,15 @@ REPORT_COLUMNS = tuple(f.name for f in fields(ReportRow))
 class Report:
     """A batch run's outcome. `batch` names it in the summary (its scope, or its file);
     `metadata` goes into a JSON report; `notes` are sentences added to the summary;
-    `interrupted`: the run was stopped before every row was done."""
+    `interrupted`: the run was stopped before every row was done; `refused`: the batch
+    was refused before anything was sent (the rows' reasons say why)."""
 
     batch: str
     rows: tuple[ReportRow, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     interrupted: bool = False
+    refused: bool = False
 
     def counts(self) -> Counter[str]:
         counts: Counter[str] = Counter(row.state for row in self.rows)
@@ -123,14 +134,21 @@ class Report:
 
     @property
     def credentials_refused(self) -> int:
-        """Rows not sent because the server refused the credentials."""
-        return sum(row.credentials_refused for row in self.rows)
+        """Rows the server refused the credentials for, and of which nothing can have
+        been applied: the same command with the right token sends them."""
+        return sum(row.credentials_refused and not row.maybe_applied for row in self.rows)
+
+    @property
+    def credentials_refused_maybe_applied(self) -> int:
+        """Rows the server refused the credentials for after an attempt that may have
+        been applied (a lost answer, then a 401): unsettled, to be run again."""
+        return sum(row.credentials_refused and row.maybe_applied for row in self.rows)
 
     @property
     def exit_code(self) -> ExitCode:
         if self.interrupted:
             return ExitCode.INTERRUPTED
-        if self.credentials_refused:
+        if self.refused or self.credentials_refused:
             return ExitCode.BAD_INPUT
         states = {row.state for row in self.rows}
         if states & _UNSETTLED:
@@ -145,17 +163,27 @@ class Report:
         for name in ("succeeded", "replayed", "indeterminate", "not_sent", "failed"):
             parts.append(f"{counts.get(name, 0)} {name.replace('_', ' ')}")
         refused = self.credentials_refused
+        maybe = self.credentials_refused_maybe_applied
         advice = {
             ExitCode.OK: "every row is done",
             ExitCode.INTERRUPTED: "interrupted: run the same command again to finish",
             ExitCode.BAD_INPUT: (
-                f"the server refused the credentials (HTTP 401): check the token (--token or"
-                f" IDEMCLIENT_TOKEN); nothing was applied for the {refused} row(s) it"
-                " refused, and the same command with the right token sends them"
+                "refused before anything was sent: see why for each row concerned (in the"
+                " errors, and the report's reasons)"
+                if self.refused
+                else f"the server refused the credentials (HTTP 401): check the token"
+                f" (--token or IDEMCLIENT_TOKEN); nothing was applied for the {refused}"
+                " row(s) it refused, and the same command with the right token sends them"
             ),
             ExitCode.RUN_AGAIN: "some rows are unsettled: run the same command again",
             ExitCode.FAILED: "some rows were refused by the server: see the report",
         }[self.exit_code]
+        if maybe:
+            advice += (
+                f". The server refused the credentials (HTTP 401) for {maybe} row(s) after"
+                " an attempt that may have been applied: they are indeterminate; check the"
+                " token, then run the same command again to settle them"
+            )
         notes = "".join(f" {note}." for note in self.notes)
         return f"batch {self.batch}: " + ", ".join(parts) + f".{notes} {advice}."
 
@@ -166,6 +194,7 @@ class Report:
             "batch": {
                 **self.metadata,
                 "interrupted": self.interrupted,
+                "refused": self.refused,
                 "exit_code": int(self.exit_code),
                 "counts": {name: counts.get(name, 0) for name in _COUNTED},
                 "summary": self.summary(),

@@ -4,18 +4,26 @@ then send with bounded concurrency through an idemclient client.
 A run goes in phases, and nothing is sent before the last one:
 
 1. plan: each row's identity (its reference within the batch's scope, see `_identity`)
-   and what the store knows of it (`_plan.plan_row`). A known reference with other
-   content, or a row that may have been applied at another URL, refuses the whole
-   batch (`BatchInvalid`, nothing recorded or sent);
-2. look up: each row the store does not know, or whose record is older than the
-   server's key retention (`RetryPolicy.key_retention`), is looked up on the server by
-   its reference (`_lookup`, judged by `_reconcile.judge`). A look-up that does not
-   work, or a payment found with other content, refuses the batch;
-3. record: rows found on the server are recorded as what they came to and are not
-   sent; rows never applied at a wrong URL are pointed at this run's (same key); the
-   other new rows are registered in one transaction;
+   and what the store knows of it (`_plan.plan_row`), and for each row the store does
+   not know, whether it holds the very same payment under another reference
+   (`_duplicates`). A known reference with other content, a row that may have been
+   applied at another URL or with other credentials, a row finished elsewhere without
+   look-ups, or a twin refuses the whole batch (`BatchInvalid`, nothing recorded or
+   sent);
+2. look up: each row the store does not know, and each known one whose first send is
+   to come, that may have been applied, that was finished elsewhere, or whose record is
+   older than the server's key retention (`RetryPolicy.key_retention`), is looked up
+   on the server by its reference (`_lookup`, judged by `_reconcile.judge`). A look-up
+   that does not work, a payment found with other content, or a row finished elsewhere
+   and not found here refuses the batch;
+3. record: rows found on the server are recorded as what they came to, in one write,
+   and are not sent; rows never applied at a wrong URL or with other credentials are
+   pointed at this run's (same key); the other new rows are registered in one
+   transaction;
 4. send: every unfinished row, with its key; the server deduplicates anything that was
    in flight. A run may be killed at any moment; running it again finishes the file.
+
+Every URL the run records carries its digest of the credentials (`_sender`).
 
 `submit` and `asubmit` run the phases in the calling thread or task; the command runs
 them in a thread of their own so that Ctrl-C can stop them (`_Run.stop`) and still
@@ -26,7 +34,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
 import logging
 import threading
 import uuid
@@ -43,7 +50,6 @@ from .. import __version__, _reconcile
 from .._call import (
     CALL_OPTIONS,
     KEY_HEADER,
-    LEASE_MARGIN,
     OUTCOME,
     CallOptions,
     fingerprint,
@@ -57,30 +63,34 @@ from .._keys import DEFAULT_NAMESPACE
 from .._outcome import Outcome, State
 from .._policy import RetryPolicy
 from .._reconcile import LookupRules, Verdict
-from .._store import (
-    Claim,
-    Intent,
-    OperationRecord,
-    Store,
-    StoredResponse,
-    new_owner,
-    release_owner,
-)
+from .._store import Intent, OperationRecord, Store, StoredResponse
+from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
-from ._lookup import DEFAULT_LOOKUP, Asked, Asking, LookupSettings, alook_up, look_up
+from ._lookup import (
+    DEFAULT_LOOKUP,
+    Asked,
+    Asking,
+    LookupSettings,
+    alook_up,
+    look_up,
+    works,
+)
 from ._plan import (
+    ELSEWHERE_ADVICE,
     SCOPE_ADVICE,
     SERVER_FIELDS,
     Request,
     RowPlan,
     Step,
+    encode_body,
     legacy_candidates,
-    matches_payment,
+    past_retention,
     plan_row,
     recorded_payload,
 )
 from ._report import Report, ReportRow, resource_id
 from ._rows import Batch, PayoutRow
+from ._sender import Sender, credentials_of, target_of
 
 __all__ = ["DEFAULT_LOOKUP", "BatchProgress", "asubmit", "submit"]
 
@@ -175,6 +185,9 @@ class _Target:
     operation: str
     namespace: uuid.UUID
     lookup: LookupSettings | None
+    #: rows whose very content the store holds under another reference are new
+    #: payments (`_duplicates`), not refused
+    new_payments: bool = False
 
 
 @dataclass(slots=True)
@@ -240,6 +253,7 @@ class _Run:
         self.metadata = dict(metadata or {})
         self._template: Intent | None = None
         self._url: httpx.URL | None = None
+        self._sender = Sender(None)
         self._lock = threading.Lock()  # the counts the sending threads change
 
     def stop(self) -> None:
@@ -251,14 +265,13 @@ class _Run:
     def plan(self) -> None:
         batch, target = self.batch, self.target
         now = self.clock.time()
-        template = intent_for(
-            self.http.build_request(
-                "POST", target.path, headers={"Content-Type": "application/json"}
-            ),
-            b"",
+        request = self.http.build_request(
+            "POST", target.path, headers={"Content-Type": "application/json"}
         )
+        template = intent_for(request, b"")
         self._template = template
         self._url = httpx.URL(template.url)
+        self._sender = sender = Sender(credentials_of(request, self.http.auth))
         identities = [
             identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
             for row in batch.rows
@@ -291,24 +304,62 @@ class _Run:
                 now=now,
                 retention=self.policy.key_retention,
                 look_up=target.lookup is not None,
+                other_credentials=lambda record: sender.other(record.url),
             )
             if plan.step is Step.REFUSED:
                 problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
+                if plan.advice and (0, plan.advice) not in problems:
+                    problems.insert(0, (0, plan.advice))
             self.rows.append(_Row(index, row, identity, plan))
-        if problems:
+        twinned = [] if target.new_payments else self._twins()
+        if problems or twinned:
             if any("other content" in why for _, why in problems):
                 problems.insert(0, (0, SCOPE_ADVICE))
-            raise BatchInvalid(batch.source, problems)
+            if twinned:
+                problems[:0] = [(0, TWIN_ADVICE), *twinned]
+            raise BatchInvalid(batch.source, sorted(problems, key=lambda p: p[0]))
         for item in self.rows:
             if item.plan.step is Step.DONE:
                 assert item.plan.record is not None
                 self._done(item, _recorded_line(item, item.plan.record))
 
+    def _twins(self) -> list[tuple[int, str]]:
+        """The new rows whose very content the store holds under another reference
+        (`_duplicates`): one pass over the store's references, for all of them."""
+        new = [item for item in self.rows if item.plan.step is Step.NEW]
+        if not new:
+            return []
+        wanted: set[str] = set()
+        for item in new:
+            wanted |= tails_of(item.row)
+        index = by_tail(self.store.find_requests(reference_tails=wanted), self.target.operation)
+        if not index:
+            return []
+        paths = Paths()
+        found = {
+            item.row.number: (
+                item,
+                twins(
+                    item.identity, item.row, self.request_of(item.row, item.identity), index, paths
+                ),
+            )
+            for item in new
+        }
+        named = {twin.operation_id for _item, listed in found.values() for twin in listed}
+        records = {r.operation_id: r for r in self.store.find(operation_ids=named)}
+        problems = []
+        for number, (item, listed) in found.items():
+            # As the store has them now (one purged meanwhile is no twin any more).
+            stored = [records[t.operation_id] for t in listed if t.operation_id in records]
+            if stored:
+                problems.append((number, twin_problem(item.identity, stored)))
+        return problems
+
     def request_of(self, row: PayoutRow, identity: RowIdentity) -> Request:
         """The request this run sends for a row the store does not hold as it is."""
         assert self._template is not None, "planned first"
         payload = row.payload(identity.reference)
-        return Request(self._template.url, _body(payload), payload)
+        return Request(self._template.url, encode_body(payload), payload)
 
     # -- 2. look up ------------------------------------------------------------------
 
@@ -321,36 +372,33 @@ class _Run:
         self.counts.looked_up = len(wanted)
         if wanted:
             self._notify(
-                f"looking up {len(wanted)} row(s) the store does not know (or knows from"
-                " past the key retention) before sending: GET"
-                f" {lookup.template.replace('{reference}', '<reference>')}"
+                f"looking up {len(wanted)} row(s) before sending (new to the store, never"
+                " sent, maybe applied, finished elsewhere, or recorded past the key"
+                f" retention): GET {lookup.template.replace('{reference}', '<reference>')}"
             )
         return wanted
 
     def asking(self, item: _Row) -> Asking:
-        """One row's look-up (made when it is asked, not all at once)."""
+        """One row's look-up (made when it is asked, not all at once): by the reference
+        and key it was recorded with, if the store knows it."""
         lookup = self.target.lookup
         assert lookup is not None
-        known = item.plan.record if item.plan.step is Step.KNOWN else None
-        payload = (recorded_payload(known) if known is not None else None) or self.request_of(
+        record = item.plan.record
+        payload = (recorded_payload(record) if record is not None else None) or self.request_of(
             item.row, item.identity
         ).payload
-        record = item.plan.record
         return Asking(
             lookup,
             key=record.key if record is not None else item.identity.key,
-            reference=(known.reference if known is not None else None) or item.identity.reference,
+            reference=(record.reference if record is not None else None) or item.identity.reference,
             payload=payload,
             policy=self.policy,
             clock=self.clock,
-            matches=matches_payment,
         )
 
     def take_answers(self) -> None:
         """Refuse the batch when a look-up did not work or found other content."""
-        unknown = [
-            item for item in self.rows if item.asked and item.asked.verdict.finding == "unknown"
-        ]
+        unknown = [item for item in self.rows if item.asked and not works(item.asked.verdict)]
         if unknown:
             first = unknown[0].asked
             assert first is not None
@@ -381,14 +429,28 @@ class _Run:
                 ],
             )
         problems = []
+        elsewhere = []
         for item in self.rows:
             asked = item.asked
-            if asked is None or asked.verdict.finding not in ("mismatch", "ambiguous"):
+            if asked is None:
                 continue
-            problems.append((item.row.number, _conflict(self, item, asked)))
-        if problems:
-            problems.insert(0, (0, SCOPE_ADVICE))
-            raise BatchInvalid(self.batch.source, problems)
+            if asked.verdict.finding in ("mismatch", "ambiguous"):
+                problems.append((item.row.number, _conflict(self, item, asked)))
+            elif item.plan.step is Step.ELSEWHERE and asked.verdict.finding == "not_found":
+                elsewhere.append(
+                    (
+                        item.row.number,
+                        f"reference {item.identity.reference!r} {item.plan.why}, and a"
+                        f" look-up here does not find it (GET {asked.url}:"
+                        f" {asked.verdict.why})",
+                    )
+                )
+        if problems or elsewhere:
+            if problems:
+                problems.insert(0, (0, SCOPE_ADVICE))
+            if elsewhere:
+                problems += [(0, ELSEWHERE_ADVICE), *elsewhere]
+            raise BatchInvalid(self.batch.source, sorted(problems, key=lambda p: p[0]))
         found = sum(1 for i in self.rows if i.asked and i.asked.verdict.finding == "found")
         if self.counts.looked_up:
             self._notify(
@@ -407,6 +469,9 @@ class _Run:
             if step in (Step.DONE, Step.REFUSED):
                 continue
             verdict = item.asked.verdict if item.asked else None
+            if step is Step.ELSEWHERE:
+                self._found_elsewhere(item)
+                continue
             if step is Step.NEW:
                 if verdict is not None and verdict.finding == "found":
                     self._record_found(item)
@@ -440,7 +505,7 @@ class _Run:
             key=item.identity.key,
             key_given=True,
             method="POST",
-            url=str(self._url),
+            url=self._sender.mark(str(self._url)),
             headers=_HEADERS,
             body=body,
             fingerprint=fingerprint("POST", self._url, body),
@@ -461,61 +526,87 @@ class _Run:
             ) from exc
 
     def _record_found(self, item: _Row) -> None:
-        """A row the store did not know, found on the server: recorded, never sent."""
+        """A row the store did not know, found on the server: recorded settled in one
+        write (`Store.record_settled`), never sent."""
         asked = item.asked
         assert asked is not None
         verdict = asked.verdict
         if verdict.state is None:
             self.counts.found_unsettled += 1
-            self._done(
-                item,
-                _line(
-                    item,
-                    key=item.identity.key,
-                    state=State.INDETERMINATE,
-                    status=None,
-                    resource=_item_id(verdict),
-                    replayed=False,
-                    reason=f"found on the server, not final yet ({verdict.why}): not sent;"
-                    " run again later to settle it",
+            self._done(item, _unsettled_line(item, item.identity.key, verdict))
+            return
+        response = asked.response
+        intent = self._intent(item)
+        try:
+            record = self.store.record_settled(
+                intent,
+                state=verdict.state,
+                evidence=f"found by look-up before sending: GET {asked.url}: {verdict.why}",
+                now=self.clock.time(),
+                response=None
+                if response is None
+                else StoredResponse.of(
+                    response.status_code, tuple(response.headers.multi_items()), response.content
                 ),
             )
+        except OperationMismatch as exc:
+            raise BatchInvalid(
+                self.batch.source,
+                [(item.row.number, f"changed in the store while this run planned it: {exc}")],
+            ) from exc
+        if not record.state.finished or record.attempts:
+            # Another process recorded it first, and may be sending it: as it stands.
+            self._done(item, _recorded_line(item, record, replayed=False))
             return
-        owner = new_owner()
-        try:
-            now = self.clock.time()
-            begin = self.store.begin(
-                self._intent(item), owner=owner, now=now, lease_until=now + LEASE_MARGIN
-            )
-            if begin.claim in (Claim.CREATED, Claim.CLAIMED):
-                response = asked.response
-                record = self.store.settle(
-                    item.identity.operation_id,
-                    owner=owner,
-                    applied=True,
-                    evidence=f"found by look-up before sending: GET {asked.url}: {verdict.why}",
-                    now=self.clock.time(),
-                    response=None
-                    if response is None
-                    else StoredResponse.of(
-                        response.status_code,
-                        tuple(response.headers.multi_items()),
-                        response.content,
-                    ),
-                    state=verdict.state,
-                )
-            else:  # another process recorded it meanwhile: what it recorded stands
-                record = begin.record
-        finally:
-            release_owner(owner)  # the call is over, whatever the store did
         self.counts.found += 1
         self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
 
+    def _found_elsewhere(self, item: _Row) -> None:
+        """A row finished at another origin or with other credentials, and found here
+        by its look-up: done here too, as the look-up says (nothing is written: the
+        record stays what it was where it was finished)."""
+        asked, record = item.asked, item.plan.record
+        assert asked is not None
+        assert record is not None
+        verdict = asked.verdict
+        if verdict.state is None:
+            self.counts.found_unsettled += 1
+            self._done(item, _unsettled_line(item, record.key, verdict))
+            return
+        self.counts.found += 1
+        response = asked.response
+        self._done(
+            item,
+            _line(
+                item,
+                key=record.key,
+                state=verdict.state,
+                status=None if response is None else response.status_code,
+                resource=_item_id(verdict),
+                replayed=True,
+                reason=f"{item.plan.why}; {_found_reason(verdict)}",
+                attempts=record.attempts,
+            ),
+        )
+
     def _settle_known(self, item: _Row, verdict: Verdict, record: OperationRecord) -> bool:
-        """Apply a look-up to a known, old record; True if the row is to be sent."""
+        """Apply a look-up to a known record; True if the row is to be sent.
+
+        Found and final: settled, not sent. Not found: no longer maybe applied, sent
+        under its key. Found, not final yet: while the record is within the server's
+        key retention, sent under its key (the server holds the payment and its key,
+        and the key's answer finishes it); past it, left unsettled."""
         asked = item.asked
         assert asked is not None
         if verdict.finding == "not_found" and not record.maybe_applied:
+            return True
+        if (
+            verdict.finding == "found"
+            and verdict.state is None
+            and not past_retention(
+                record, now=self.clock.time(), retention=self.policy.key_retention
+            )
+        ):
             return True
         try:
             taken = _reconcile.take(self.store, self.clock, record.operation_id)
@@ -599,7 +690,7 @@ class _Run:
         if current is not None and current.state.finished:
             self._done(item, _recorded_line(item, current))
             return None
-        if current is None or current.url != intent.url:
+        if current is None or target_of(current.url) != target_of(intent.url):
             raise BatchInvalid(
                 self.batch.source,
                 [(item.row.number, "changed in the store while this run planned it: run again")],
@@ -688,13 +779,19 @@ class _Run:
 
     # -- the report ------------------------------------------------------------------
 
-    def report(self, *, interrupted: bool = False) -> Report:
+    def report(self, *, interrupted: bool = False, refused: BatchInvalid | None = None) -> Report:
         """The report as things stand: rows not done yet are shown as the store has
-        them (an interrupted run), or as not sent when it does not know them."""
+        them (an interrupted run), or as not sent when it does not know them. A batch
+        `refused` shows each row it names as not sent, with the reason."""
+        why = {} if refused is None else _reasons(refused)
         lines: list[ReportRow] = []
         for index, row in enumerate(self.batch.rows):
             line = self.results[index]
-            if line is None:
+            if line is None and row.number in why:
+                line = self._refused(index, row, why[row.number])
+            elif line is None and refused is not None:
+                line = self._not_sent_for_others(index, row)
+            elif line is None:
                 line = self._not_done(index, row)
             lines.append(line)
         counts = self.counts
@@ -741,7 +838,47 @@ class _Run:
             metadata=metadata,
             notes=tuple(notes),
             interrupted=interrupted,
+            refused=refused is not None,
         )
+
+    def _refused(self, index: int, row: PayoutRow, why: str) -> ReportRow:
+        """A row the batch was refused for: not sent. Unsettled, it is as the store has
+        it (maybe applied stays indeterminate); finished, it is not done here (a row
+        paid at a sandbox is not paid here, one paid with other content is not this
+        one): not sent."""
+        reason = f"refused, not sent: {why}"
+        item = self.rows[index] if index < len(self.rows) else None
+        if item is None:
+            return ReportRow(
+                row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False, reason
+            )  # fmt: skip
+        record = item.plan.record
+        if record is not None and not record.state.finished:
+            return _recorded_line(item, record, reason=reason, replayed=False)
+        return _line(
+            item,
+            key=item.identity.key if record is None else record.key,
+            state=State.NOT_SENT,
+            status=None,
+            resource=None,
+            replayed=False,
+            reason=reason,
+            attempts=0 if record is None else record.attempts,
+        )
+
+    def _not_sent_for_others(self, index: int, row: PayoutRow) -> ReportRow:
+        """A row of a batch refused for other rows: as the store had it when planned
+        (nothing was sent; a row done before stays done)."""
+        item = self.rows[index] if index < len(self.rows) else None
+        reason = "not sent: the batch was refused (see why in the errors); nothing was sent"
+        if item is None:
+            return ReportRow(
+                row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False, reason
+            )  # fmt: skip
+        record = item.plan.record
+        if item.plan.step is Step.DONE:
+            return _recorded_line(item, record)
+        return _recorded_line(item, record, key=item.identity.key, reason=reason, replayed=False)
 
     def _not_done(self, index: int, row: PayoutRow) -> ReportRow:
         item = self.rows[index] if index < len(self.rows) else None
@@ -793,6 +930,11 @@ def _line(
     )
 
 
+#: How the evidence of a row settled by a look-up begins (`_reconcile.apply`, and
+#: `_record_found` below).
+_FOUND_EVIDENCE = ("settled by look-up", "found by look-up")
+
+
 def _recorded_line(
     item: _Row,
     record: OperationRecord | None,
@@ -814,7 +956,9 @@ def _recorded_line(
         )
     response = record.response
     state = State.NOT_SENT if record.state is State.PENDING else record.state
-    if not reason:
+    if not reason and state.finished and record.evidence.startswith(_FOUND_EVIDENCE):
+        reason = "answered from the store (found on the server by look-up in an earlier run)"
+    elif not reason:
         reason = {
             State.SUCCEEDED: "answered from the store (done in an earlier run)",
             State.FAILED: f"refused in an earlier run ({record.evidence})",
@@ -843,6 +987,29 @@ def _recorded_intent(record: OperationRecord) -> Intent:
         body=record.body,
         fingerprint=record.fingerprint,
         reference=record.reference,
+    )
+
+
+def _reasons(refused: BatchInvalid) -> dict[int, str]:
+    """Each row's reasons for a refusal, by row number (the file's own are left out)."""
+    found: dict[int, list[str]] = defaultdict(list)
+    for number, why in refused.problems:
+        if number:
+            found[number].append(why)
+    return {number: "; ".join(whys) for number, whys in found.items()}
+
+
+def _unsettled_line(item: _Row, key: str, verdict: Verdict) -> ReportRow:
+    """A row found on the server whose payment is not final yet: not sent."""
+    return _line(
+        item,
+        key=key,
+        state=State.INDETERMINATE,
+        status=None,
+        resource=_item_id(verdict),
+        replayed=False,
+        reason=f"found on the server, not final yet ({verdict.why}): not sent; run again"
+        " later to settle it",
     )
 
 
@@ -924,13 +1091,6 @@ def _utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def _body(payload: Mapping[str, object]) -> bytes:
-    """The JSON body, encoded here rather than by httpx, so that the bytes registered
-    and the bytes sent are the same whatever httpx version encodes JSON."""
-    return _JSON.encode(payload).encode()
-
-
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _HEADERS = (("content-type", "application/json"),)
 
 
@@ -989,7 +1149,7 @@ def run_sync(run: _Run, client: httpx.Client) -> Report:
     def ask(item: _Row) -> None:
         asking = run.asking(item)
         item.asked = look_up(client, asking, run.clock, run.policy.attempt_timeout)
-        if item.asked.verdict.finding == "unknown":
+        if not works(item.asked.verdict):
             stop_asking.set()  # the look-up does not work: stop asking
 
     _pool(run.concurrency, askings, ask, run.stopping, stop_asking.is_set)
@@ -1026,9 +1186,12 @@ def _lookup_settings(
     path: str,
     statuses: Mapping[str, State] | None,
     reliable_404: bool,
+    reference_field: str = "reference",
 ) -> LookupSettings | None:
     if lookup is None:
         return None
+    if not reference_field:
+        raise ValueError("the look-up's reference field must be named, e.g. reference")
     template = lookup.replace("{path}", path)
     _reconcile.fill(template, key="k", reference="r", name="the look-up")  # fails early
     if "{reference}" not in template and "{key}" not in template:
@@ -1042,6 +1205,7 @@ def _lookup_settings(
             statuses=_reconcile.DEFAULT_STATUSES if statuses is None else statuses,
             reliable_404=reliable_404,
         ),
+        reference_field,
     )
 
 
@@ -1059,6 +1223,8 @@ def make_run(
     reliable_404: bool,
     notify: Callable[[str], None] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    reference_field: str = "reference",
+    new_payments: bool = False,
 ) -> _Run:
     if not operation or "\x1f" in operation:
         raise ValueError(f"operation {operation!r} must be a non-empty name")
@@ -1069,7 +1235,11 @@ def make_run(
         policy=client.policy,
         http=client.http,
         target=_Target(
-            path, operation, namespace, _lookup_settings(lookup, path, statuses, reliable_404)
+            path,
+            operation,
+            namespace,
+            _lookup_settings(lookup, path, statuses, reliable_404, reference_field),
+            new_payments,
         ),
         concurrency=concurrency,
         on_progress=on_progress,
@@ -1090,22 +1260,33 @@ def submit(
     lookup: str | None = DEFAULT_LOOKUP,
     statuses: Mapping[str, State] | None = None,
     reliable_404: bool = False,
+    reference_field: str = "reference",
+    new_payments: bool = False,
 ) -> Report:
     """Submit every row of `batch` through `client`; return the per-row report.
 
     Each row is its reference (within `batch.scope`), sent under the key
     ``uuid5(namespace, reference, operation)``, or under the key the store already
     holds for it. Before a row the store does not know (or knows from longer ago than
-    `client.policy.key_retention`) is first sent, its reference is looked up on the
-    server: `lookup` is a URL template with `{reference}` (and `{path}`, this path);
-    None sends without looking up, which pays twice whatever the server paid without
-    this store knowing it. A found payment is recorded as what it came to
-    (`statuses`, `reliable_404`: see `Client.reconcile`) and not sent.
+    `client.policy.key_retention`, or may have been applied) is first sent, its
+    reference is looked up on the server: `lookup` is a URL template with `{reference}`
+    (and `{path}`, this path); None sends without looking up, which pays twice whatever
+    the server paid without this store knowing it. A found payment is recorded as what
+    it came to (`statuses`, `reliable_404`: see `Client.reconcile`) and not sent; it
+    counts as this row only if it shows the row's reference in `reference_field` (or
+    its key in ``idempotency_key``).
 
-    Raises `BatchInvalid` (nothing recorded or sent) when a known reference comes with
-    other content, when the look-up does not work, or when the server holds the
-    reference with other content. Rows end in any state; `Report.exit_code` says what
-    to do next.
+    A row finished at another origin or with other credentials is done only if the
+    look-up finds it here. A row the store does not know whose very content (every
+    column, the value date included) it holds under another reference (the file
+    submitted before with another scope or reference column) is refused, unless
+    `new_payments` says such rows are new payments.
+
+    Raises `BatchInvalid` (nothing sent) when a known reference comes with other
+    content, when the look-up does not work, when the server holds the reference with
+    other content, for a row finished elsewhere and not found here, and for a row whose
+    content the store holds under another reference. Rows end in any state;
+    `Report.exit_code` says what to do next.
     """
     run = make_run(
         batch,
@@ -1118,6 +1299,8 @@ def submit(
         lookup=lookup,
         statuses=statuses,
         reliable_404=reliable_404,
+        reference_field=reference_field,
+        new_payments=new_payments,
     )
     return run_sync(run, client.http)
 
@@ -1134,6 +1317,8 @@ async def asubmit(
     lookup: str | None = DEFAULT_LOOKUP,
     statuses: Mapping[str, State] | None = None,
     reliable_404: bool = False,
+    reference_field: str = "reference",
+    new_payments: bool = False,
 ) -> Report:
     """`submit` for an `AsyncClient`."""
     run = make_run(
@@ -1147,6 +1332,8 @@ async def asubmit(
         lookup=lookup,
         statuses=statuses,
         reliable_404=reliable_404,
+        reference_field=reference_field,
+        new_payments=new_payments,
     )
     http = client.http
     await anyio.to_thread.run_sync(run.plan)
@@ -1160,7 +1347,7 @@ async def asubmit(
                 return
             asking = run.asking(item)
             item.asked = await alook_up(http, asking, run.clock, run.policy.attempt_timeout)
-            failed = failed or item.asked.verdict.finding == "unknown"
+            failed = failed or not works(item.asked.verdict)
 
     async with anyio.create_task_group() as group:
         for _ in range(run.concurrency):

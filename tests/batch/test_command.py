@@ -419,6 +419,23 @@ def test_a_report_that_cannot_be_written_is_refused_before_anything_is_sent(
     assert (work / "payroll-nov.csv").read_bytes() == original
 
 
+def test_the_json_report_names_the_url_without_its_credentials(
+    live: LiveServer, work: Path
+) -> None:
+    # httpx sends a URL's user and password as Basic credentials: the server refuses
+    # them, and the refused batch's report still names where it went.
+    with_password = live.url.replace("http://", "http://ops:SECRET_PASSWORD@")
+    done = run(
+        command(
+            with_password, work / "payroll-nov.csv", work / "batches.db", report=work / "r.json"
+        )
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    written = (work / "r.json").read_text()
+    assert json.loads(written)["batch"]["url"] == live.url
+    assert "SECRET_PASSWORD" not in written
+
+
 def test_report_cells_a_spreadsheet_would_run_are_escaped(live: LiveServer, work: Path) -> None:
     (work / "payroll-nov.csv").write_text(
         "ref,amount,currency,value_date\n"

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from idemclient import DEFAULT_NAMESPACE, RetryPolicy, State, key_from_identity
-from idemclient._call import fingerprint
+from idemclient._call import CLOCK_SKEW, fingerprint
 from idemclient._store import OperationRecord, StoredResponse
 from idemclient.batch import Batch
 from idemclient.batch._identity import identify, is_batch_operation, legacy_key
@@ -53,6 +53,7 @@ def record(
     key: str | None = None,
     reference: str = "E1",
     body: bytes | None = None,
+    attempts: int = 1,
 ) -> OperationRecord:
     payload = payload if payload is not None else row_of().payload()
     raw = json.dumps(payload, separators=(",", ":")).encode() if body is None else body
@@ -67,7 +68,7 @@ def record(
         fingerprint=fingerprint("POST", httpx.URL(url), content),
         reference=reference,
         state=state,
-        attempts=1,
+        attempts=attempts,
         maybe_applied=maybe_applied,
         evidence="",
         not_before=None,
@@ -153,17 +154,35 @@ def test_the_earlier_versions_key_is_known() -> None:
         ),
         # refused credentials: the token may have been fixed (it is never stored)
         (record(state=State.FAILED, status=401), Step.REOPEN, False),
-        # refused at another URL after an attempt that may have been applied: stays
+        # refused at another URL after an attempt that may have been applied: never
+        # reopened; and at another origin, not done here unless found here
+        (
+            record(state=State.FAILED, status=404, maybe_applied=True, url="http://psp.test/v1/p"),
+            Step.DONE,
+            False,
+        ),
         (
             record(
                 state=State.FAILED, status=404, maybe_applied=True, url="http://x.test/v1/payouts"
             ),
-            Step.DONE,
-            False,
+            Step.ELSEWHERE,
+            True,
         ),
-        # unfinished at this URL: its own request and key; looked up only when old
+        # finished at another origin (a sandbox): looked up here, done only if found
+        (record(url="https://sandbox.psp.test/v1/payouts"), Step.ELSEWHERE, True),
+        (
+            record(state=State.FAILED, status=422, url="http://x.test/v1/payouts"),
+            Step.ELSEWHERE,
+            True,
+        ),
+        # at this origin, another path: the same server, done
+        (record(url="http://psp.test/v2/payouts"), Step.DONE, False),
+        # unfinished at this URL: its own request and key; looked up when its first
+        # send is to come, when it may have been applied, and when old
         (record(state=State.PENDING, status=None), Step.KNOWN, False),
-        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), Step.KNOWN, False),
+        (record(state=State.PENDING, status=None, attempts=0), Step.KNOWN, True),
+        (record(state=State.IN_FLIGHT, status=None), Step.KNOWN, True),  # its sender died
+        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), Step.KNOWN, True),
         (record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY), Step.KNOWN, True),
         (record(state=State.PENDING, status=None, created_at=NOW + 30 * DAY), Step.KNOWN, True),
         # never applied at another URL: the corrected request
@@ -185,6 +204,37 @@ def test_plan_row(known: OperationRecord | None, step: Step, look_up: bool) -> N
     planned = plan(known)
     assert (planned.step, planned.look_up) == (step, look_up)
     assert planned.record is known
+
+
+@pytest.mark.parametrize(
+    ("known", "look_up", "step"),
+    [
+        # finished with other credentials (a test key, another account): looked up here
+        (record(), True, Step.ELSEWHERE),
+        (record(), False, Step.REFUSED),
+        # refused for its credentials or target, never applied: sent again, same key
+        (record(state=State.FAILED, status=404), True, Step.REOPEN),
+        # never applied with the other credentials: pointed at this run's, same key
+        (record(state=State.PENDING, status=None), True, Step.REOPEN),
+        # maybe applied with the other credentials: finish it with them
+        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), True, Step.REFUSED),
+    ],
+)
+def test_a_row_sent_with_other_credentials(
+    known: OperationRecord, look_up: bool, step: Step
+) -> None:
+    planned = plan(known, look_up=look_up, other_credentials=lambda _record: True)
+    assert planned.step is step
+    assert plan(known, look_up=look_up).step is not step  # the same row, as this run's
+
+
+def test_a_row_finished_elsewhere_says_where() -> None:
+    sandbox = record(url="https://sandbox.psp.test/v1/payouts#sent-as=v1.00.00")
+    planned = plan(sandbox, look_up=False)
+    assert planned.step is Step.REFUSED
+    assert planned.why == "was paid (HTTP 201) at https://sandbox.psp.test, not at http://psp.test"
+    assert "--store" in planned.advice
+    assert "#" not in plan(record(state=State.FAILED, status=404, url=sandbox.url)).why
 
 
 def test_with_look_ups_off_nothing_is_looked_up() -> None:
@@ -312,34 +362,65 @@ def test_differences(before: dict[str, Any], after: dict[str, Any], changed: lis
 
 
 PAYLOAD = {"ref": "E1", "account": "GB1", "amount": 100, "currency": "GBP", "reference": "E1"}
+KEY = "66a08689-fffa-5d8e-89d5-f2b6b06057a2"
 
 
 @pytest.mark.parametrize(
     ("payment", "matches"),
     [
         ({**PAYLOAD, "id": "po_1", "status": "succeeded"}, True),
-        ({"amount": 100, "currency": "GBP", "id": "po_1"}, True),  # shows less: compared less
+        # shows less: compared less, but it must show the reference (or the key)
+        ({"amount": 100, "currency": "GBP", "reference": "E1", "id": "po_1"}, True),
+        ({"amount": 100, "currency": "GBP", "idempotency_key": KEY}, True),
+        ({"amount": 100, "currency": "GBP", "id": "po_1"}, False),  # shows no reference
+        ({**PAYLOAD, "reference": "E2"}, False),  # another row's payment, same content
+        ({**PAYLOAD, "reference": "E2", "idempotency_key": KEY}, True),  # its key says
         ({**PAYLOAD, "amount": 101}, False),
         ({**PAYLOAD, "currency": "EUR"}, False),
         ({**PAYLOAD, "account": "GB2"}, False),
-        ({"account": "GB1", "currency": "GBP"}, False),  # no amount shown: not this row
-        ({"amount": 100, "account": "GB1"}, False),  # no currency shown
+        ({"account": "GB1", "currency": "GBP", "reference": "E1"}, False),  # no amount shown
+        ({"amount": 100, "account": "GB1", "reference": "E1"}, False),  # no currency shown
         ({**PAYLOAD, "status": "declined", "id": "x"}, True),  # the server's own fields
     ],
 )
-def test_a_payment_found_counts_as_the_row_only_with_its_content(
+def test_a_payment_found_counts_as_the_row_only_with_its_reference_and_content(
     payment: dict[str, Any], matches: bool
 ) -> None:
-    assert matches_payment(PAYLOAD, payment) is matches
+    assert matches_payment(PAYLOAD, payment, key=KEY) is matches
+
+
+@pytest.mark.parametrize(
+    ("payment", "field", "matches"),
+    [
+        (
+            {"amount": 100, "currency": "GBP", "external_reference": "E1"},
+            "external_reference",
+            True,
+        ),
+        (
+            {"amount": 100, "currency": "GBP", "external_reference": "E2"},
+            "external_reference",
+            False,
+        ),
+        ({"amount": 100, "currency": "GBP", "reference": "E1"}, "external_reference", False),
+        ({"amount": 100, "currency": "GBP", "ref_no": 17}, "ref_no", False),
+    ],
+)
+def test_the_field_holding_the_reference_is_named_by_the_look_up(
+    payment: dict[str, Any], field: str, matches: bool
+) -> None:
+    assert matches_payment(PAYLOAD, payment, reference_field=field) is matches
 
 
 @pytest.mark.parametrize(
     ("created_at", "past"),
     [
         (NOW - 60, False),
-        (NOW - DAY, False),
-        (NOW - DAY - 1, True),
-        (NOW + 1, True),  # in the future: the clock went back, or was fast; any age
+        (NOW - DAY + CLOCK_SKEW + 1, False),
+        # its host may have been CLOCK_SKEW fast: it may be that much older than it looks
+        (NOW - DAY + CLOCK_SKEW - 1, True),
+        (NOW - DAY, True),
+        (NOW + 1, True),  # in the future: the clock went back, or another's is ahead
     ],
 )
 def test_past_retention(created_at: float, past: bool) -> None:
@@ -400,3 +481,65 @@ def test_the_payload_carries_the_scoped_reference() -> None:
     assert row.payload()["reference"] == "E1"
     assert row.payload("2026-11/E1")["reference"] == "2026-11/E1"
     assert dataclasses.replace(row, reference="E9").payload()["ref"] == "E1"
+
+
+# -- which payments a look-up names are this row's -------------------------------------------
+
+
+def judged(*payments: dict[str, Any]) -> Any:
+    from idemclient._reconcile import judge
+    from idemclient.batch._lookup import refined
+
+    answer = httpx.Response(200, json={"data": list(payments)})
+    verdict = judge(answer, matches=lambda item: matches_payment(PAYLOAD, item, key=KEY))
+    return refined(verdict, 200, reference="E1", key=KEY, reference_field="reference")
+
+
+MINE = {**PAYLOAD, "id": "po_1", "status": "succeeded"}
+
+
+@pytest.mark.parametrize(
+    ("payments", "finding"),
+    [
+        ((), "not_found"),
+        ((MINE,), "found"),
+        ((MINE, {**MINE, "reference": "E2", "id": "po_2"}), "found"),  # others set aside
+        (({**MINE, "reference": "E2"},), "not_found"),  # only other rows' payments
+        (({**MINE, "reference": "E2"}, {**MINE, "reference": "E3"}), "not_found"),
+        (({**MINE, "amount": 7},), "mismatch"),  # this reference, other content
+        (({**MINE, "reference": "E2", "idempotency_key": KEY, "amount": 7},), "mismatch"),
+        (({"amount": 100, "currency": "GBP", "id": "po_9"},), "unknown"),  # cannot tell
+        (({**MINE, "reference": "E2"}, {"amount": 1, "currency": "GBP"}), "unknown"),
+        ((MINE, {**MINE, "id": "po_2"}), "ambiguous"),
+    ],
+)
+def test_a_look_up_counts_only_the_payments_that_show_this_row(
+    payments: tuple[dict[str, Any], ...], finding: str
+) -> None:
+    verdict = judged(*payments)
+    assert verdict.finding == finding, verdict.why
+    if finding == "mismatch":
+        assert all(
+            item.get("reference") == "E1" or item.get("idempotency_key") == KEY
+            for item in verdict.others
+        )
+    if finding == "unknown":
+        assert "--lookup-reference-field" in verdict.why
+
+
+@pytest.mark.parametrize(
+    ("finding", "definite"),
+    [
+        ("found", True),
+        ("not_found", True),
+        ("mismatch", True),
+        ("ambiguous", True),
+        ("unknown", False),
+        ("incomplete", False),  # a finding a later judgement may add: nothing is sent on it
+    ],
+)
+def test_only_a_definite_finding_means_the_look_up_works(finding: str, definite: bool) -> None:
+    from idemclient._reconcile import Verdict
+    from idemclient.batch._lookup import works
+
+    assert works(Verdict(finding, "why")) is definite  # type: ignore[arg-type]

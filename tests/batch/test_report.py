@@ -96,10 +96,38 @@ def test_the_json_report_has_the_batchs_metadata(tmp_path: Path) -> None:
             ExitCode.BAD_INPUT,
         ),
         ((line(state="not_sent", status=401),), True, ExitCode.INTERRUPTED),
+        # a 401 after an attempt that may have been applied: unsettled, run again
+        ((line(state="indeterminate", status=401),), False, ExitCode.RUN_AGAIN),
+        ((line(state="in_flight", status=401),), False, ExitCode.RUN_AGAIN),
+        ((line(state="pending", status=401),), False, ExitCode.BAD_INPUT),
     ],
 )
 def test_exit_codes(rows: tuple[ReportRow, ...], interrupted: bool, code: ExitCode) -> None:
     assert Report("b", rows, interrupted=interrupted).exit_code is code
+
+
+def test_a_refused_batch_exits_2_whatever_its_rows_say(tmp_path: Path) -> None:
+    report = Report("b", (line(), line("E2", state="not_sent", status=None)), refused=True)
+    assert report.exit_code is ExitCode.BAD_INPUT
+    assert "refused before anything was sent" in report.summary()
+    report.write(tmp_path / "r.json")
+    meta = json.loads((tmp_path / "r.json").read_text())["batch"]
+    assert (meta["refused"], meta["exit_code"]) == (True, 2)
+
+
+def test_only_rows_nothing_was_applied_for_count_as_refused_credentials() -> None:
+    report = Report(
+        "b",
+        (
+            line("E1", state="not_sent", status=401),
+            line("E2", state="indeterminate", status=401),
+            line("E3", state="indeterminate", status=None),
+        ),
+    )
+    assert (report.credentials_refused, report.credentials_refused_maybe_applied) == (1, 1)
+    summary = report.summary()
+    assert "nothing was applied for the 1 row(s) it refused" in summary
+    assert "for 1 row(s) after an attempt that may have been applied" in summary
 
 
 def test_refused_credentials_say_check_the_token_not_run_again() -> None:

@@ -552,3 +552,70 @@ def test_a_pending_or_not_sent_operation_is_reopened_but_never_while_held(store:
     # The key is the stored one, or nothing happens.
     wrong_key = moved(make_intent("op-p", "key-other"))
     assert store.reopen(wrong_key, evidence="x", now=NOW + 3) is None
+
+
+def test_find_requests_answers_a_reference_in_any_scope_by_its_tail(store: Store) -> None:
+    references = ["E1", "2026-11/E1", "a/b/E1", "E10", "xE1", "2026-11/E2", "E1/x", "b/E1"]
+    store.register([reference_intent(f"op-{n}", ref) for n, ref in enumerate(references)], now=NOW)
+    found = store.find_requests(reference_tails=["E1", "E1", "none"])
+    assert sorted(r.reference or "" for r in found) == ["2026-11/E1", "E1", "a/b/E1", "b/E1"]
+    # A tail with a "/" of its own matches whole segments only.
+    assert sorted(r.reference or "" for r in store.find_requests(reference_tails=["b/E1"])) == [
+        "a/b/E1",
+        "b/E1",
+    ]
+    assert store.find_requests(reference_tails=[]) == []
+    # Each is the request as registered.
+    (one,) = store.find_requests(reference_tails=["E10"])
+    assert one == reference_intent("op-3", "E10")
+
+
+# -- recording a payment found before it was ever sent ----------------------------------------
+
+
+def test_a_payment_found_on_the_server_is_recorded_settled_in_one_write(store: Store) -> None:
+    answer = StoredResponse.of(200, (("Set-Cookie", "sid=secret"),), b'{"data": [1]}')
+    record = store.record_settled(
+        make_intent(), state=State.SUCCEEDED, evidence="found", now=NOW, response=answer
+    )
+    assert (record.state, record.attempts, record.maybe_applied) == (State.SUCCEEDED, 0, False)
+    assert (record.created_at, record.finished_at, record.lease_owner) == (NOW, NOW, None)
+    assert record.evidence == "found"
+    assert record.response is not None
+    assert (record.response.status_code, record.response.body) == (200, b'{"data": [1]}')
+    assert record.response.headers == ()  # redacted like any response
+    assert store.get("op-1") == record
+    # Never sent: a call with the same request finds it finished.
+    again = store.begin(make_intent(), owner=new_owner(), now=NOW + 1, lease_until=NOW + 60)
+    assert again.claim is Claim.FINISHED
+    declined = store.record_settled(
+        make_intent("op-2", "key-2"), state=State.FAILED, evidence="declined", now=NOW
+    )
+    assert (declined.state, declined.finished_at) == (State.FAILED, NOW)
+
+
+def test_recording_a_found_payment_keeps_what_was_recorded_first(store: Store) -> None:
+    store.register([make_intent()], now=NOW)  # another process registered it meanwhile
+    kept = store.record_settled(make_intent(), state=State.SUCCEEDED, evidence="x", now=NOW + 1)
+    assert (kept.state, kept.finished_at) == (State.PENDING, None)
+    store.record_settled(make_intent("op-2", "key-2"), state=State.SUCCEEDED, evidence="a", now=NOW)
+    second = store.record_settled(
+        make_intent("op-2", "key-2"), state=State.FAILED, evidence="b", now=NOW + 1
+    )
+    assert (second.state, second.evidence) == (State.SUCCEEDED, "a")
+    with pytest.raises(OperationMismatch, match="differs in its body"):
+        store.record_settled(
+            make_intent("op-2", "key-2", b'{"amount":999}'),
+            state=State.SUCCEEDED,
+            evidence="c",
+            now=NOW,
+        )
+    with pytest.raises(OperationMismatch, match="already belongs"):
+        store.record_settled(
+            make_intent("op-3", "key-2"), state=State.SUCCEEDED, evidence="", now=NOW
+        )
+    with pytest.raises(ValueError, match="final"):
+        store.record_settled(
+            make_intent("op-4", "key-4"), state=State.PENDING, evidence="", now=NOW
+        )
+    assert store.get("op-4") is None

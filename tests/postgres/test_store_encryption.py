@@ -262,3 +262,26 @@ def test_the_ops_commands_name_an_encrypted_store_they_cannot_read(tmp_path: Any
         assert result.exit_code == 2, result.output
         assert "encrypted" in result.output
         assert "Traceback" not in result.output
+
+
+def test_a_payment_found_on_the_server_is_recorded_sealed(make_store: StoreFactory) -> None:
+    store = make_store(encryption=BodyEncryption(KEY))
+    store.record_settled(
+        make_intent(body=BODY),
+        state=State.SUCCEEDED,
+        evidence="found by look-up",
+        now=NOW,
+        response=StoredResponse.of(200, (), ANSWER),
+    )
+    read_back(store)
+    (request,) = store.find_requests(reference_tails=["ref-1"])
+    assert (request.body, request.fingerprint) == (BODY, make_intent(body=BODY).fingerprint)
+    raw = raw_dump(store)
+    assert b"found by look-up" in raw  # the bytes read are this store's
+    for secret in (
+        IBAN.encode(),
+        b"Mustermann",
+        make_intent(body=BODY).fingerprint.encode(),
+        hashlib.sha256(ANSWER).hexdigest().encode(),
+    ):
+        assert secret not in raw, secret
