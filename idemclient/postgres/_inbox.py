@@ -15,30 +15,29 @@ on is refused, loudly, rather than answered as processed.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from .._clock import Clock
-from .._errors import StoreError, StoreUnavailable
-from .._store._pg_conn import (
+from .._db.errors import pg_error
+from .._db.pg_schema import Layout, StoreIdentity, create_version_table, open_schema
+from .._db.postgres import (
     COMMIT_OFF,
     Conn,
     check_joinable,
-    configure,
-    connect_args,
     display,
     durable_level,
-    open_pool,
-    pg_error,
+    open_then_pool,
+    pg_errors,
+    quoted,
+    with_lock_timeout,
 )
-from .._store._pg_schema import Layout, StoreIdentity, create_version_table, open_schema
+from .._errors import StoreUnavailable
 from ..inbox._inbox import DEFAULT_RETENTION, Inbox
 
 __all__ = ["DEFAULT_INBOX_SCHEMA", "INBOX", "PostgresInbox", "PostgresInboxStorage"]
@@ -105,7 +104,7 @@ class PostgresInboxStorage:
         if lock_timeout <= 0:
             raise ValueError("lock_timeout must be positive")
         self.schema = schema
-        self._quoted = sql.Identifier(schema).as_string()
+        self._quoted = quoted(schema)
         self._table = f"{self._quoted}.inbox"
         self._lock = threading.RLock()  # only a single shared connection needs it
         self._closed = False
@@ -146,29 +145,24 @@ class PostgresInboxStorage:
     def _open_own_pool(
         self, url: str, max_connections: int, connect_timeout: float, lock_timeout: float
     ) -> None:
-        kwargs = connect_args(url, connect_timeout)
-        # Open and migrate on one plain connection first, as the store does: a wrong URL
-        # or a foreign table then fails here, with its own message.
-        try:
-            with psycopg.connect(url, **kwargs) as conn:
-                self.identity = self._open_schema(conn)
-                self._durable_level = durable_level(conn)
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
-        self._pool = open_pool(
+        def prepare(conn: Conn) -> tuple[StoreIdentity, str | None]:
+            return self._open_schema(conn), durable_level(conn)
+
+        # Opened and migrated on one plain connection first (see `open_then_pool`).
+        (self.identity, self._durable_level), self._pool = open_then_pool(
             url,
-            kwargs=kwargs,
+            prepare=prepare,
             max_connections=max_connections,
             connect_timeout=connect_timeout,
-            configure=functools.partial(configure, lock_timeout=lock_timeout),
+            configure=with_lock_timeout(lock_timeout),
             name=f"idemclient-inbox-{self.schema}",
+            where=self._where,
+            schema=self._quoted,
         )
 
     def _open_schema(self, conn: Conn) -> StoreIdentity:
-        try:
+        with pg_errors(self._where, self._quoted):
             return open_schema(conn, self.schema, where=self._where, layout=INBOX)
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
 
     @property
     def name(self) -> str:
@@ -217,7 +211,7 @@ class PostgresInboxStorage:
         return True
 
     def insert(self, tx: Conn, sender: str, message_id: str, now: float) -> bool:
-        try:
+        with pg_errors(self._where, self._quoted):
             return (
                 tx.execute(
                     f"INSERT INTO {self._table} (sender, message_id, received_at)"
@@ -227,8 +221,6 @@ class PostgresInboxStorage:
                 ).fetchone()
                 is not None
             )
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
 
     def contains(self, sender: str, message_id: str) -> bool:
         with self._short() as conn:
@@ -271,10 +263,8 @@ class PostgresInboxStorage:
                 yield self._conn
             return
         assert self._pool is not None
-        try:
+        with pg_errors(self._where, self._quoted):  # PoolTimeout, a refused connection
             conn = self._pool.getconn()
-        except psycopg.Error as exc:  # PoolTimeout, a refused connection
-            raise pg_error(self._where, self._quoted, exc) from exc
         try:
             yield conn
         finally:
@@ -283,18 +273,13 @@ class PostgresInboxStorage:
     @contextlib.contextmanager
     def _short(self) -> Iterator[Conn]:
         """One short transaction of the inbox's own statements."""
-        try:
-            with self._connection() as conn:
-                if conn.info.transaction_status is not TransactionStatus.IDLE:
-                    # It would run inside the application's transaction, and see (or
-                    # delete) what that transaction has not committed.
-                    raise ValueError(f"the connection to {self._where} is in a transaction")
-                with conn.transaction():
-                    yield conn
-        except StoreError:
-            raise
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
+        with pg_errors(self._where, self._quoted), self._connection() as conn:
+            if conn.info.transaction_status is not TransactionStatus.IDLE:
+                # It would run inside the application's transaction, and see (or
+                # delete) what that transaction has not committed.
+                raise ValueError(f"the connection to {self._where} is in a transaction")
+            with conn.transaction():
+                yield conn
 
 
 def _check_still_open(conn: Conn) -> None:

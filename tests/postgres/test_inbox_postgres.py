@@ -15,7 +15,7 @@ import psycopg_pool
 import pytest
 
 from idemclient import ForeignStore, StoreTooNew, StoreUnavailable
-from idemclient._store._pg_conn import display
+from idemclient._db.postgres import display
 from idemclient.postgres import PostgresInbox, PostgresInboxStorage
 from idemclient.testing._pgcluster import Cluster
 
