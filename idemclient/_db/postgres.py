@@ -142,13 +142,7 @@ def durable_level(conn: Conn) -> str | None:
 
 
 def check_joinable(
-    conn: object,
-    *,
-    schema: str,
-    layout: Layout,
-    identity: StoreIdentity,
-    where: str,
-    what: str,
+    conn: object, schema: str, layout: Layout, identity: StoreIdentity, *, where: str, what: str
 ) -> None:
     """Refuse to write `what` through the application's `conn` unless it will commit
     together with the application's rows, in the database that holds our tables.

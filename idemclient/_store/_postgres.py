@@ -260,11 +260,5 @@ class PostgresStore(SQLStore):
         return created
 
     def _check_outbox_connection(self, conn: object) -> None:
-        check_joinable(
-            conn,
-            schema=self.schema,
-            layout=STORE,
-            identity=self.identity,
-            where=self._where,
-            what="operation",
-        )
+        where = self._where
+        check_joinable(conn, self.schema, STORE, self.identity, where=where, what="operation")

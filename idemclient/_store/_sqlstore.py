@@ -1,6 +1,7 @@
 """What both store backends do the same way, written once.
 
-`SQLStore` holds every method of the `Store` protocol whose logic is the same on
+`SQLStore` implements the `Store` protocol (declared once, in `_base`): it holds
+every method whose logic is the same on
 SQLite and on PostgreSQL: the takeover of a lease, attempts, finishing, settling, the
 conflicts of a registration, the look-ups, reaping and purging. So the lease fencing
 and the rules about final answers cannot drift apart between the two. It runs the
@@ -46,6 +47,7 @@ from ._base import (
     Intent,
     OperationRecord,
     Progress,
+    Store,
     StoredResponse,
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
@@ -56,7 +58,7 @@ from ._statements import Statements
 __all__ = ["SQLStore", "admission_values", "admitted", "refused"]
 
 
-class SQLStore(ABC):
+class SQLStore(Store, ABC):
     """The shared half of a `Store` backend; see the module docstring."""
 
     durability: Durability

@@ -24,19 +24,10 @@ import psycopg_pool
 from psycopg.pq import TransactionStatus
 
 from .._clock import Clock
+from .._db import postgres as pg
 from .._db.errors import pg_error
 from .._db.pg_schema import Layout, StoreIdentity, create_version_table, open_schema
-from .._db.postgres import (
-    COMMIT_OFF,
-    Conn,
-    check_joinable,
-    display,
-    durable_level,
-    open_then_pool,
-    pg_errors,
-    quoted,
-    with_lock_timeout,
-)
+from .._db.postgres import Conn, pg_errors
 from .._errors import StoreUnavailable
 from ..inbox._inbox import DEFAULT_RETENTION, Inbox
 
@@ -104,7 +95,7 @@ class PostgresInboxStorage:
         if lock_timeout <= 0:
             raise ValueError("lock_timeout must be positive")
         self.schema = schema
-        self._quoted = quoted(schema)
+        self._quoted = pg.quoted(schema)
         self._table = f"{self._quoted}.inbox"
         self._lock = threading.RLock()  # only a single shared connection needs it
         self._closed = False
@@ -114,20 +105,20 @@ class PostgresInboxStorage:
         self.identity: StoreIdentity  # which inbox tables: set once they are open
         if isinstance(database, str):
             self._owned = True
-            self._where = display(database)
+            self._where = pg.display(database)
             self._open_own_pool(database, max_connections, connect_timeout, lock_timeout)
         elif isinstance(database, psycopg_pool.ConnectionPool):
             self._owned = False
             conninfo = database.conninfo  # a string, or a function that makes one
             self._where = (
-                display(conninfo) if isinstance(conninfo, str) else f"pool {database.name!r}"
+                pg.display(conninfo) if isinstance(conninfo, str) else f"pool {database.name!r}"
             )
             self._pool = database
             with self._connection() as conn:
                 self.identity = self._open_schema(conn)
         elif isinstance(database, psycopg.Connection):
             self._owned = False
-            self._where = display(database.info.dsn)
+            self._where = pg.display(database.info.dsn)
             if database.info.transaction_status is not TransactionStatus.IDLE:
                 raise ValueError(
                     "hand the connection to the inbox outside a transaction:"
@@ -146,15 +137,15 @@ class PostgresInboxStorage:
         self, url: str, max_connections: int, connect_timeout: float, lock_timeout: float
     ) -> None:
         def prepare(conn: Conn) -> tuple[StoreIdentity, str | None]:
-            return self._open_schema(conn), durable_level(conn)
+            return self._open_schema(conn), pg.durable_level(conn)
 
         # Opened and migrated on one plain connection first (see `open_then_pool`).
-        (self.identity, self._durable_level), self._pool = open_then_pool(
+        (self.identity, self._durable_level), self._pool = pg.open_then_pool(
             url,
             prepare=prepare,
             max_connections=max_connections,
             connect_timeout=connect_timeout,
-            configure=with_lock_timeout(lock_timeout),
+            configure=pg.with_lock_timeout(lock_timeout),
             name=f"idemclient-inbox-{self.schema}",
             where=self._where,
             schema=self._quoted,
@@ -200,14 +191,8 @@ class PostgresInboxStorage:
         """True if `tx` may hold the id; raises `TypeError` or `ValueError` saying why
         not (autocommit with no transaction open, a failed transaction, another
         database...)."""
-        check_joinable(
-            tx,
-            schema=self.schema,
-            layout=INBOX,
-            identity=self.identity,
-            where=self._where,
-            what="message id",
-        )
+        where = self._where
+        pg.check_joinable(tx, self.schema, INBOX, self.identity, where=where, what="message id")
         return True
 
     def insert(self, tx: Conn, sender: str, message_id: str, now: float) -> bool:
@@ -233,7 +218,7 @@ class PostgresInboxStorage:
     def delete_older(self, cutoff: float, *, batch: int) -> int:
         with self._short() as conn:
             # A lost reap is redone by the next one: no need to wait for the WAL flush.
-            conn.execute(COMMIT_OFF)
+            conn.execute(pg.COMMIT_OFF)
             # SKIP LOCKED: hosts reaping at the same time share the work, never wait.
             return conn.execute(
                 f"DELETE FROM {self._table} WHERE (sender, message_id) IN"
