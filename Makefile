@@ -47,10 +47,10 @@ $(BENCH_STAMP): $(STAMP)
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/run.py --json bench-results/results.json
+	$(BIN)/python -m benchmarks.run --json bench-results/results.json
 
 bench-quick: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/run.py --quick --json bench-results/quick.json
+	$(BIN)/python -m benchmarks.run --quick --json bench-results/quick.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

@@ -24,7 +24,7 @@ import os
 from typing import Protocol
 
 from .._store._open import INSTALL_POSTGRES, POSTGRES_SCHEMES
-from ._protocol import Phase
+from ._protocol.rules import Phase
 from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
 from ._storage import Storage
 

@@ -23,8 +23,8 @@ from idemclient.testing import (
     WebhookReport,
     serve,
 )
+from idemclient.testing._machine.webhooks import MAX_RETRY_DELAY, event_for, retry_delay
 from idemclient.testing._storage import SCHEMA_VERSION, Storage
-from idemclient.testing._webhooks import MAX_RETRY_DELAY, event_for, retry_delay
 
 from .conftest import SECRET, wsgi_server
 

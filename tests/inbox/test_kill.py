@@ -20,7 +20,7 @@ import pytest
 
 from idemclient import SystemClock
 from idemclient.testing import ReferenceServer
-from idemclient.testing._webhooks import retry_delay
+from idemclient.testing._machine.webhooks import retry_delay
 
 from .conftest import SECRET, effects, recorded_ids
 

@@ -19,8 +19,8 @@ import pytest
 from idemclient import ManualClock
 from idemclient.inbox import SIGNATURE_HEADER, SQLiteInbox, WebhookReceiver
 from idemclient.testing import ReferenceServer, SandboxClient, serve
-from idemclient.testing._live import _read_ready_line, server_command
-from idemclient.testing._webhooks import retry_delay
+from idemclient.testing._adapters.live import _read_ready_line, server_command
+from idemclient.testing._machine.webhooks import retry_delay
 
 from .conftest import (
     SECRET,

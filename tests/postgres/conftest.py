@@ -17,7 +17,7 @@ import pytest
 from idemclient import SQLiteStore, Store
 from idemclient.inbox import Inbox, SQLiteInbox
 from idemclient.postgres import PostgresInbox, PostgresStore
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
 
 @pytest.fixture(scope="session")

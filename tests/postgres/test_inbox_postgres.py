@@ -17,7 +17,7 @@ import pytest
 from idemclient import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient._store._pg_conn import display
 from idemclient.postgres import PostgresInbox, PostgresInboxStorage
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
 from .conftest import MerchantDatabase, add_effect
 

@@ -24,7 +24,7 @@ from idemclient import (
     StoreUnavailable,
 )
 from idemclient.postgres import PostgresStore, asend_pending, record_pending, send_pending
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
 from ..client.fakes import FakePSP
 from ..client.ledger_psp import FileLedgerPSP

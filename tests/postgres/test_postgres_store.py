@@ -22,7 +22,7 @@ from idemclient._store import new_owner
 from idemclient._store._pg_schema import MIGRATIONS, SCHEMA_VERSION, open_schema
 from idemclient._transport import make_settings
 from idemclient.postgres import PostgresStore
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
 from ..store.conftest import NOW, make_intent
 from .test_store_contract import progress, succeed

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemclient.testing._protocol import (
+from idemclient.testing._protocol.rules import (
     MAX_BODY_BYTES,
     Phase,
     Problem,

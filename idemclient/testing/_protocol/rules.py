@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-from ._messages import ServerResponse, json_bytes
+from .messages import ServerResponse, json_bytes
 
 __all__ = [
     "MAX_BODY_BYTES",
