@@ -16,6 +16,14 @@ import importlib
 import typing
 import warnings
 
+# The topic modules, imported so that `import idemclient` is enough for `idemclient.store.X`.
+from . import clock as clock
+from . import errors as errors
+from . import hooks as hooks
+from . import keys as keys
+from . import policy as policy
+from . import store as store
+from . import transport as transport
 from ._client import AsyncClient, Client, aresume, resume, wrap
 from ._clock import ManualClock
 from ._errors import (

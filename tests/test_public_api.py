@@ -10,6 +10,7 @@ import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -129,8 +130,12 @@ def test_nothing_public_is_left_out_of_all() -> None:
     assert public == set(idemclient.__all__) - {"__version__"}
 
 
-def test_importing_the_top_level_warns_about_nothing() -> None:
-    script = "import idemclient; from idemclient import *"
+def test_importing_the_top_level_warns_about_nothing_and_brings_the_topics() -> None:
+    script = "import idemclient; from idemclient import *\n" + "\n".join(
+        f"idemclient.{module.removeprefix('idemclient.')}.{name}"
+        for module, names in MODULES.items()
+        for name in names
+    )
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", script], capture_output=True, text=True, check=False
     )
@@ -223,3 +228,19 @@ def test_indeterminate_and_not_sent_are_never_failures() -> None:
     assert issubclass(idemclient.ReconcileRequired, idemclient.Indeterminate)
     assert not issubclass(idemclient.Indeterminate, idemclient.KeyConflict)
     assert not issubclass(idemclient.NotSent, idemclient.KeyConflict)
+
+
+def test_the_api_reference_documents_the_surface() -> None:
+    """docs/reference/api.md follows the surface: each top-level name under its own
+    path, each other name of a topic module under that module, and no old path."""
+    reference = (Path(__file__).parents[1] / "docs" / "reference" / "api.md").read_text()
+    blocks = re.findall(r"^::: (\S+)\n((?:    .*\n)*)", reference, flags=re.M)
+    documented = {path for path, _ in blocks}
+    whole = {path for path, options in blocks if "members: false" not in options}
+    for name in TOP_LEVEL - {"__version__"}:
+        assert f"idemclient.{name}" in documented, name
+    for module, names in MODULES.items():
+        assert module in documented, module
+        for name in names - TOP_LEVEL:
+            assert f"{module}.{name}" in documented or module in whole, (module, name)
+    assert not {f"idemclient.{name}" for name in [*MOVED, "Rejected"]} & documented
