@@ -22,11 +22,13 @@ from idemclient import (
     State,
 )
 from idemclient._errors import Rejected
+from idemclient._retrofit import transport_of
 from idemclient.clock import set_testing
 from idemclient.errors import InvalidKey, OperationMismatch, RequestNotReplayable
 from idemclient.hooks import Hooks
 from idemclient.policy import RetryBudget
 from idemclient.store import SQLiteStore
+from idemclient.transport import IdempotentTransport
 
 from .fakes import OK, FakePSP, error, status
 
@@ -248,7 +250,9 @@ def test_a_tls_verification_failure_is_not_retried(client: Client, psp: FakePSP)
         psp.requests.append(request)
         raise tls_failure()
 
-    client.http._transport.inner = httpx.MockTransport(handler)  # type: ignore[attr-defined]
+    transport = transport_of(client.http)
+    assert isinstance(transport, IdempotentTransport)
+    transport.inner = httpx.MockTransport(handler)
     with pytest.raises(NotSent) as caught:
         client.post("/v1/payments", json=PAYMENT)
     assert len(psp.requests) == 1
@@ -555,7 +559,9 @@ def test_an_interrupted_call_leaves_a_truthful_record_and_no_lease(
     def handler(request: httpx.Request) -> httpx.Response:
         raise KeyboardInterrupt
 
-    client.http._transport.inner = httpx.MockTransport(handler)  # type: ignore[attr-defined]
+    transport = transport_of(client.http)
+    assert isinstance(transport, IdempotentTransport)
+    transport.inner = httpx.MockTransport(handler)
     with pytest.raises(KeyboardInterrupt):
         client.post("/v1/payments", json=PAYMENT, operation_id="op")
     record = client.store.get("op")

@@ -9,6 +9,7 @@ import pytest
 
 import idemclient
 from idemclient import ManualClock, State
+from idemclient._retrofit import transport_of
 from idemclient.errors import StoreUnavailable
 from idemclient.store import SQLiteStore
 from idemclient.transport import IdempotentTransport
@@ -62,7 +63,7 @@ def test_non_unsafe_methods_pass_straight_through(store_path: Path, psp: FakePSP
     client.get("http://psp.test/v1/payments/1")
     client.put("http://psp.test/v1/payments/1", json={})  # PUT is not covered by default
     assert psp.keys == [None, None]
-    transport = client._transport
+    transport = transport_of(client)
     assert isinstance(transport, IdempotentTransport)
     assert transport.settings.store.operations() == []
 
@@ -113,7 +114,7 @@ async def test_wrap_async_client(store_path: Path, clock: ManualClock, psp: Fake
 
 def test_closing_a_wrapped_client_closes_the_store_it_opened(store_path: Path) -> None:
     client = idemclient.wrap(httpx.Client(transport=FakePSP().transport()), store=store_path)
-    transport = client._transport
+    transport = transport_of(client)
     assert isinstance(transport, IdempotentTransport)
     client.close()
     with pytest.raises(StoreUnavailable, match="closed"):
