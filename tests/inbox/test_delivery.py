@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import ManualClock, SignatureInvalid
-from idemclient.inbox import MESSAGE_ID_HEADER, SIGNATURE_HEADER, verify_signature
+from idemclient import ManualClock
+from idemclient.inbox import MESSAGE_ID_HEADER, SIGNATURE_HEADER, SignatureInvalid, verify_signature
 from idemclient.testing import (
     Phase,
     ReferenceServer,

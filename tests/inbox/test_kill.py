@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import SystemClock
+from idemclient.clock import SystemClock
 from idemclient.testing import ReferenceServer
 from idemclient.testing._machine.webhooks import retry_delay
 

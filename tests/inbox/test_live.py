@@ -130,7 +130,7 @@ def test_the_server_command_delivers_in_the_background_to_its_webhook_url(
     app_db: Path, tmp_path: Path
 ) -> None:
     """`idemclient server --webhook-url ... --webhook-secret ...` on the real clock."""
-    from idemclient import SystemClock
+    from idemclient.clock import SystemClock
 
     with SQLiteInbox(app_db, clock=SystemClock()) as real_time_inbox:
         receiver = WebhookReceiver(

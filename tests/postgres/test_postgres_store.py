@@ -10,18 +10,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from idemclient import (
-    Client,
-    Durability,
-    ForeignStore,
-    State,
-    StoreTooNew,
-    StoreUnavailable,
-)
+from idemclient import Client, State
 from idemclient._store import new_owner
 from idemclient._store._pg_schema import MIGRATIONS, SCHEMA_VERSION, open_schema
 from idemclient._transport import make_settings
+from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresStore
+from idemclient.store import Durability
 from tests.support.pgcluster import Cluster
 
 from ..store.conftest import NOW, make_intent

@@ -37,7 +37,7 @@ from .._protocol.rules import (
     Problem,
     Step,
     Verdict,
-    derive_key,
+    downstream_key,
     judge_existing,
     next_step,
     parse_bearer,
@@ -439,7 +439,7 @@ class Core:
         same derived key; otherwise stop with the outcome unknown.
         """
         external = self.externals[system - 1]
-        derived = derive_key(work.client, work.key, f"ext{system}")
+        derived = downstream_key(work.client, work.key, f"ext{system}")
         assert work.resource is not None
         maybe_sent = work.probe_first
         if work.probe_first:
