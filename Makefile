@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit docs demo bench bench-quick clean
+.PHONY: test lint typecheck unit httpx-releases docs demo bench bench-quick clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-test: lint typecheck unit docs
+test: lint typecheck unit httpx-releases docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -24,6 +24,30 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest
+
+# wrap() swaps the transports of a built httpx client through httpx's private attributes
+# (idemclient/_retrofit.py): run the client's tests under every httpx release that
+# pyproject.toml allows. Each release gets a throwaway environment layered on $(VENV),
+# holding only that httpx and what it needs beyond $(VENV) (kept in $(VENV)/httpx-<release>).
+HTTPX_RELEASES := 0.27.0 0.27.1 0.27.2 0.28.0 0.28.1
+HTTPX_TESTS    := tests/client --ignore=tests/client/test_concurrency.py --ignore=tests/client/test_crash.py
+PURELIB        := import sysconfig; print(sysconfig.get_paths()['purelib'])
+
+httpx-releases: $(STAMP)
+	@set -e; for release in $(HTTPX_RELEASES); do \
+	  env=$(VENV)/httpx-$$release; \
+	  if [ ! -f $$env/.installed ]; then \
+	    rm -rf $$env; \
+	    $(BIN)/python -m venv --without-pip $$env; \
+	    echo "import site; site.addsitedir('$$($(BIN)/python -c "$(PURELIB)")')" \
+	      > "$$($$env/bin/python -c "$(PURELIB)")/_project.pth"; \
+	    $(BIN)/python -m pip --python $$env/bin/python install --quiet "httpx==$$release"; \
+	    touch $$env/.installed; \
+	  fi; \
+	  $$env/bin/python -c "import httpx, sys; sys.exit(httpx.__version__ != '$$release')"; \
+	  echo "httpx $$release: $(HTTPX_TESTS)"; \
+	  PYTHONPATH=$(CURDIR) $$env/bin/python -m pytest -q -p no:cacheprovider $(HTTPX_TESTS); \
+	done
 
 # The documentation site; warnings are errors (strict in mkdocs.yml).
 docs: $(STAMP)
@@ -47,10 +71,10 @@ $(BENCH_STAMP): $(STAMP)
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/run.py --json bench-results/results.json
+	$(BIN)/python -m benchmarks.run --json bench-results/results.json
 
 bench-quick: $(BENCH_STAMP)
-	$(BIN)/python benchmarks/run.py --quick --json bench-results/quick.json
+	$(BIN)/python -m benchmarks.run --quick --json bench-results/quick.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

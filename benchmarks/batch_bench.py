@@ -46,9 +46,11 @@ def run(url: str, work: Path, sizes: tuple[int, ...]) -> dict[str, Any]:
 def child(csv_path: str, url: str, store_path: str) -> dict[str, Any]:
     import httpx
 
-    from idemclient import DEFAULT_NAMESPACE, Client, SQLiteStore
+    from idemclient import Client
     from idemclient.batch import read_batch, submit
     from idemclient.batch._run import make_run
+    from idemclient.keys import DEFAULT_NAMESPACE
+    from idemclient.store import SQLiteStore
 
     headers = {"Authorization": "Bearer bench-batch"}
     started = time.perf_counter()

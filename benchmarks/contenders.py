@@ -22,6 +22,7 @@ from httpx_retries import Retry, RetryTransport
 
 import idemclient
 from idemclient.postgres import PostgresStore
+from idemclient.store import BodyEncryption, SQLiteStore
 
 BODY = {"amount": 1250, "currency": "EUR", "reference": "bench"}
 HEADERS = {"Authorization": "Bearer bench-merchant"}
@@ -48,7 +49,7 @@ _schemas = itertools.count(1)
 
 
 def _pg_store(
-    pg_url: str, durability: str, encryption: idemclient.BodyEncryption | None = None
+    pg_url: str, durability: str, encryption: BodyEncryption | None = None
 ) -> PostgresStore:
     """A PostgreSQL store in a fresh schema (no contender reads another's rows), its
     pool sized for the 16 concurrent workers rather than the default 4."""
@@ -120,7 +121,7 @@ def stamina_httpx(url: str, path: str) -> Contender:
 
 
 #: One key for the run's encrypted contenders (bodies at rest, AES-256-GCM).
-_BODY_KEY = idemclient.BodyEncryption(idemclient.BodyEncryption.new_key())
+_BODY_KEY = BodyEncryption(BodyEncryption.new_key())
 
 
 def idem(
@@ -136,7 +137,7 @@ def idem(
         store=(
             _pg_store(store, durability, encryption)
             if isinstance(store, str)
-            else idemclient.SQLiteStore(store, durability=durability, encryption=encryption)
+            else SQLiteStore(store, durability=durability, encryption=encryption)
         ),
     )
 
@@ -203,7 +204,7 @@ def async_idem(url: str, path: str, store: Path | str, durability: str) -> Async
         store=(
             _pg_store(store, durability)
             if isinstance(store, str)
-            else idemclient.SQLiteStore(store, durability=durability)
+            else SQLiteStore(store, durability=durability)
         ),
     )
 

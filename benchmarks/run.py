@@ -9,9 +9,12 @@ stopped at the end; the same helper the tests use) for idemclient's PostgreSQL s
 and the reference server on PostgreSQL, which are measured beside their SQLite
 counterparts. `--no-postgres` leaves them out.
 
-    python benchmarks/run.py                 # the full run (a few minutes)
-    python benchmarks/run.py --quick         # a smoke run of tiny sizes
-    python benchmarks/run.py --only store    # one section
+From the repository's root (the run imports the tests' PostgreSQL helper,
+tests/support/pgcluster.py, which the installed package does not ship):
+
+    python -m benchmarks.run                 # the full run (a few minutes)
+    python -m benchmarks.run --quick         # a smoke run of tiny sizes
+    python -m benchmarks.run --only store    # one section
 """
 
 from __future__ import annotations
@@ -31,15 +34,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import batch_bench
-import contenders
-import server_bench
-import store_bench
-
 from idemclient.testing import spawn
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
+
+from . import batch_bench, contenders, server_bench, store_bench
 
 NOOP = "/_sandbox/noop"
 PAYMENTS = "/v1/payments"

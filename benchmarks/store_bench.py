@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from idemclient import SQLiteStore, State
+from idemclient import State
 from idemclient.postgres import PostgresStore
+from idemclient.store import SQLiteStore
 
 UNFINISHED = 1_000
 COLUMNS = [
@@ -53,7 +54,7 @@ def fill(path: Path, finished: int) -> None:
 
 WRITER = """
 import sys, time
-from idemclient import SQLiteStore
+from idemclient.store import SQLiteStore
 from idemclient._store import new_owner
 from idemclient._store._base import Intent
 if sys.argv[1].startswith("postgresql://"):

@@ -39,6 +39,7 @@ from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State, outcome_of
 from ._policy import RetryPolicy
 from ._redaction import looks_secret, origin_of
+from ._retrofit import replace_transports, transport_of
 from ._store import OperationRecord, Store
 from ._transport import (
     DEFAULT_MAX_REQUEST_BODY,
@@ -92,10 +93,7 @@ def wrap(
 
 
 def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> None:
-    # httpx offers no public way to swap the transports of a built client; `_transport`
-    # and `_mounts` are where httpx 0.27 and 0.28 keep them (pinned in pyproject.toml,
-    # and checked by the tests).
-    if isinstance(client._transport, IdempotentTransport | AsyncIdempotentTransport):
+    if isinstance(transport_of(client), IdempotentTransport | AsyncIdempotentTransport):
         raise ValueError("this client is wrapped already")
 
     def tell(continuation: Continuation) -> None:
@@ -104,24 +102,15 @@ def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
     # Each send is an exchange: the transports tell the operation apart from what
     # httpx's redirects and auth flows send in the same call (see `_exchange`).
     install(client, settings, tell)
+    # httpx has no public way to swap a built client's transports: see `_retrofit`.
     if isinstance(client, httpx.Client):
-        client._transport = IdempotentTransport(client._transport, settings=settings)
-        client._mounts = {
-            pattern: None if mounted is None else IdempotentTransport(mounted, settings=settings)
-            for pattern, mounted in client._mounts.items()
-        }
+        replace_transports(client, lambda inner: IdempotentTransport(inner, settings=settings))
     else:
-        client._transport = AsyncIdempotentTransport(client._transport, settings=settings)
-        client._mounts = {
-            pattern: None
-            if mounted is None
-            else AsyncIdempotentTransport(mounted, settings=settings)
-            for pattern, mounted in client._mounts.items()
-        }
+        replace_transports(client, lambda inner: AsyncIdempotentTransport(inner, settings=settings))
 
 
 def settings_of(client: httpx.Client | httpx.AsyncClient) -> Settings:
-    transport = client._transport
+    transport = transport_of(client)
     if not isinstance(transport, IdempotentTransport | AsyncIdempotentTransport):
         raise TypeError("this httpx client is not wrapped by idemclient.wrap()")
     return transport.settings

@@ -3,29 +3,35 @@
 ```
 IdemError
 ├── InvalidKey                 (also ValueError) a key outside 1..255 of A-Z a-z 0-9 - _ . : ~
-│   └── InvalidMessageId       a webhook message id (or sender) breaking the same rule
+│   └── InvalidMessageId  [i]  a webhook message id (or sender) breaking the same rule
 ├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
 ├── OperationMismatch          (also ValueError) same operation, different request
-├── BatchInvalid               (also ValueError) a batch file with problems; nothing sent
-├── SignatureInvalid           a webhook refused: signature missing, malformed, wrong or stale
-├── AnswerNotKept              a final answer given back from the store without its body
-├── StoreError                 the store (a SQLite file, a PostgreSQL schema) cannot be used
+├── BatchInvalid          [b]  (also ValueError) a batch file with problems; nothing sent
+├── SignatureInvalid      [i]  a webhook refused: signature missing, malformed, wrong or stale
+├── AnswerNotKept         [*]  a final answer given back from the store without its body
+├── StoreError            [*]  the store (a SQLite file, a PostgreSQL schema) cannot be used
 │   ├── StoreCorrupt           not a readable SQLite file; PostgreSQL tables changed under us
 │   ├── ForeignStore           a database, but not an idemclient store
 │   ├── StoreTooNew            written by a newer idemclient (schema version)
 │   └── StoreUnavailable       cannot be opened for writing (read-only, locked, unreachable)
-└── OutcomeError               an operation ended without a final success
-    ├── Rejected               final answer from the server: do not retry (state `failed`)
-    │   └── KeyConflict        HTTP 422: the key was used with a different request
-    ├── NotSent                no attempt reached the server: safe to retry with the same key
-    └── Indeterminate          maybe applied, no final answer: never treat as failed
-        └── ReconcileRequired  maybe applied and older than the server's key retention
+└── OutcomeError          [*]  an operation ended without a final success
+    ├── Rejected          [d]  deprecated, never raised: the base of KeyConflict, for now
+    │   └── KeyConflict   [*]  HTTP 422: the key was used with a different request
+    ├── NotSent           [*]  no attempt reached the server: safe to retry with the same key
+    └── Indeterminate     [*]  maybe applied, no final answer: never treat as failed
+        └── ReconcileRequired  [*]  maybe applied and older than the server's key retention
 ```
+
+Where each is imported from: every error of the client from `idemclient.errors`, and
+those marked [*] also from `idemclient` itself (`IdemError` too); [b] from
+`idemclient.batch`; [i] from `idemclient.inbox`; [d] only as the deprecated
+`idemclient.Rejected`. All are defined here, so there is one tree.
 
 An `OutcomeError` carries the `Outcome` (key, operation id, state, attempts, last
 evidence, final response if any). The underlying cause is chained with `raise ... from`,
-never swallowed. `Indeterminate` is deliberately not a kind of `Rejected`: "maybe
-charged" must not be handled as "not charged".
+never swallowed. `Indeterminate` is deliberately not a kind of `KeyConflict` (nor of
+`Rejected`): "maybe charged" must not be handled as "not charged". A final refusal
+other than HTTP 422 is not an error: it is an `Outcome` in state `failed`.
 """
 
 from __future__ import annotations
@@ -227,7 +233,9 @@ class OutcomeError(IdemError):
 
 
 class Rejected(OutcomeError):
-    """The server gave a final, non-retryable answer (state `failed`)."""
+    """Deprecated, and never raised itself: a final refusal is an `Outcome` in state
+    `failed`, not an error. Only `KeyConflict` derives from it, so an `except Rejected`
+    written against an earlier release keeps working until it goes."""
 
 
 class KeyConflict(Rejected):

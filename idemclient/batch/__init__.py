@@ -6,6 +6,7 @@ with Client(base_url=..., headers=..., store="idemclient.db") as client:
 report.write("report.csv")
 """
 
+from .._errors import BatchInvalid
 from ._report import ExitCode, Report, ReportRow
 from ._rows import AmountFormat, Batch, PayoutRow, read_batch
 from ._run import BatchProgress, asubmit, submit
@@ -13,6 +14,7 @@ from ._run import BatchProgress, asubmit, submit
 __all__ = [
     "AmountFormat",
     "Batch",
+    "BatchInvalid",
     "BatchProgress",
     "ExitCode",
     "PayoutRow",

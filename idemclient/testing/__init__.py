@@ -13,18 +13,24 @@ Use it in-process (`ReferenceServer().transport` in any httpx client, sync or as
 `live_reference_server`. See docs/server.md.
 """
 
-from ._asgi import ReferenceApp
-from ._clock import ServerClock
-from ._external import ExternalMode
-from ._faults import Gate
-from ._live import LiveServer, SpawnedServer, serve, spawn
-from ._messages import DropConnection, ServerRequest, ServerResponse
-from ._protocol import Phase
-from ._records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
-from ._sandbox import SandboxClient
+from ._adapters.asgi import ReferenceApp
+from ._adapters.live import LiveServer, SpawnedServer, serve, spawn
+from ._adapters.sandbox import SandboxClient
+from ._adapters.transport import ReferenceTransport
+from ._machine.clock import ServerClock
+from ._machine.external import ExternalMode
+from ._machine.faults import Gate
+from ._machine.records import (
+    KeyRecord,
+    LedgerEntry,
+    RecoveryReport,
+    WebhookEventRecord,
+    WebhookReport,
+)
+from ._machine.webhooks import WebhookFault
+from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
+from ._protocol.rules import Phase
 from ._server import ReferenceServer
-from ._transport import ReferenceTransport
-from ._webhooks import WebhookFault
 
 __all__ = [
     "DropConnection",

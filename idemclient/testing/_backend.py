@@ -24,7 +24,7 @@ import os
 from typing import Protocol
 
 from .._db import is_postgres_url, postgres_missing
-from ._protocol import Phase
+from ._protocol.rules import Phase
 from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
 from ._storage import Storage
 

@@ -6,8 +6,11 @@
   the test process; `.url` for clients, `.server` for faults and the ledger.
 
 Both are function-scoped: every test starts with no keys, no payments and no faults.
-This module is loaded into every pytest run that has idemclient installed, so it
-imports the server lazily, inside the fixtures.
+This module is loaded into every pytest run that has idemclient installed (it is the
+module the pytest11 entry point names, so it stays at this path). Loading it loads the
+`idemclient.testing` package, its parent; nothing more happens until a fixture is
+used: no server is built, no database opened, and uvicorn (for the live server) is
+imported only by `live_reference_server`.
 """
 
 from __future__ import annotations

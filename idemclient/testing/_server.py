@@ -1,10 +1,11 @@
 """`ReferenceServer`: the sandbox PSP as one object, with its fault and inspection API.
 
-It owns the storage, the clock, the fault scripts, the two external systems and the
-webhook deliverer (which sends the events its resources queue, see `_webhooks`), and
-puts the protocol core and the `/_sandbox/` control endpoints behind one `handle`.
-Every adapter (the httpx transport, respx, the ASGI app, the live server) talks to it
-through that one method, so in-process and over-the-socket behaviour cannot drift.
+Here the layers are put together: it owns the storage, the clock, the fault scripts,
+the two external systems and the webhook deliverer (which sends the events its
+resources queue, see `_machine.webhooks`), and puts the phase machine and the
+`/_sandbox/` control endpoints behind one `handle`. Every adapter (the httpx transport,
+respx, the ASGI app, the live server) talks to it through that one method, so
+in-process and over-the-socket behaviour cannot drift.
 """
 
 from __future__ import annotations
@@ -17,17 +18,23 @@ from types import TracebackType
 import httpx
 
 from .._clock import ManualClock
+from ._adapters.transport import ReferenceTransport
 from ._backend import open_storage
-from ._clock import ServerClock
-from ._control import handle_control
-from ._core import Core
-from ._external import ExternalMode, ExternalSystem
-from ._faults import Answer, Crash, Delay, FaultPlan, Gate
-from ._messages import DropConnection, ServerRequest, ServerResponse
-from ._protocol import Phase
-from ._records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
-from ._transport import ReferenceTransport
-from ._webhooks import DEFAULT_MAX_ATTEMPTS, Deliverer, WebhookFault
+from ._machine.clock import ServerClock
+from ._machine.control import handle_control
+from ._machine.core import Core
+from ._machine.external import ExternalMode, ExternalSystem
+from ._machine.faults import Answer, Crash, Delay, FaultPlan, Gate
+from ._machine.records import (
+    KeyRecord,
+    LedgerEntry,
+    RecoveryReport,
+    WebhookEventRecord,
+    WebhookReport,
+)
+from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, Deliverer, WebhookFault
+from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
+from ._protocol.rules import Phase
 
 __all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
 

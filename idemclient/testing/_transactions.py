@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from typing import ClassVar
 
 from .._db.dialect import Connection
-from ._protocol import Phase
+from ._protocol.rules import Phase
 from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
 from ._statements import Statements
 

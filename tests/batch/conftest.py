@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from idemclient import SystemClock
+from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 

@@ -23,12 +23,12 @@ from idemclient import (
     ManualClock,
     NotSent,
     RetryPolicy,
-    SQLiteStore,
     State,
     key_from_identity,
 )
 from idemclient.batch import Batch, read_batch, submit
 from idemclient.batch._cli import submit_command
+from idemclient.store import SQLiteStore
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from .support import (

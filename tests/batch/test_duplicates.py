@@ -11,13 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import DEFAULT_NAMESPACE, State
+from idemclient import State
 from idemclient._call import fingerprint
 from idemclient._store import Intent, OperationRecord
 from idemclient.batch import Batch
 from idemclient.batch._duplicates import by_tail, tails_of, twin_problem, twins
 from idemclient.batch._identity import identify
 from idemclient.batch._plan import Request, encode_body
+from idemclient.keys import DEFAULT_NAMESPACE
 
 URL = "http://psp.test/v1/payouts"
 ROW = {"ref": "E1", "employee": "X7", "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}

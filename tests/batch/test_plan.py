@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import DEFAULT_NAMESPACE, RetryPolicy, State, key_from_identity
+from idemclient import RetryPolicy, State, key_from_identity
 from idemclient._call import CLOCK_SKEW, fingerprint
 from idemclient._store import OperationRecord, StoredResponse
 from idemclient.batch import Batch
@@ -24,6 +24,7 @@ from idemclient.batch._plan import (
     past_retention,
     plan_row,
 )
+from idemclient.keys import DEFAULT_NAMESPACE
 
 NOW = 1_800_000_000.0
 DAY = 86_400.0
@@ -468,7 +469,7 @@ def test_a_look_up_is_asked_at_least_three_times_whatever_the_rows_attempts() ->
 
 
 def test_a_scope_counts_in_a_references_length() -> None:
-    from idemclient import BatchInvalid
+    from idemclient.batch import BatchInvalid
 
     long = "r" * 250
     Batch.from_records([{**ROW, "ref": long}])

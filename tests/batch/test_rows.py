@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from idemclient import BatchInvalid
-from idemclient.batch import Batch, read_batch
+from idemclient.batch import Batch, BatchInvalid, read_batch
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "payroll-sample.csv"
 HEADER = "ref,employee_id,name,account,amount,currency,value_date\n"

@@ -13,16 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import (
-    AsyncClient,
-    BatchInvalid,
-    Client,
-    ManualClock,
-    RetryPolicy,
-    State,
-    key_from_identity,
-)
-from idemclient.batch import Batch, BatchProgress, ExitCode, asubmit, submit
+from idemclient import AsyncClient, Client, ManualClock, RetryPolicy, State, key_from_identity
+from idemclient.batch import Batch, BatchInvalid, BatchProgress, ExitCode, asubmit, submit
 from idemclient.testing import ReferenceServer
 
 DAY = 86_400.0

@@ -13,8 +13,13 @@ REFERENCE = (Path(__file__).parents[2] / "docs" / "reference" / "cli.md").read_t
 
 
 def commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    # list_commands/get_command, not `.commands`: they include the commands the group
+    # loads only on demand (`server`).
     found = []
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
         path = f"{prefix}{name}"
         if isinstance(command, click.Group):
             found += commands(command, f"{path} ")

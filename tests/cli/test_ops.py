@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import idemclient
-from idemclient import Client, Indeterminate, ManualClock, SQLiteStore, State
+from idemclient import Client, Indeterminate, ManualClock, State
 from idemclient.cli import main
+from idemclient.clock import set_testing
+from idemclient.store import SQLiteStore
 from idemclient.testing import LiveServer, serve
 
 PAYMENT = {"amount": 500, "currency": "EUR", "reference": "inv-9"}
@@ -20,9 +21,9 @@ PAYMENT = {"amount": 500, "currency": "EUR", "reference": "inv-9"}
 @pytest.fixture(autouse=True)
 def no_real_sleeps() -> Iterator[None]:
     """The commands build their own clients on the system clock: make it not sleep."""
-    idemclient.set_testing(True)
+    set_testing(True)
     yield
-    idemclient.set_testing(False)
+    set_testing(False)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import sys
 
 import httpx
 
-from idemclient import Client, Hooks
+from idemclient import Client
+from idemclient.hooks import Hooks
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ledger_psp import FileLedgerPSP

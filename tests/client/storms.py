@@ -9,7 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from idemclient import Client, SQLiteStore, Store
+from idemclient import Client
+from idemclient.store import SQLiteStore, Store
 
 from .fakes import FakePSP
 

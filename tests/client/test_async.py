@@ -8,17 +8,8 @@ import anyio
 import httpx
 import pytest
 
-from idemclient import (
-    AsyncClient,
-    Indeterminate,
-    InvalidKey,
-    KeyConflict,
-    ManualClock,
-    NotSent,
-    OperationMismatch,
-    RequestNotReplayable,
-    State,
-)
+from idemclient import AsyncClient, Indeterminate, KeyConflict, ManualClock, NotSent, State
+from idemclient.errors import InvalidKey, OperationMismatch, RequestNotReplayable
 
 from .fakes import OK, FakePSP, error, status
 

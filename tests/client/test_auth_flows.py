@@ -16,15 +16,15 @@ import idemclient
 from idemclient import (
     AsyncClient,
     Client,
-    Hooks,
     Indeterminate,
     ManualClock,
     NotSent,
     Outcome,
-    SQLiteStore,
     State,
     outcome_of,
 )
+from idemclient.hooks import Hooks
+from idemclient.store import SQLiteStore
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
 REFRESH_SECRET = "rt_refresh_secret_value"

@@ -13,20 +13,22 @@ import respx
 import idemclient
 from idemclient import (
     Client,
-    Hooks,
     Indeterminate,
-    InvalidKey,
     KeyConflict,
     ManualClock,
     NotSent,
-    OperationMismatch,
     ReconcileRequired,
-    RequestNotReplayable,
-    RetryBudget,
     RetryPolicy,
-    SQLiteStore,
     State,
 )
+from idemclient._errors import Rejected
+from idemclient._retrofit import transport_of
+from idemclient.clock import set_testing
+from idemclient.errors import InvalidKey, OperationMismatch, RequestNotReplayable
+from idemclient.hooks import Hooks
+from idemclient.policy import RetryBudget
+from idemclient.store import SQLiteStore
+from idemclient.transport import IdempotentTransport
 
 from .fakes import OK, FakePSP, error, status
 
@@ -165,7 +167,7 @@ def test_read_timeouts_end_indeterminate_never_failed(client: Client, psp: FakeP
     with pytest.raises(Indeterminate) as caught:
         client.post("/v1/payments", json=PAYMENT, operation_id="order-1")
     error_ = caught.value
-    assert not isinstance(error_, idemclient.Rejected)
+    assert not isinstance(error_, Rejected)
     assert error_.outcome.state is State.INDETERMINATE
     assert error_.outcome.maybe_applied
     assert error_.operation_id == "order-1"
@@ -218,7 +220,7 @@ def test_422_is_a_loud_key_conflict(client: Client, psp: FakePSP) -> None:
     psp.script = [status(422)]
     with pytest.raises(KeyConflict, match="different request") as caught:
         client.post("/v1/payments", json=PAYMENT, operation_id="op")
-    assert isinstance(caught.value, idemclient.Rejected)
+    assert isinstance(caught.value, Rejected)
     assert caught.value.outcome.state is State.FAILED
     record = client.store.get("op")
     assert record is not None
@@ -248,7 +250,9 @@ def test_a_tls_verification_failure_is_not_retried(client: Client, psp: FakePSP)
         psp.requests.append(request)
         raise tls_failure()
 
-    client.http._transport.inner = httpx.MockTransport(handler)  # type: ignore[attr-defined]
+    transport = transport_of(client.http)
+    assert isinstance(transport, IdempotentTransport)
+    transport.inner = httpx.MockTransport(handler)
     with pytest.raises(NotSent) as caught:
         client.post("/v1/payments", json=PAYMENT)
     assert len(psp.requests) == 1
@@ -536,14 +540,14 @@ def test_testing_mode_removes_real_sleeps(store_path: Path, psp: FakePSP) -> Non
     import time
 
     psp.script = [status(503, retry_after="30"), OK]
-    idemclient.set_testing(True)
+    set_testing(True)
     try:
         started = time.monotonic()
         with Client(store=store_path, transport=psp.transport(), base_url="http://psp.test") as c:
             assert c.post("/v1/payments", json=PAYMENT).succeeded
         assert time.monotonic() - started < 5
     finally:
-        idemclient.set_testing(False)
+        set_testing(False)
 
 
 # -- interruption ------------------------------------------------------------------------
@@ -555,7 +559,9 @@ def test_an_interrupted_call_leaves_a_truthful_record_and_no_lease(
     def handler(request: httpx.Request) -> httpx.Response:
         raise KeyboardInterrupt
 
-    client.http._transport.inner = httpx.MockTransport(handler)  # type: ignore[attr-defined]
+    transport = transport_of(client.http)
+    assert isinstance(transport, IdempotentTransport)
+    transport.inner = httpx.MockTransport(handler)
     with pytest.raises(KeyboardInterrupt):
         client.post("/v1/payments", json=PAYMENT, operation_id="op")
     record = client.store.get("op")

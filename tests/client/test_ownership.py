@@ -22,17 +22,17 @@ import pytest
 
 from idemclient import (
     Client,
-    Hooks,
     Indeterminate,
     ManualClock,
     NotSent,
     ReconcileRequired,
     RetryPolicy,
-    SQLiteStore,
     State,
-    StoreUnavailable,
 )
 from idemclient._call import intent_for
+from idemclient.errors import StoreUnavailable
+from idemclient.hooks import Hooks
+from idemclient.store import SQLiteStore
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
 GATE_TIMEOUT = 10.0  # a bound on a test that went wrong, never a wait the test relies on

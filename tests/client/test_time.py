@@ -9,15 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import (
-    AnswerNotKept,
-    Client,
-    Indeterminate,
-    ManualClock,
-    ReconcileRequired,
-    SQLiteStore,
-    State,
-)
+from idemclient import AnswerNotKept, Client, Indeterminate, ManualClock, ReconcileRequired, State
+from idemclient.store import SQLiteStore
 
 from .fakes import FakePSP, error
 

@@ -8,7 +8,11 @@ import httpx
 import pytest
 
 import idemclient
-from idemclient import IdempotentTransport, ManualClock, State
+from idemclient import ManualClock, State
+from idemclient._retrofit import transport_of
+from idemclient.errors import StoreUnavailable
+from idemclient.store import SQLiteStore
+from idemclient.transport import IdempotentTransport
 
 from .fakes import OK, FakePSP, error, status
 
@@ -59,7 +63,7 @@ def test_non_unsafe_methods_pass_straight_through(store_path: Path, psp: FakePSP
     client.get("http://psp.test/v1/payments/1")
     client.put("http://psp.test/v1/payments/1", json={})  # PUT is not covered by default
     assert psp.keys == [None, None]
-    transport = client._transport
+    transport = transport_of(client)
     assert isinstance(transport, IdempotentTransport)
     assert transport.settings.store.operations() == []
 
@@ -110,15 +114,15 @@ async def test_wrap_async_client(store_path: Path, clock: ManualClock, psp: Fake
 
 def test_closing_a_wrapped_client_closes_the_store_it_opened(store_path: Path) -> None:
     client = idemclient.wrap(httpx.Client(transport=FakePSP().transport()), store=store_path)
-    transport = client._transport
+    transport = transport_of(client)
     assert isinstance(transport, IdempotentTransport)
     client.close()
-    with pytest.raises(idemclient.StoreUnavailable, match="closed"):
+    with pytest.raises(StoreUnavailable, match="closed"):
         transport.settings.store.get("anything")
 
 
 def test_a_store_passed_as_an_object_stays_the_callers(store_path: Path) -> None:
-    store = idemclient.SQLiteStore(store_path)
+    store = SQLiteStore(store_path)
     client = idemclient.wrap(httpx.Client(transport=FakePSP().transport()), store=store)
     client.close()
     assert store.get("anything") is None  # still open
@@ -129,13 +133,13 @@ def test_a_bad_httpx_option_leaves_no_store_open(
     store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     closed: list[str] = []
-    real_close = idemclient.SQLiteStore.close
+    real_close = SQLiteStore.close
 
-    def counting_close(self: idemclient.SQLiteStore) -> None:
+    def counting_close(self: SQLiteStore) -> None:
         closed.append(self.path)
         real_close(self)
 
-    monkeypatch.setattr(idemclient.SQLiteStore, "close", counting_close)
+    monkeypatch.setattr(SQLiteStore, "close", counting_close)
     with pytest.raises(TypeError):
         idemclient.Client(store=store_path, no_such_option=1)
     assert closed == [str(store_path)]

@@ -128,7 +128,7 @@ def asgi_server(app: Any) -> Iterator[str]:
     """`app` under uvicorn on 127.0.0.1 and a free port, in a thread; yields the URL."""
     import uvicorn
 
-    from idemclient.testing._live import bind, url_for
+    from idemclient.testing._adapters.live import bind, url_for
 
     config = uvicorn.Config(app, log_level="warning", log_config=None, lifespan="on")
     server = uvicorn.Server(config)

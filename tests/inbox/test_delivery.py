@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import ManualClock, SignatureInvalid
-from idemclient.inbox import MESSAGE_ID_HEADER, SIGNATURE_HEADER, verify_signature
+from idemclient import ManualClock
+from idemclient.inbox import MESSAGE_ID_HEADER, SIGNATURE_HEADER, SignatureInvalid, verify_signature
 from idemclient.testing import (
     Phase,
     ReferenceServer,
@@ -23,8 +23,8 @@ from idemclient.testing import (
     WebhookReport,
     serve,
 )
+from idemclient.testing._machine.webhooks import MAX_RETRY_DELAY, event_for, retry_delay
 from idemclient.testing._storage import SCHEMA_VERSION, Storage
-from idemclient.testing._webhooks import MAX_RETRY_DELAY, event_for, retry_delay
 
 from .conftest import SECRET, wsgi_server
 

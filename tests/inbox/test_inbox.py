@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from idemclient import (
-    ForeignStore,
-    InvalidKey,
+from idemclient import ManualClock
+from idemclient.errors import ForeignStore, InvalidKey, StoreCorrupt, StoreTooNew, StoreUnavailable
+from idemclient.inbox import (
+    DEFAULT_RETENTION,
+    Inbox,
     InvalidMessageId,
-    ManualClock,
-    StoreCorrupt,
-    StoreTooNew,
-    StoreUnavailable,
+    SQLiteInbox,
+    SQLiteInboxStorage,
 )
-from idemclient.inbox import DEFAULT_RETENTION, Inbox, SQLiteInbox, SQLiteInboxStorage
 
 from .conftest import create_effects_table, effects, recorded_ids
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import SystemClock
+from idemclient.clock import SystemClock
 from idemclient.testing import ReferenceServer
-from idemclient.testing._webhooks import retry_delay
+from idemclient.testing._machine.webhooks import retry_delay
 
 from .conftest import SECRET, effects, recorded_ids
 

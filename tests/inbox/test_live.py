@@ -19,8 +19,8 @@ import pytest
 from idemclient import ManualClock
 from idemclient.inbox import SIGNATURE_HEADER, SQLiteInbox, WebhookReceiver
 from idemclient.testing import ReferenceServer, SandboxClient, serve
-from idemclient.testing._live import _read_ready_line, server_command
-from idemclient.testing._webhooks import retry_delay
+from idemclient.testing._adapters.live import _read_ready_line, server_command
+from idemclient.testing._machine.webhooks import retry_delay
 
 from .conftest import (
     SECRET,
@@ -130,7 +130,7 @@ def test_the_server_command_delivers_in_the_background_to_its_webhook_url(
     app_db: Path, tmp_path: Path
 ) -> None:
     """`idemclient server --webhook-url ... --webhook-secret ...` on the real clock."""
-    from idemclient import SystemClock
+    from idemclient.clock import SystemClock
 
     with SQLiteInbox(app_db, clock=SystemClock()) as real_time_inbox:
         receiver = WebhookReceiver(

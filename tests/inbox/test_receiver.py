@@ -14,8 +14,15 @@ from typing import Any
 
 import pytest
 
-from idemclient import InvalidMessageId, ManualClock, SignatureInvalid
-from idemclient.inbox import SIGNATURE_HEADER, SQLiteInbox, WebhookEvent, WebhookReceiver
+from idemclient import ManualClock
+from idemclient.inbox import (
+    SIGNATURE_HEADER,
+    InvalidMessageId,
+    SignatureInvalid,
+    SQLiteInbox,
+    WebhookEvent,
+    WebhookReceiver,
+)
 
 from .conftest import (
     OTHER_SECRET,

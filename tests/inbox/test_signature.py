@@ -9,8 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemclient import IdemError, SignatureInvalid
-from idemclient.inbox import ParsedSignature, _signature, parse_signature, sign, verify_signature
+from idemclient import IdemError
+from idemclient.inbox import (
+    ParsedSignature,
+    SignatureInvalid,
+    _signature,
+    parse_signature,
+    sign,
+    verify_signature,
+)
 
 from .conftest import OTHER_SECRET, SECRET
 

@@ -9,6 +9,7 @@ import pytest
 
 import idemclient
 import idemclient.inbox as inbox
+from idemclient.errors import InvalidKey
 from idemclient.testing import WebhookEventRecord, WebhookReport
 
 
@@ -42,10 +43,11 @@ def test_the_inbox_surface_is_pinned() -> None:
 
 
 def test_the_inbox_errors_are_the_ones_in_the_single_tree() -> None:
-    assert inbox.SignatureInvalid is idemclient.SignatureInvalid
-    assert inbox.InvalidMessageId is idemclient.InvalidMessageId
-    assert issubclass(idemclient.InvalidMessageId, idemclient.InvalidKey)
-    assert not issubclass(idemclient.SignatureInvalid, ValueError)  # refused input, not a bug
+    assert inbox.SignatureInvalid is idemclient._errors.SignatureInvalid
+    assert inbox.InvalidMessageId is idemclient._errors.InvalidMessageId
+    assert issubclass(inbox.SignatureInvalid, idemclient.IdemError)
+    assert issubclass(inbox.InvalidMessageId, InvalidKey)
+    assert not issubclass(inbox.SignatureInvalid, ValueError)  # refused input, not a bug
     tree = idemclient._errors.__doc__ or ""
     assert "SignatureInvalid" in tree
     assert "InvalidMessageId" in tree

@@ -25,12 +25,12 @@ from idemclient import (
     Client,
     Indeterminate,
     ManualClock,
-    OperationMismatch,
     RetryPolicy,
-    SQLiteStore,
     State,
 )
 from idemclient.cli import main
+from idemclient.errors import OperationMismatch
+from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
 PATH = "/v1/payments"

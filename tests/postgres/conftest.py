@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from idemclient import SQLiteStore, Store
 from idemclient.inbox import Inbox, SQLiteInbox
 from idemclient.postgres import PostgresInbox, PostgresStore
-from idemclient.testing._pgcluster import Cluster
+from idemclient.store import SQLiteStore, Store
+from tests.support.pgcluster import Cluster
 
 
 @pytest.fixture(scope="session")

@@ -11,16 +11,9 @@ import httpx
 import psycopg
 import pytest
 
-from idemclient import (
-    AsyncClient,
-    Client,
-    Indeterminate,
-    ManualClock,
-    RetryPolicy,
-    State,
-    StoreUnavailable,
-)
+from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
 from idemclient.batch import Batch, ExitCode, submit
+from idemclient.errors import StoreUnavailable
 from idemclient.postgres import PostgresStore
 from idemclient.testing import ReferenceServer
 

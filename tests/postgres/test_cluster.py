@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from idemclient.testing import _pgcluster as cluster
+from tests.support import pgcluster as cluster
 
 
 def test_a_machine_without_postgresql_gets_a_message_saying_how_to_install_it(

@@ -14,10 +14,10 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from idemclient import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient._db.postgres import display
+from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresInbox, PostgresInboxStorage
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
 from .conftest import MerchantDatabase, add_effect
 

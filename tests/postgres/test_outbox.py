@@ -14,17 +14,10 @@ import httpx
 import psycopg
 import pytest
 
-from idemclient import (
-    AsyncClient,
-    Client,
-    ManualClock,
-    OperationMismatch,
-    RequestNotReplayable,
-    State,
-    StoreUnavailable,
-)
+from idemclient import AsyncClient, Client, ManualClock, State
+from idemclient.errors import OperationMismatch, RequestNotReplayable, StoreUnavailable
 from idemclient.postgres import PostgresStore, asend_pending, record_pending, send_pending
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
 from ..client.fakes import FakePSP
 from ..client.ledger_psp import FileLedgerPSP

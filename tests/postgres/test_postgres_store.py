@@ -10,20 +10,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from idemclient import (
-    Client,
-    Durability,
-    ForeignStore,
-    State,
-    StoreTooNew,
-    StoreUnavailable,
-)
+from idemclient import Client, State
 from idemclient._db.pg_schema import open_schema
 from idemclient._store import new_owner
 from idemclient._store._pg_schema import MIGRATIONS, SCHEMA_VERSION, STORE
 from idemclient._transport import make_settings
+from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresStore
-from idemclient.testing._pgcluster import Cluster
+from idemclient.store import Durability
+from tests.support.pgcluster import Cluster
 
 from ..store.conftest import NOW, make_intent
 from .test_store_contract import progress, succeed

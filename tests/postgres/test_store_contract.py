@@ -13,10 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from idemclient import OperationMismatch, SQLiteStore, State, Store, StoreUnavailable
+from idemclient import State
 from idemclient._call import fingerprint
 from idemclient._store import Claim, Intent, Progress, StoredResponse, new_owner
+from idemclient.errors import OperationMismatch, StoreUnavailable
 from idemclient.postgres import PostgresStore
+from idemclient.store import SQLiteStore, Store
 
 from ..store.conftest import NOW, make_intent
 from .conftest import StoreFactory, raw_dump

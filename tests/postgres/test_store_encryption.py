@@ -13,18 +13,10 @@ from typing import Any
 
 import pytest
 
-from idemclient import (
-    BodyEncryption,
-    Client,
-    ManualClock,
-    OperationMismatch,
-    SQLiteStore,
-    State,
-    Store,
-    StoreCorrupt,
-    StoreError,
-)
+from idemclient import Client, ManualClock, State, StoreError
 from idemclient._store import Claim, Progress, StoredResponse, new_owner
+from idemclient.errors import OperationMismatch, StoreCorrupt
+from idemclient.store import BodyEncryption, SQLiteStore, Store
 from idemclient.testing import ReferenceServer
 
 from ..store.conftest import NOW, make_intent

@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from support import PATH, FastClock
 
-from idemclient import AttemptEvent, Client, Hooks, Outcome, RetryPolicy, State
+from idemclient import Client, Outcome, RetryPolicy, State
+from idemclient.hooks import AttemptEvent, Hooks
 
 
 def die() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from idemclient import SystemClock
+from idemclient.clock import SystemClock
 from idemclient.testing import ReferenceServer, serve
 
 

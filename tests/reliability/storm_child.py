@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from support import PATH, payment
 
-from idemclient import AttemptEvent, Client, Hooks
+from idemclient import Client
+from idemclient.hooks import AttemptEvent, Hooks
 
 
 def main(url: str, store: str, operation_id: str, threads: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from idemclient import SystemClock
+from idemclient.clock import SystemClock
 from idemclient.testing import LedgerEntry, ReferenceServer
 
 PATH = "/v1/payments"

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from idemclient import SystemClock, key_from_identity
+from idemclient import key_from_identity
+from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from .conftest import Figures

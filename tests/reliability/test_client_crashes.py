@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from idemclient import Client, OutcomeError, RetryPolicy, State, SystemClock
+from idemclient import Client, OutcomeError, RetryPolicy, State
+from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from .conftest import Figures

@@ -18,7 +18,9 @@ import httpx
 import pytest
 
 import idemclient
-from idemclient import AsyncClient, Client, RequestNotReplayable, SQLiteStore
+from idemclient import AsyncClient, Client
+from idemclient.errors import RequestNotReplayable
+from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
 from .conftest import Figures

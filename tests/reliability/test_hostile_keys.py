@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 import idemclient
-from idemclient import AsyncClient, Client, InvalidKey, SQLiteStore
+from idemclient import AsyncClient, Client
+from idemclient.errors import InvalidKey
+from idemclient.store import SQLiteStore
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from .conftest import Figures

@@ -31,15 +31,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from idemclient import (
-    Client,
-    ForeignStore,
-    StoreCorrupt,
-    StoreError,
-    StoreTooNew,
-)
+from idemclient import Client, StoreError
 from idemclient._store._schema import APPLICATION_ID, SCHEMA_VERSION
 from idemclient.cli import main
+from idemclient.errors import ForeignStore, StoreCorrupt, StoreTooNew
 from idemclient.testing import ReferenceServer
 
 from .conftest import Figures

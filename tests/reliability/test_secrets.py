@@ -24,16 +24,10 @@ import pytest
 from click.testing import CliRunner
 
 import idemclient
-from idemclient import (
-    Client,
-    Indeterminate,
-    ManualClock,
-    NotSent,
-    RetryPolicy,
-    SQLiteStore,
-    State,
-)
+from idemclient import Client, Indeterminate, ManualClock, NotSent, RetryPolicy, State
 from idemclient.cli import main
+from idemclient.clock import SystemClock
+from idemclient.store import SQLiteStore
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from .conftest import Figures
@@ -148,7 +142,7 @@ def test_wrap_and_its_resume_write_no_secret(
 
 @pytest.fixture
 def live() -> Iterator[LiveServer]:
-    with ReferenceServer(clock=idemclient.SystemClock()) as server, serve(server) as running:
+    with ReferenceServer(clock=SystemClock()) as server, serve(server) as running:
         yield running
 
 

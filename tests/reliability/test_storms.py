@@ -23,7 +23,9 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
-from idemclient import AsyncClient, AttemptEvent, Client, Hooks, SQLiteStore, State
+from idemclient import AsyncClient, Client, State
+from idemclient.hooks import AttemptEvent, Hooks
+from idemclient.store import SQLiteStore
 from idemclient.testing import Gate, LiveServer, ReferenceServer, serve
 
 from .conftest import Figures

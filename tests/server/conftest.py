@@ -13,9 +13,10 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
-from server_helpers import Env
 
 from idemclient.testing import LiveServer, ReferenceServer, SandboxClient, serve
+
+from .server_helpers import Env
 
 
 @pytest.fixture

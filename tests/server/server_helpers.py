@@ -1,10 +1,12 @@
-"""Shared helpers for the reference-server tests (imported by name: tests/server is on
-sys.path while these tests run, as pytest's default import mode puts it there)."""
+"""Shared helpers for the reference-server tests (tests/server and tests/server_postgres)."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
 from typing import Any
 
 import httpx
@@ -61,3 +63,48 @@ class Env:
         headers = {} if key is None else {"Idempotency-Key": key}
         payload = BODY if body is None else body
         return self.client(token).post(path, json=payload, headers=headers, **kwargs)
+
+
+class WebhookCatcher:
+    """A webhook endpoint on 127.0.0.1 that answers 200 and notes that something came.
+
+    How a test waits for work a server in another process finishes in its own time:
+    a finished payment queues a webhook event in the transaction that finishes it, so
+    an event arriving here means the payment is final. `arrived.wait(timeout)` blocks
+    on that event, bounded, instead of polling the server.
+    """
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        arrived = self.arrived
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                arrived.set()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass  # a test's output is for failures, not for access logs
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.url = f"http://127.0.0.1:{self._httpd.server_port}/webhooks"
+
+    def __enter__(self) -> WebhookCatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._httpd.shutdown()
+        self._thread.join(timeout=10)
+        self._httpd.server_close()

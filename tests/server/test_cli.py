@@ -1,7 +1,8 @@
 """`idemclient server` as a real process: ready fast, serves, stops cleanly on signals.
 
 The child's stdout carries one ready line; each wait on it is bounded (`spawn`'s ready
-timeout, `communicate(timeout=...)`), and the only polling loop is bounded by count.
+timeout, `communicate(timeout=...)`), and work a child finishes in its own time is
+awaited on the webhook it sends (`WebhookCatcher`), bounded too: nothing polls.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from server_helpers import BODY
 
 from idemclient.cli import main
 from idemclient.testing import SandboxClient, spawn
+
+from .server_helpers import BODY, WebhookCatcher
 
 AUTH = {"Authorization": "Bearer alice"}
 
@@ -83,17 +85,17 @@ def test_a_killed_server_leaves_work_that_the_next_one_recovers_exactly_once(
         doomed.process.kill()  # the whole worker process dies, SIGKILL, no shutdown
         doomed.process.communicate(timeout=20)
     with (
+        WebhookCatcher() as webhooks,
         spawn(db=db, lease=0.2, recovery_interval=0.05) as heir,
         SandboxClient(heir.url) as sandbox,
     ):
         # The heir's background worker must take the row over once the lease (0.2 s of
-        # real time) has expired. Nothing to inject here: this is real time in another
-        # process, so poll the ledger, bounded by a deadline; each round trip is the wait.
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            [entry] = sandbox.ledger()
-            if entry.key_state == "finished":
-                break
+        # real time) has expired: real time in another process. Finishing the payment
+        # queues its webhook event, which the heir's delivery loop sends here: wait for
+        # that, bounded, rather than polling the ledger.
+        sandbox.set_webhook_endpoint(webhooks.url)
+        assert webhooks.arrived.wait(timeout=20), "the heir did not finish the payment"
+        [entry] = sandbox.ledger()
         assert entry.key_state == "finished"
         assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)
         assert (entry.ext2_calls, entry.journal) == (1, ("H1", "H2", "H3"))

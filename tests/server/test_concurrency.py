@@ -12,9 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import BODY
 
 from idemclient.testing import Gate, LiveServer, ReferenceServer
+
+from .server_helpers import BODY
 
 CALLERS = 100
 #: Per caller; the owner needs a few milliseconds, so this bound is never reached.

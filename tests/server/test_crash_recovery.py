@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from server_helpers import Env
 
 from idemclient.testing import Phase
+
+from .server_helpers import Env
 
 CRASH_POINTS = [phase for phase in Phase if phase is not Phase.FINISHED]
 

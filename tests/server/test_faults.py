@@ -7,9 +7,10 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 import pytest
-from server_helpers import BODY, Env
 
 from idemclient.testing import ReferenceServer, ServerRequest
+
+from .server_helpers import BODY, Env
 
 
 @pytest.mark.parametrize(

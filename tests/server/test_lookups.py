@@ -8,7 +8,8 @@ enumerated.
 from __future__ import annotations
 
 import pytest
-from server_helpers import BODY, Env
+
+from .server_helpers import BODY, Env
 
 
 @pytest.fixture

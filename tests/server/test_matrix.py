@@ -19,7 +19,8 @@
 from __future__ import annotations
 
 import pytest
-from server_helpers import BODY, Env
+
+from .server_helpers import BODY, Env
 
 PROBLEM = "application/problem+json"
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemclient.testing._protocol import (
+from idemclient.testing._protocol.rules import (
     MAX_BODY_BYTES,
     Phase,
     Problem,
     Step,
     Verdict,
-    derive_key,
+    downstream_key,
     judge_existing,
     next_step,
     parse_bearer,
@@ -224,12 +224,14 @@ def test_the_request_hash_covers_method_path_and_body() -> None:
 
 
 def test_derived_keys_are_deterministic_per_client_key_and_step() -> None:
-    k1 = derive_key("alice", "req-001", "ext1")
-    assert derive_key("alice", "req-001", "ext1") == k1
-    assert derive_key("alice", "req-001", "ext2") != k1
+    k1 = downstream_key("alice", "req-001", "ext1")
+    assert downstream_key("alice", "req-001", "ext1") == k1
+    assert downstream_key("alice", "req-001", "ext2") != k1
     # Two tenants with the same key must not collide at a shared external system.
-    assert derive_key("bob", "req-001", "ext1") != k1
-    assert derive_key("alice", "req-0011", "ext1") != derive_key("alice", "req-001", "1ext1")
+    assert downstream_key("bob", "req-001", "ext1") != k1
+    assert downstream_key("alice", "req-0011", "ext1") != downstream_key(
+        "alice", "req-001", "1ext1"
+    )
 
 
 NOW = 1_000.0

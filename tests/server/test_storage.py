@@ -6,10 +6,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from server_helpers import Env
 
 from idemclient.testing import ReferenceServer
 from idemclient.testing._storage import _STALE, SCHEMA_VERSION, Storage
+
+from .server_helpers import Env
 
 
 def test_the_key_table_has_the_seeds_columns_and_primary_key(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 import idemclient.testing as testing
-from idemclient import ManualClock, SystemClock
+from idemclient import ManualClock
+from idemclient.clock import SystemClock
 from idemclient.testing import (
     KeyRecord,
     LedgerEntry,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import httpx
 import pytest
 import respx
-from server_helpers import BODY
 
 from idemclient.testing import (
     DropConnection,
@@ -14,6 +13,8 @@ from idemclient.testing import (
     ServerRequest,
     ServerResponse,
 )
+
+from .server_helpers import BODY
 
 AUTH = {"Authorization": "Bearer alice"}
 

@@ -14,10 +14,8 @@ clocks only move forward, and the reused tests only use offsets from now.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
-from pathlib import Path
 
 import httpx
 import psycopg
@@ -25,15 +23,9 @@ import pytest
 
 from idemclient.testing import LiveServer, ReferenceServer, SandboxClient, serve
 from idemclient.testing._pg_storage import SCHEMA
-from idemclient.testing._pgcluster import Cluster
+from tests.support.pgcluster import Cluster
 
-# tests/server is not a package: its modules import their helpers by name, with their
-# folder on sys.path (pytest's default import mode puts it there for its own tests).
-SERVER_TESTS = Path(__file__).resolve().parent.parent / "server"
-if str(SERVER_TESTS) not in sys.path:
-    sys.path.insert(0, str(SERVER_TESTS))
-
-from server_helpers import Env  # noqa: E402  (needs the path above)
+from ..server.server_helpers import Env
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ over a socket, except two instances sharing a SQLite file: `test_processes.py` r
 that storm across server processes sharing one PostgreSQL database.
 """
 
-import test_concurrency
-
+from ..server import test_concurrency
 from .reused import bodies_of
 
 globals().update(

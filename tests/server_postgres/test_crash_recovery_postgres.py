@@ -4,8 +4,7 @@ The bodies are tests/server/test_crash_recovery.py's (see `reused.py`); with a r
 process killed after every phase in `test_processes.py`.
 """
 
-import test_crash_recovery
-
+from ..server import test_crash_recovery
 from .reused import bodies_of
 
 globals().update(bodies_of(test_crash_recovery))

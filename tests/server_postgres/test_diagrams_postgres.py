@@ -4,8 +4,7 @@ The bodies are tests/server/test_diagrams.py's (see `reused.py`), except the tak
 race written against the SQLite class directly: `test_admission.py` has its own.
 """
 
-import test_diagrams
-
+from ..server import test_diagrams
 from .reused import bodies_of
 
 globals().update(

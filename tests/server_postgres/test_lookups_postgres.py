@@ -3,8 +3,7 @@
 The bodies are tests/server/test_lookups.py's (see `reused.py`).
 """
 
-import test_lookups
-
+from ..server import test_lookups
 from .reused import bodies_of
 
 globals().update(bodies_of(test_lookups))

@@ -3,8 +3,7 @@
 The bodies are tests/server/test_matrix.py's (see `reused.py`).
 """
 
-import test_matrix
-
+from ..server import test_matrix
 from .reused import bodies_of
 
 globals().update(bodies_of(test_matrix))

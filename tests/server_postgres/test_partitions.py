@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import httpx
 import psycopg
 import pytest
-from server_helpers import Env
 
 from idemclient import ManualClock
 from idemclient.testing import ReferenceServer
 from idemclient.testing._pg_storage import DAY, SCHEMA, PostgresStorage
+
+from ..server.server_helpers import Env
 
 HOUR = 3600.0
 

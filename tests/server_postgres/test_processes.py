@@ -11,15 +11,15 @@ external system.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import httpx
 import pytest
-from server_helpers import BODY
 
 from idemclient.testing import Phase, SandboxClient, SpawnedServer, spawn
+
+from ..server.server_helpers import BODY, WebhookCatcher
 
 CALLERS = 100
 #: Per caller; the owner needs a few milliseconds, so this bound is never reached.
@@ -139,17 +139,17 @@ def test_the_background_worker_of_a_new_server_finishes_a_killed_servers_request
         doomed.process.kill()
         doomed.process.communicate(timeout=20)
     with (
+        WebhookCatcher() as webhooks,
         spawn(db=pg_db, lease=0.2, recovery_interval=0.05) as heir,
         SandboxClient(heir.url) as sandbox,
     ):
         # The heir's own background loop must take the row over once the lease (0.2 s
-        # of real time, on its clock) has expired. Real time in another process: poll
-        # the ledger, bounded by a deadline; each round trip is the wait.
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            [entry] = sandbox.ledger()
-            if entry.key_state == "finished":
-                break
+        # of real time, on its clock) has expired: real time in another process.
+        # Finishing the payment queues its webhook event, which the heir's delivery loop
+        # sends here: wait for that, bounded, rather than polling the ledger.
+        sandbox.set_webhook_endpoint(webhooks.url)
+        assert webhooks.arrived.wait(timeout=20), "the heir did not finish the payment"
+        [entry] = sandbox.ledger()
         assert entry.key_state == "finished"
         assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)
         assert (entry.ext2_calls, entry.journal) == (1, ("H1", "H2", "H3"))

@@ -13,8 +13,8 @@ import pytest
 
 from idemclient import ManualClock
 from idemclient.testing import ReferenceServer
-from idemclient.testing._pgcluster import Cluster
 from tests.inbox import test_delivery
+from tests.support.pgcluster import Cluster
 
 from .reused import bodies_of
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from idemclient import SQLiteStore
 from idemclient._call import fingerprint
 from idemclient._store import Intent
+from idemclient.store import SQLiteStore
 
 NOW = 1_800_000_000.0
 

@@ -16,17 +16,11 @@ import httpx
 import pytest
 import sqlite_utils
 
-from idemclient import (
-    Durability,
-    ForeignStore,
-    SQLiteStore,
-    State,
-    StoreCorrupt,
-    StoreTooNew,
-    StoreUnavailable,
-)
+from idemclient import State
 from idemclient._store import Claim, Progress, StoredResponse, new_owner
 from idemclient._store._schema import APPLICATION_ID, SCHEMA_VERSION, open_database
+from idemclient.errors import ForeignStore, StoreCorrupt, StoreTooNew, StoreUnavailable
+from idemclient.store import Durability, SQLiteStore
 
 from .conftest import NOW, make_intent
 
@@ -239,7 +233,7 @@ def test_a_failed_migration_changes_nothing(store_path: Path) -> None:
 
 OPEN = """
 import sys
-from idemclient import SQLiteStore
+from idemclient.store import SQLiteStore
 SQLiteStore(sys.argv[1]).close()
 """
 

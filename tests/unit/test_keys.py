@@ -2,8 +2,9 @@ import uuid
 
 import pytest
 
-import idemclient
-from idemclient import InvalidKey, derive_key, key_from_identity, new_key, validate_key
+from idemclient import key_from_identity, new_key
+from idemclient.errors import InvalidKey
+from idemclient.keys import DEFAULT_NAMESPACE, derive_key, validate_key
 
 
 def test_new_keys_are_uuid7_and_unique() -> None:
@@ -25,9 +26,7 @@ def test_identity_keys_are_deterministic_uuid5() -> None:
     assert uuid.UUID(key).version == 5
     # Pinned: changing the namespace or the joining would give every resubmitted file
     # new keys, and a second payment per row.
-    assert key == str(
-        uuid.uuid5(idemclient.DEFAULT_NAMESPACE, "batch-7\x1frow-12\x1fpayout\x1f2026-11-30")
-    )
+    assert key == str(uuid.uuid5(DEFAULT_NAMESPACE, "batch-7\x1frow-12\x1fpayout\x1f2026-11-30"))
 
 
 def test_identity_parts_are_joined_unambiguously() -> None:

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemclient import RetryBudget, RetryPolicy
+from idemclient import RetryPolicy
 from idemclient._classify import AttemptKind, Classification
 from idemclient._policy import backoff_ceiling, decide
+from idemclient.policy import RetryBudget
 
 POLICY = RetryPolicy()
 THROTTLED = Classification(AttemptKind.THROTTLED, retry=True, maybe_applied=False)

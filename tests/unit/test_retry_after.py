@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemclient import parse_retry_after
 from idemclient._retry_after import MAX_SERVER_WAIT
+from idemclient.policy import parse_retry_after
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import BatchInvalid, Client, ManualClock
-from idemclient.batch import read_batch, submit
+from idemclient import Client, ManualClock
+from idemclient.batch import BatchInvalid, read_batch, submit
 
 from ..support import payroll
 

@@ -32,7 +32,7 @@ main()
 # The command, its store failing (locked, full) when it would record a found row.
 STORE_FAILS_AT_RECORDING = """
 import sys
-from idemclient import StoreUnavailable
+from idemclient.errors import StoreUnavailable
 from idemclient._store import _sqlstore
 def fails(self, *args, **kwargs):
     raise StoreUnavailable(self.path, "cannot be used: database is locked")

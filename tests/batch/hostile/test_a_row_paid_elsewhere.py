@@ -15,8 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from idemclient import Client, ManualClock, SystemClock
+from idemclient import Client, ManualClock
 from idemclient.batch import read_batch, submit
+from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from ..support import command, payroll, read_report, run

@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import Client, Indeterminate, ManualClock, SQLiteStore, StoreError, StoreUnavailable
+from idemclient import Client, Indeterminate, ManualClock, StoreError
+from idemclient.errors import StoreUnavailable
+from idemclient.store import SQLiteStore
 
 from .psp import PAYMENT, PSP
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ._asgi import CONNECTIONS_STATE_KEY, ReferenceApp
-from ._server import ReferenceServer
+from .._server import ReferenceServer
+from .asgi import CONNECTIONS_STATE_KEY, ReferenceApp
 
 __all__ = ["LiveServer", "SpawnedServer", "make_uvicorn_server", "serve", "spawn"]
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ._messages import ServerRequest, ServerResponse, json_bytes
-from ._protocol import JSON_CONTENT_TYPE, Problem
+from .._protocol.messages import ServerRequest, ServerResponse, json_bytes
+from .._protocol.rules import JSON_CONTENT_TYPE, Problem
 
 if TYPE_CHECKING:
-    from ._server import ReferenceServer
+    from .._server import ReferenceServer
 
 __all__ = ["handle_control"]
 

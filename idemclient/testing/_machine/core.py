@@ -27,12 +27,9 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from ._backend import StorageBackend
-from ._clock import ServerClock
-from ._external import ExternalDown, ExternalSystem, ExternalTimeout
-from ._faults import Action, Answer, Crash, Delay, FaultPlan
-from ._messages import DropConnection, ServerRequest, ServerResponse, json_bytes
-from ._protocol import (
+from .._backend import StorageBackend
+from .._protocol.messages import DropConnection, ServerRequest, ServerResponse, json_bytes
+from .._protocol.rules import (
     JSON_CONTENT_TYPE,
     PROBLEM_CONTENT_TYPE,
     Payment,
@@ -40,7 +37,7 @@ from ._protocol import (
     Problem,
     Step,
     Verdict,
-    derive_key,
+    downstream_key,
     judge_existing,
     next_step,
     parse_bearer,
@@ -49,9 +46,12 @@ from ._protocol import (
     render_retry_after,
     request_hash,
 )
-from ._records import RecoveryReport
-from ._storage import ExternalRecord, KeyRow, ResourceRow
-from ._webhooks import event_for
+from .._rows import ExternalRecord, KeyRow, ResourceRow
+from .clock import ServerClock
+from .external import ExternalDown, ExternalSystem, ExternalTimeout
+from .faults import Action, Answer, Crash, Delay, FaultPlan
+from .records import RecoveryReport
+from .webhooks import event_for
 
 __all__ = ["Core"]
 
@@ -439,7 +439,7 @@ class Core:
         same derived key; otherwise stop with the outcome unknown.
         """
         external = self.externals[system - 1]
-        derived = derive_key(work.client, work.key, f"ext{system}")
+        derived = downstream_key(work.client, work.key, f"ext{system}")
         assert work.resource is not None
         maybe_sent = work.probe_first
         if work.probe_first:

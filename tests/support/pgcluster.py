@@ -1,9 +1,9 @@
 """A throwaway PostgreSQL cluster: initdb into a temporary folder, start it on a free
 loopback port, hand out databases, stop it.
 
-The test suite's PostgreSQL tests and `make bench` both start theirs with it, so it
-lives here rather than under tests/ (benchmarks are not shipped with the tests, and
-must not depend on them). It is private: not part of idemclient.testing's surface.
+The test suite's PostgreSQL tests and `make bench` both start theirs with it. It is a
+development tool, not part of the installed package: the benchmarks run from the
+repository's root (`python -m benchmarks.run`) and import it from here.
 
 PostgreSQL refuses to run as root, so under root the server runs as the `postgres`
 user (or `nobody`) through `runuser`, in a folder that user owns. Needs the server's
@@ -51,7 +51,7 @@ def find_bindir() -> str:
         candidates.append(os.environ["PG_BINDIR"])
     pg_config = shutil.which("pg_config")
     if pg_config is not None:
-        found = subprocess.run(  # noqa: S603 (the pg_config found on PATH)
+        found = subprocess.run(
             [pg_config, "--bindir"], capture_output=True, text=True, check=False
         ).stdout.strip()
         if found:
@@ -111,7 +111,7 @@ class Cluster:
                 command = ["runuser", "-u", self.user.pw_name, "--", *command]
             else:  # su needs a shell: the server's user may have nologin as its own
                 command = ["su", self.user.pw_name, "-s", "/bin/sh", "-c", shlex.join(command)]
-        done = subprocess.run(  # noqa: S603 (PostgreSQL's own programs, our arguments)
+        done = subprocess.run(
             command, capture_output=True, text=True, check=False, timeout=120, cwd=self.folder
         )
         if done.returncode != 0:

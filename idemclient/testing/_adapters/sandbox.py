@@ -14,10 +14,16 @@ from typing import Any
 
 import httpx
 
-from ._external import ExternalMode
-from ._protocol import Phase, render_retry_after
-from ._records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
-from ._webhooks import WebhookFault
+from .._machine.external import ExternalMode
+from .._machine.records import (
+    KeyRecord,
+    LedgerEntry,
+    RecoveryReport,
+    WebhookEventRecord,
+    WebhookReport,
+)
+from .._machine.webhooks import WebhookFault
+from .._protocol.rules import Phase, render_retry_after
 
 __all__ = ["SandboxClient"]
 

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-from ._messages import ServerResponse, json_bytes
+from .messages import ServerResponse, json_bytes
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -33,7 +33,7 @@ __all__ = [
     "Problem",
     "Step",
     "Verdict",
-    "derive_key",
+    "downstream_key",
     "judge_existing",
     "next_step",
     "parse_bearer",
@@ -286,7 +286,7 @@ def request_hash(method: str, path: str, canonical_body: bytes) -> bytes:
     return digest.digest()
 
 
-def derive_key(client: str, key: str, step: str) -> str:
+def downstream_key(client: str, key: str, step: str) -> str:
     """The deterministic key for one downstream step: hash(key + step), per client.
 
     The seed writes K1 = hash(key + "ext1"). Keys are unique per client only, and the

@@ -20,10 +20,10 @@ from types import FrameType
 
 import click
 
-from .._clock import SystemClock
-from ._asgi import ReferenceApp
-from ._backend import is_postgres_url
-from ._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
+from ..._clock import SystemClock
+from .._backend import is_postgres_url
+from .._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
+from .asgi import ReferenceApp
 
 __all__ = ["server"]
 
@@ -114,7 +114,7 @@ def server(
     log_level: str,
 ) -> None:
     """Run the reference server: the server half of the idempotency protocol."""
-    from ._live import bind, make_uvicorn_server, require_uvicorn, url_for
+    from .live import bind, make_uvicorn_server, require_uvicorn, url_for
 
     try:
         require_uvicorn()

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ._protocol import Phase
+from .._protocol.rules import Phase
 
 __all__ = ["Action", "Answer", "Crash", "Delay", "FaultPlan", "Gate"]
 

@@ -24,10 +24,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from ._backend import StorageBackend
-from ._clock import ServerClock
-from ._faults import Gate
-from ._storage import ExternalRecord
+from .._backend import StorageBackend
+from .._rows import ExternalRecord
+from .clock import ServerClock
+from .faults import Gate
 
 __all__ = ["ExternalDown", "ExternalMode", "ExternalSystem", "ExternalTimeout"]
 

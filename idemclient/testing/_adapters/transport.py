@@ -18,8 +18,8 @@ from typing import Protocol
 import anyio.to_thread
 import httpx
 
-from ._clock import ServerClock
-from ._messages import DropConnection, ServerRequest, ServerResponse
+from .._machine.clock import ServerClock
+from .._protocol.messages import DropConnection, ServerRequest, ServerResponse
 
 __all__ = ["ReferenceTransport"]
 

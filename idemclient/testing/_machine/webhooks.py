@@ -30,12 +30,12 @@ from typing import Any
 
 import httpx
 
-from ..inbox._signature import MESSAGE_ID_HEADER, SIGNATURE_HEADER, secret_bytes, sign
-from ._backend import StorageBackend
-from ._clock import ServerClock
-from ._messages import json_bytes
-from ._records import WebhookReport
-from ._storage import EventRow, ResourceRow
+from ...inbox._signature import MESSAGE_ID_HEADER, SIGNATURE_HEADER, secret_bytes, sign
+from .._backend import StorageBackend
+from .._protocol.messages import json_bytes
+from .._rows import EventRow, ResourceRow
+from .clock import ServerClock
+from .records import WebhookReport
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 
-from ._messages import DropConnection, ServerRequest, ServerResponse
-from ._protocol import MAX_BODY_BYTES
+from .._protocol.messages import DropConnection, ServerRequest, ServerResponse
+from .._protocol.rules import MAX_BODY_BYTES
 
 __all__ = ["CONNECTIONS_STATE_KEY", "ReferenceApp"]
 

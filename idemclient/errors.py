@@ -1,0 +1,44 @@
+"""Every error the client raises, drawn as one tree in the docstring of `IdemError`'s module.
+
+The ones a caller catches every day (`IdemError`, `OutcomeError`, `NotSent`,
+`Indeterminate`, `ReconcileRequired`, `KeyConflict`, `StoreError`, `AnswerNotKept`)
+are also importable from `idemclient` itself. The errors of a feature are exported by
+its package and sit in the same tree: `idemclient.batch.BatchInvalid`,
+`idemclient.inbox.SignatureInvalid` and `idemclient.inbox.InvalidMessageId`.
+"""
+
+from ._errors import (
+    AnswerNotKept,
+    ForeignStore,
+    IdemError,
+    Indeterminate,
+    InvalidKey,
+    KeyConflict,
+    NotSent,
+    OperationMismatch,
+    OutcomeError,
+    ReconcileRequired,
+    RequestNotReplayable,
+    StoreCorrupt,
+    StoreError,
+    StoreTooNew,
+    StoreUnavailable,
+)
+
+__all__ = [
+    "AnswerNotKept",
+    "ForeignStore",
+    "IdemError",
+    "Indeterminate",
+    "InvalidKey",
+    "KeyConflict",
+    "NotSent",
+    "OperationMismatch",
+    "OutcomeError",
+    "ReconcileRequired",
+    "RequestNotReplayable",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreTooNew",
+    "StoreUnavailable",
+]

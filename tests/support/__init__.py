@@ -1,0 +1,1 @@
+"""What the tests and the benchmarks need that the installed package must not ship."""
