@@ -18,7 +18,7 @@ from typing import Any, Protocol
 __all__ = ["POSTGRES", "SQLITE", "Connection", "Cursor", "Dialect"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Dialect:
     """How one database spells what the features' statements need."""
 
@@ -31,15 +31,16 @@ class Dialect:
     #: `column {any}` matches the values of one list parameter (`json_each` over a JSON
     #: array; `= ANY` over an array): no statement grows with the list
     any: str
+    #: appended to a read whose rows a transaction then writes or deletes; none where
+    #: a write transaction locks the whole database (SQLite)
+    lock: str = ""
     #: a list of strings as that parameter
     values: Callable[[Sequence[str]], object]
-    #: appended to a read whose rows a transaction then writes or deletes (SQLite's
-    #: write transaction locks the whole file, so it needs none)
-    lock: str
-    #: appended to a read of rows to work on: rows another process holds are left to it
-    skip_locked: str
     #: the LIMIT parameter meaning "all rows"
     unlimited: int | None
+    #: appended to a read of rows to work on, so that rows another process holds are
+    #: left to it; none where a write transaction locks the whole database
+    skip_locked: str = ""
     #: the larger of two values
     greatest: str
     #: the position of one string in another, from 1 (0: absent)
@@ -53,8 +54,6 @@ SQLITE = Dialect(
     # A list travels as one JSON array: SQLite's limit on parameters never applies.
     any="IN (SELECT value FROM json_each(?))",
     values=json.dumps,
-    lock="",
-    skip_locked="",
     unlimited=-1,
     greatest="max",
     strpos="instr",
