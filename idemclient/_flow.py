@@ -44,7 +44,7 @@ from ._call import (
 )
 from ._errors import StoreError
 from ._exchange import current, handed_back
-from ._outcome import OUTCOME, Outcome, State
+from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision
 from ._redaction import redact_url
 from ._store import Begin, Claim, OperationRecord, StoredResponse, new_owner, release_owner
@@ -58,6 +58,7 @@ __all__ = [
     "Shield",
     "Sleep",
     "StoreCall",
+    "advance",
     "follow",
     "operation",
     "refuse",
@@ -107,6 +108,18 @@ class Shield:
 
 Effect = StoreCall | Send | Read | Close | Sleep | Shield
 Flow = Generator[Effect, Any, httpx.Response]
+
+
+def advance(
+    flow: Generator[Any, Any, Any], result: Any, error: BaseException | None
+) -> tuple[bool, Any]:
+    """Send `result` (or throw `error`) into `flow`: (True, what it returned) when it
+    is done, else (False, the next effect it asks for). Every driver steps with this."""
+    try:
+        effect = flow.send(result) if error is None else flow.throw(error)
+    except StopIteration as done:
+        return True, done.value
+    return False, effect
 
 
 def operation(
@@ -466,13 +479,11 @@ def _settle(
             )
     finally:
         release_owner(owner)
-    return Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
+    return from_record(
+        record,
         response=response,
-        evidence=record.evidence,
-        maybe_applied=record.maybe_applied,
+        from_store=False,
+        not_before=None,
+        body_omitted=False,
         last_status=response.status_code,
     )

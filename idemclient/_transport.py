@@ -14,15 +14,23 @@ from __future__ import annotations
 import functools
 import os
 import random
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, cast
 
 import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import Settings, abody_from_chunks, body_from_chunks, buffered_body
+from ._call import (
+    CALL_OPTIONS,
+    CallOptions,
+    Settings,
+    abody_from_chunks,
+    body_from_chunks,
+    buffered_body,
+)
 from ._clock import Clock, SystemClock
+from ._deferred import DeferredStore
 from ._exchange import route
 from ._flow import (
     Close,
@@ -33,6 +41,7 @@ from ._flow import (
     Shield,
     Sleep,
     StoreCall,
+    advance,
     follow,
     operation,
     refuse,
@@ -42,7 +51,7 @@ from ._policy import RetryPolicy
 from ._store import Store
 from ._store._open import open_store
 
-__all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "make_settings"]
+__all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "call_extensions", "make_settings"]
 
 DEFAULT_MAX_REQUEST_BODY = 1024 * 1024
 
@@ -58,19 +67,58 @@ def make_settings(
     rng: random.Random | None = None,
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
+    deferred: bool = False,
+    start: Callable[[Store, Clock], None] | None = None,
 ) -> Settings:
+    """The settings of a client or transport. `start` is what is done to the store once
+    it is open (see `_client`). `deferred` (async) opens and starts the store at its
+    first call, which an async client makes in a worker thread: nothing is opened now."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
+    clock = clock or SystemClock()
+    owns_store = isinstance(store, str | os.PathLike)
+    opening = functools.partial(
+        open_store, store, secret_headers=secret_headers, persist_headers=persist_headers
+    )
+    begin = None if start is None else functools.partial(_start, start, clock)
+    if owns_store and deferred:
+        opened: Store = cast(Store, DeferredStore(opening, begin))
+    else:
+        given = opened = opening()  # opens a path; a Store object is only checked
+        if begin is not None and deferred:
+            opened = cast(Store, DeferredStore(lambda: given, begin))
+        elif begin is not None:
+            begin(given)
     return Settings(
-        owns_store=isinstance(store, str | os.PathLike),
-        store=open_store(store, secret_headers=secret_headers, persist_headers=persist_headers),
+        owns_store=owns_store,
+        store=opened,
         policy=policy or RetryPolicy(),
-        clock=clock or SystemClock(),
+        clock=clock,
         budget=budget or RetryBudget(),
         hooks=hooks or Hooks(),
         max_request_body=max_request_body,
         rng=rng or random.Random(),
     )
+
+
+def _start(start: Callable[[Store, Clock], None], clock: Clock, store: Store) -> None:
+    start(store, clock)
+
+
+def call_extensions(
+    extensions: Any,
+    *,
+    operation_id: str | None,
+    reference: str | None,
+    hooks: Hooks | None = None,
+) -> dict[str, Any]:
+    """A request's `extensions` with what the caller says about its operation, under
+    the key only the transport reads."""
+    extended = dict(extensions or {})
+    extended[CALL_OPTIONS] = CallOptions(
+        operation_id=operation_id, reference=reference, hooks=hooks
+    )
+    return extended
 
 
 def _settings(
@@ -127,10 +175,9 @@ class IdempotentTransport(httpx.BaseTransport):
         result: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                effect = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as done:
-                response: httpx.Response = done.value
+            done, effect = advance(flow, result, error)
+            if done:
+                response: httpx.Response = effect
                 return response
             result, error = None, None
             try:
@@ -197,10 +244,9 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
         result: Any = None
         error: BaseException | None = None
         while True:
-            try:
-                effect = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as done:
-                response: httpx.Response = done.value
+            done, effect = advance(flow, result, error)
+            if done:
+                response: httpx.Response = effect
                 return response
             result, error = None, None
             try:
@@ -228,5 +274,5 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-        if self.settings.owns_store:
-            self.settings.store.close()
+        if self.settings.owns_store:  # in a worker thread, as every store call
+            await anyio.to_thread.run_sync(self.settings.store.close)
