@@ -287,15 +287,19 @@ def _raw_key(headers: Any) -> object:
     return None
 
 
-def check_method(settings: Settings, method: str, *, then: str) -> str:
+def check_method(
+    settings: Settings,
+    method: str,
+    *,
+    then: str,
+    refused: str = "is not an operation under this client's policy",
+) -> str:
     """`method`, upper-cased, if the policy sends it as an operation; else a ValueError
-    that ends with `then` (what the caller should do)."""
+    that says it is `refused`, and ends with `then` (what the caller should do)."""
     method = method.upper()
     if method not in settings.policy.methods:
         allowed = ", ".join(sorted(settings.policy.methods))
-        raise ValueError(
-            f"{method} is not an operation under this client's policy (methods: {allowed}){then}"
-        )
+        raise ValueError(f"{method} {refused} (methods: {allowed}){then}")
     return method
 
 
@@ -315,7 +319,12 @@ def intent_ahead(
     transport builds it (so the fingerprints agree when it is sent); nothing is recorded
     or sent. For a caller that records operations ahead of sending them."""
     settings = settings_of(client)
-    method = check_method(settings, method, then="; there is nothing to record")
+    method = check_method(
+        settings,
+        method,
+        refused="is not sent as an operation by this client's policy",
+        then="; there is nothing to record",
+    )
     merged, extended = request_options(key, operation_id, identity, reference, None, headers, None)
     built = client.build_request(method, url, headers=merged, extensions=extended, **request)
     body = buffered_body(built, settings.max_request_body)
