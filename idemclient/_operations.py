@@ -34,7 +34,7 @@ from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, 
 from ._clock import Clock
 from ._errors import AnswerNotKept, KeyConflict, OutcomeError, RequestNotReplayable
 from ._fingerprint import fingerprint
-from ._flow import advance
+from ._flow import Close, advance
 from ._hooks import Hooks
 from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
@@ -88,13 +88,6 @@ class Http:
 
 
 @dataclass(frozen=True, slots=True)
-class Close:
-    """Close a response (frees its connection)."""
-
-    response: httpx.Response
-
-
-@dataclass(frozen=True, slots=True)
 class Pause:
     clock: Clock
     seconds: float
@@ -118,22 +111,19 @@ Op = Generator[Effect, Any, T]
 
 def run(op: Op[T], client: httpx.Client) -> T:
     """Do what `op` asks, in this thread, until it returns."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        done, value = advance(op, result, error)
-        if done:
-            returned: T = value
-            return returned
-        result, error = _outcome_of(_do, value, client)
+    done, value = advance(op, None, None)
+    while not done:
+        done, value = advance(op, *_done(value, client))
+    returned: T = value
+    return returned
 
 
-def _outcome_of(
-    do: Callable[[Any, Any], Any], effect: Effect, client: Any
-) -> tuple[Any, BaseException | None]:
+def _done(effect: Effect, client: httpx.Client) -> tuple[Any, BaseException | None]:
+    """What doing `effect` came to: its result, or what it raised (thrown into the step,
+    which decides)."""
     try:
-        return do(effect, client), None
-    except BaseException as exc:  # thrown into the step, which decides
+        return _do(effect, client), None
+    except BaseException as exc:
         return None, exc
 
 
@@ -152,17 +142,16 @@ def _do(effect: Effect, client: httpx.Client) -> Any:
 
 async def arun(op: Op[T], client: httpx.AsyncClient) -> T:
     """Do what `op` asks, awaiting, with blocking calls in a worker thread."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        done, value = advance(op, result, error)
-        if done:
-            returned: T = value
-            return returned
+    done, value = advance(op, None, None)
+    while not done:
+        answer: tuple[Any, BaseException | None]
         try:
-            result, error = await _ado(value, client), None
+            answer = await _ado(value, client), None
         except BaseException as exc:  # thrown into the step, which decides
-            result, error = None, exc
+            answer = None, exc
+        done, value = advance(op, *answer)
+    returned: T = value
+    return returned
 
 
 async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:

@@ -40,7 +40,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, Unpack
 
 import httpx
 
@@ -96,7 +96,6 @@ __all__ = ["DEFAULT_LOOKUP", "BatchProgress", "asubmit", "submit"]
 
 logger = logging.getLogger("idemclient.batch")
 
-T = TypeVar("T")
 
 #: Answers that are about the credentials, not the row: stop starting new rows.
 _REFUSED_CREDENTIALS = frozenset({401, 407})
@@ -1153,23 +1152,36 @@ def _lookup_settings(
     )
 
 
+class SubmitOptions(TypedDict, total=False):
+    """What `submit` and `asubmit` take beside the batch and the client (see `submit`)."""
+
+    path: str
+    operation: str
+    namespace: uuid.UUID
+    concurrency: int
+    on_progress: Callable[[BatchProgress], None] | None
+    lookup: str | None
+    statuses: Mapping[str, State] | None
+    reliable_404: bool
+    reference_field: str
+    new_payments: bool
+
+
 def make_run(
     batch: Batch,
     client: Client | AsyncClient,
     *,
-    path: str,
-    operation: str,
-    namespace: uuid.UUID,
-    concurrency: int,
-    on_progress: Callable[[BatchProgress], None] | None,
-    lookup: str | None,
-    statuses: Mapping[str, State] | None,
-    reliable_404: bool,
     notify: Callable[[str], None] | None = None,
     metadata: Mapping[str, Any] | None = None,
-    reference_field: str = "reference",
-    new_payments: bool = False,
+    **options: Unpack[SubmitOptions],
 ) -> _Run:
+    """A run of `batch` through `client`; options not given are `submit`'s defaults."""
+    given: dict[str, Any] = {**_defaults(submit), **options}
+    path, operation = given["path"], given["operation"]
+    namespace, concurrency = given["namespace"], given["concurrency"]
+    on_progress, lookup, statuses = given["on_progress"], given["lookup"], given["statuses"]
+    reliable_404, reference_field = given["reliable_404"], given["reference_field"]
+    new_payments = given["new_payments"]
     if not operation or "\x1f" in operation:
         raise ValueError(f"operation {operation!r} must be a non-empty name")
     return _Run(
@@ -1249,34 +1261,11 @@ def submit(
     return run_sync(run, client.http)
 
 
-async def asubmit(
-    batch: Batch,
-    client: AsyncClient,
-    *,
-    path: str = "/v1/payouts",
-    operation: str = "payout",
-    namespace: uuid.UUID = DEFAULT_NAMESPACE,
-    concurrency: int = 8,
-    on_progress: Callable[[BatchProgress], None] | None = None,
-    lookup: str | None = DEFAULT_LOOKUP,
-    statuses: Mapping[str, State] | None = None,
-    reliable_404: bool = False,
-    reference_field: str = "reference",
-    new_payments: bool = False,
-) -> Report:
-    """`submit` for an `AsyncClient`."""
-    run = make_run(
-        batch,
-        client,
-        path=path,
-        operation=operation,
-        namespace=namespace,
-        concurrency=concurrency,
-        on_progress=on_progress,
-        lookup=lookup,
-        statuses=statuses,
-        reliable_404=reliable_404,
-        reference_field=reference_field,
-        new_payments=new_payments,
-    )
-    return await arun(_phases(run), client.http)
+async def asubmit(batch: Batch, client: AsyncClient, **options: Unpack[SubmitOptions]) -> Report:
+    """`submit` for an `AsyncClient`: the same options, the same phases, awaited."""
+    return await arun(_phases(make_run(batch, client, **options)), client.http)
+
+
+def _defaults(function: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword-only parameters of `function` that have defaults, with them."""
+    return dict(function.__kwdefaults__ or {})

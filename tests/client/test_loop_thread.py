@@ -111,7 +111,8 @@ async def test_an_async_client_never_calls_its_store_on_the_loop(
         outcome = await client.post("/v1/payments", json=PAYMENT, operation_id="op")
         assert outcome.state is State.SUCCEEDED
         stored = await client.operation("op")
-        assert stored is not None and stored.state is State.SUCCEEDED
+        assert stored is not None
+        assert stored.state is State.SUCCEEDED
         assert await client.resume() == []
     assert "close" in _names(calls)
     assert {"begin", "finish", "get", "unfinished"} <= _names(calls)
