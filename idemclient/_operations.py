@@ -21,6 +21,7 @@ their own effects, see `_flow`).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, 
 from ._clock import Clock
 from ._errors import AnswerNotKept, KeyConflict, OutcomeError, RequestNotReplayable
 from ._fingerprint import fingerprint
-from ._flow import Close, advance
+from ._flow import Close, adrive, drive
 from ._hooks import Hooks
 from ._keys import key_from_identity, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
@@ -111,20 +112,8 @@ Op = Generator[Effect, Any, T]
 
 def run(op: Op[T], client: httpx.Client) -> T:
     """Do what `op` asks, in this thread, until it returns."""
-    done, value = advance(op, None, None)
-    while not done:
-        done, value = advance(op, *_done(value, client))
-    returned: T = value
+    returned: T = drive(op, functools.partial(_do, client=client))
     return returned
-
-
-def _done(effect: Effect, client: httpx.Client) -> tuple[Any, BaseException | None]:
-    """What doing `effect` came to: its result, or what it raised (thrown into the step,
-    which decides)."""
-    try:
-        return _do(effect, client), None
-    except BaseException as exc:
-        return None, exc
 
 
 def _do(effect: Effect, client: httpx.Client) -> Any:
@@ -142,15 +131,7 @@ def _do(effect: Effect, client: httpx.Client) -> Any:
 
 async def arun(op: Op[T], client: httpx.AsyncClient) -> T:
     """Do what `op` asks, awaiting, with blocking calls in a worker thread."""
-    done, value = advance(op, None, None)
-    while not done:
-        answer: tuple[Any, BaseException | None]
-        try:
-            answer = await _ado(value, client), None
-        except BaseException as exc:  # thrown into the step, which decides
-            answer = None, exc
-        done, value = advance(op, *answer)
-    returned: T = value
+    returned: T = await adrive(op, functools.partial(_ado, client=client))
     return returned
 
 
@@ -293,20 +274,14 @@ def check_method(
 
 
 def intent_ahead(
-    client: httpx.Client | httpx.AsyncClient,
-    method: str,
-    url: httpx.URL | str,
-    *,
-    key: str | None = None,
-    operation_id: str | None = None,
-    identity: str | Sequence[str] | None = None,
-    reference: str | None = None,
-    headers: Any = None,
-    **request: Any,
+    client: httpx.Client | httpx.AsyncClient, method: str, url: httpx.URL | str, **request: Any
 ) -> Intent:
     """The intent a wrapped `client` would record for this request, built as its
     transport builds it (so the fingerprints agree when it is sent); nothing is recorded
-    or sent. For a caller that records operations ahead of sending them."""
+    or sent. For a caller that records operations ahead of sending them. `request` is
+    what `Client.request` takes but `hooks` and `extensions`: `key`, `operation_id`,
+    `identity`, `reference`, `headers`, and httpx's `json`, `content`, `params`..."""
+    key, operation_id, identity, reference, headers = (request.pop(name, None) for name in _AHEAD)
     settings = settings_of(client)
     method = check_method(
         settings,
@@ -323,6 +298,10 @@ def intent_ahead(
             " json=, data= or files= so that it can be stored and sent after the commit"
         )
     return intent_for(built, body)
+
+
+#: What `intent_ahead` takes beside httpx's own arguments.
+_AHEAD = ("key", "operation_id", "identity", "reference", "headers")
 
 
 @dataclass(frozen=True, slots=True)
