@@ -508,6 +508,9 @@ class Client(_Common[httpx.Client]):
     Everything else that `httpx.Client` takes (base_url, auth, headers, timeout,
     limits, verify, transport, mounts...) may be passed as keyword arguments, or pass
     an `httpx.Client` you built as `http`.
+
+    Each method is written once for both clients, as a step: where its return type
+    reads `Op[X]`, a `Client` returns the `X`, and an `AsyncClient` an awaitable of it.
     """
 
     _factory = httpx.Client
@@ -537,7 +540,8 @@ class AsyncClient(_Common[httpx.AsyncClient]):
     Nothing is opened when it is built, on the event loop or before there is one: the
     store is opened (and its old bodies reaped) in a worker thread when the client is
     entered (`async with`), or else at its first use; every store call runs in a worker
-    thread, so the event loop is never blocked by the store.
+    thread, so the event loop is never blocked by the store. Where a method's return
+    type reads `Op[X]`, it returns an awaitable of the `X`.
     """
 
     _factory = httpx.AsyncClient

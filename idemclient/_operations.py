@@ -10,7 +10,9 @@ Operations:
 - `send_registered` sends one recorded operation again, with its key, and gives back
   what it came to (`Sent`) without raising for any outcome state; `settle` turns that
   into what `Client.request` returns or raises;
-- `from_record` is the one way to make an `Outcome` from a stored record.
+- `from_record` is the one way to make an `Outcome` from a stored record;
+- `intent_for`, `fingerprint`, `fingerprints` and `CLOCK_SKEW` are how the transport
+  sees a request and the store's clock, for the batch's plan to see them the same way.
 
 Steps: a step of a client (an operation sent, a resume, a batch's phases) is a
 generator of effects. `run` does them in the calling thread, `arun` awaiting, with every
@@ -34,7 +36,7 @@ import httpx
 from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, unsettled_error
 from ._clock import Clock
 from ._errors import AnswerNotKept, KeyConflict, OutcomeError, RequestNotReplayable
-from ._fingerprint import fingerprint
+from ._fingerprint import fingerprint, fingerprints
 from ._flow import Close, adrive, drive
 from ._hooks import Hooks
 from ._keys import key_from_identity, validate_key
@@ -54,6 +56,7 @@ __all__ = [
     "Sent",
     "arun",
     "fingerprint",
+    "fingerprints",
     "from_record",
     "intent_ahead",
     "intent_for",
