@@ -43,7 +43,7 @@ from ._errors import (
 from ._fingerprint import fingerprint
 from ._hooks import AttemptEvent, Hooks, RetryEvent
 from ._keys import new_key, validate_key
-from ._outcome import OUTCOME, Outcome, State
+from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide
 from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
@@ -525,17 +525,11 @@ class Call:
         from_store: bool = False,
         tell: bool = True,
     ) -> Outcome:
-        outcome = Outcome(
-            operation_id=record.operation_id,
-            key=record.key,
-            state=record.state,
-            attempts=record.attempts,
+        outcome = from_record(
+            record,
             response=response,
             replayed=response is not None and _replayed(response),
             from_store=from_store,
-            evidence=record.evidence,
-            not_before=record.not_before,
-            maybe_applied=record.maybe_applied,
             last_status=response.status_code if response is not None else self.last_status,
             body_omitted=isinstance(response, AnswerWithoutBody),
         )
@@ -628,14 +622,12 @@ class Call:
         )
 
     def _unsettled_outcome(self, record: OperationRecord, evidence: str) -> Outcome:
-        return Outcome(
-            operation_id=record.operation_id,
-            key=record.key,
-            state=record.state,
-            attempts=record.attempts,
+        return from_record(
+            record,
             evidence=evidence,
-            not_before=record.not_before,
             maybe_applied=True,
+            from_store=False,
+            body_omitted=False,
             last_status=self.last_status,
         )
 

@@ -9,36 +9,39 @@ comes back as an `Outcome` in state `failed`, like an httpx response with that s
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import random
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 import anyio.to_thread
 import httpx
 
-from . import _reconcile
+from . import _operations, _reconcile
 from ._budget import RetryBudget
-from ._call import (
-    CALL_OPTIONS,
-    CLOCK_SKEW,
-    KEY_HEADER,
-    CallOptions,
-    Continuation,
-    Settings,
-    unsettled_error,
-)
+from ._call import CLOCK_SKEW, Continuation, Settings
 from ._clock import Clock
-from ._errors import AnswerNotKept, KeyConflict, OutcomeError
+from ._deferred import opened
 from ._exchange import install
 from ._hooks import Hooks, logger
-from ._keys import key_from_identity, validate_key
-from ._outcome import Outcome, State, outcome_of
+from ._operations import (
+    Blocking,
+    Close,
+    Http,
+    Op,
+    arun,
+    check_method,
+    request_options,
+    run,
+    send_registered,
+    sent_by,
+    settle,
+)
+from ._outcome import Outcome, State, from_record
 from ._policy import RetryPolicy
-from ._redaction import looks_secret, origin_of
+from ._redaction import origin_of
 from ._retrofit import replace_transports, transport_of
 from ._store import OperationRecord, Store
 from ._transport import (
@@ -51,6 +54,8 @@ from ._transport import (
 __all__ = ["AsyncClient", "Client", "aresume", "resume", "wrap"]
 
 HttpxClient = TypeVar("HttpxClient", httpx.Client, httpx.AsyncClient)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 StoreArg = Store | str | os.PathLike[str]
 
@@ -87,6 +92,7 @@ def wrap(
         rng=rng,
         secret_headers=secret_headers,
         persist_headers=persist_headers,
+        deferred=isinstance(client, httpx.AsyncClient),
     )
     _wrap_with(client, settings)
     return client
@@ -109,145 +115,13 @@ def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
         replace_transports(client, lambda inner: AsyncIdempotentTransport(inner, settings=settings))
 
 
-def settings_of(client: httpx.Client | httpx.AsyncClient) -> Settings:
-    transport = transport_of(client)
-    if not isinstance(transport, IdempotentTransport | AsyncIdempotentTransport):
-        raise TypeError("this httpx client is not wrapped by idemclient.wrap()")
-    return transport.settings
-
-
-def _options(
-    key: str | None,
-    operation_id: str | None,
-    identity: str | Sequence[str] | None,
-    reference: str | None,
-    hooks: Hooks | None,
-    headers: Any,
-    extensions: Any,
-) -> tuple[httpx.Headers, dict[str, Any]]:
-    """Per-call options to the headers and extensions the transport reads."""
-    if key is not None and identity is not None:
-        raise ValueError("pass key= or identity=, not both: an identity is a way to make a key")
-    if identity is not None:
-        parts = (identity,) if isinstance(identity, str) else tuple(identity)
-        key = key_from_identity(*parts)
-    try:
-        merged = httpx.Headers(headers)
-    except UnicodeEncodeError:
-        # httpx refuses a non-ASCII header value; when it is the key, say so as for any
-        # other invalid key (validate_key raises InvalidKey naming the character).
-        given = _raw_key(headers)
-        if given is not None:
-            validate_key(given)
-        raise
-    if key is not None:
-        merged[KEY_HEADER] = validate_key(key)
-    elif KEY_HEADER in merged:
-        validate_key(merged[KEY_HEADER])
-    extended = dict(extensions or {})
-    extended[CALL_OPTIONS] = CallOptions(
-        operation_id=operation_id, reference=reference, hooks=hooks
-    )
-    return merged, extended
-
-
-def _raw_key(headers: Any) -> object:
-    """The Idempotency-Key among headers as the caller gave them, or None."""
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    for name, value in pairs or ():
-        text = name.decode("latin-1") if isinstance(name, bytes) else str(name)
-        if text.lower() == KEY_HEADER.lower():
-            return value
-    return None
-
-
-def _outcome(response: httpx.Response) -> Outcome:
-    outcome = outcome_of(response)
-    if outcome is None:
-        # Every request `Client` sends is an operation, and whatever ends its exchange
-        # carries the operation's outcome (see `_exchange.finish_exchange`).
-        raise RuntimeError(  # pragma: no cover - a bug, not a state of the world
-            f"the response (HTTP {response.status_code}) carries no idemclient outcome"
-        )
-    if not outcome.state.finished:
-        # An answer that went back to httpx and ended the call there: a 401 that no
-        # auth flow sent on, a redirect not followed.
-        response.close()
-        raise unsettled_error(outcome, _handed_back_reason(response.status_code))
-    if outcome.state is State.FAILED and response.status_code == 422:
-        raise KeyConflict(
-            f"the server refused key {outcome.key} of operation {outcome.operation_id!r}"
-            " (HTTP 422): it holds this key for a different request. This is a bug in the"
-            " caller: a key must never be reused for another request.",
-            outcome,
-        )
-    return outcome
-
-
-def _handed_back_reason(status: int) -> str:
-    if status in (401, 407):
-        return (
-            f"the server refused the credentials (HTTP {status}); fix them and send it"
-            " again with the same key"
-        )
-    if 300 <= status < 400:
-        return (
-            f"the server redirected it (HTTP {status}) and the redirect was not followed"
-            " (follow_redirects=False, or another origin)"
-        )
-    if 200 <= status < 300:
-        return (
-            f"it was redirected, and the answer at the new location (HTTP {status}) does"
-            " not say what the payment came to"
-        )
-    return f"HTTP {status} is not an answer about the operation"
-
-
-def _resume_request(
-    client: httpx.Client | httpx.AsyncClient, record: OperationRecord
-) -> httpx.Request:
-    """The request that sends `record` again: its stored URL, headers and body, and what
-    the store never kept (credentials, withheld headers, secret query values) from the
-    live client. Whatever the live client lacks, the store refuses before sending."""
-    headers = httpx.Headers(list(record.headers))
-    headers[KEY_HEADER] = record.key
-    url = _with_live_secrets(httpx.URL(record.url), client.params)
-    request = client.build_request(
-        record.method,
-        url,
-        headers=headers,
-        content=record.body,
-        extensions={
-            CALL_OPTIONS: CallOptions(operation_id=record.operation_id, reference=record.reference)
-        },
-    )
-    # The stored URL exactly: a client with params= would replace its whole query
-    # (httpx 0.28 merges the client's params over the URL's, dropping the rest).
-    request.url = url
-    return request
-
-
-def _with_live_secrets(url: httpx.URL, live: httpx.QueryParams) -> httpx.URL:
-    """`url` with each secret query parameter the store kept without its value given
-    the live client's value, in its place. One the live client lacks stays empty: an
-    empty secret parameter counts as missing, and the store refuses to send it."""
-    pairs = url.params.multi_items()
-    if not any(looks_secret(name) and not value for name, value in pairs):
-        return url
-    filled = [
-        (name, live.get(name, "") if looks_secret(name) and not value else value)
-        for name, value in pairs
-    ]
-    return url.copy_with(params=httpx.QueryParams(filled))
-
-
-_stored_outcome = _reconcile.stored_outcome
+settings_of = _operations.settings_of
 
 
 def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
     """The outcome of an operation a resume refused to send: as the store has it."""
     logger.warning("operation %r not resumed: %s", record.operation_id, reason)
-    return dataclasses.replace(_stored_outcome(record), evidence=f"not resumed: {reason}")
+    return from_record(record, evidence=f"not resumed: {reason}")
 
 
 def _moved(settings: Settings, record: OperationRecord, origin: str | None) -> OperationRecord:
@@ -262,6 +136,27 @@ def _check_origin(origin: str | None) -> None:
         parsed = httpx.URL(origin)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(f"origin {origin!r} must be an http(s) URL with a host")
+
+
+def _resumed(
+    client: httpx.Client | httpx.AsyncClient, limit: int | None, origin: str | None
+) -> Op[list[Outcome]]:
+    """`resume` and `aresume`, as one step (see `_operations`)."""
+    _check_origin(origin)
+    settings = settings_of(client)
+    records = yield Blocking(settings.store.unfinished, kwargs={"limit": limit})
+    outcomes = []
+    for stored in records:
+        try:
+            record = yield Blocking(_moved, (settings, stored, origin))
+            sent = yield from send_registered(client, record)
+        except ValueError as exc:  # refused before sending: the operation is as it was
+            outcomes.append(_not_resumed(stored, str(exc)))
+            continue
+        if sent.response is not None:
+            yield Close(sent.response)
+        outcomes.append(sent.outcome or from_record(record))
+    return outcomes
 
 
 def resume(
@@ -281,61 +176,20 @@ def resume(
     send as it was sent (it lacks a header the store withheld, or a secret query
     parameter) is not sent: its outcome says why, in `evidence`.
     """
-    _check_origin(origin)
-    settings = settings_of(client)
-    outcomes = []
-    for stored in settings.store.unfinished(limit=limit):
-        try:
-            record = _moved(settings, stored, origin)
-            response = client.send(_resume_request(client, record))
-        except OutcomeError as exc:
-            outcomes.append(exc.outcome)
-            continue
-        except AnswerNotKept as exc:  # finished meanwhile, its body not kept
-            outcomes.append(exc.outcome)
-            continue
-        except ValueError as exc:  # refused before sending: the operation is as it was
-            outcomes.append(_not_resumed(stored, str(exc)))
-            continue
-        response.close()
-        outcomes.append(_resumed_outcome(response, record))
-    return outcomes
+    return run(_resumed(client, limit, origin), client)
 
 
 async def aresume(
     client: httpx.AsyncClient, *, limit: int | None = None, origin: str | None = None
 ) -> list[Outcome]:
     """`resume` for an async client."""
-    _check_origin(origin)
-    settings = settings_of(client)
-    records = await anyio.to_thread.run_sync(lambda: settings.store.unfinished(limit=limit))
-    outcomes = []
-    for stored in records:
-        try:
-            record = await anyio.to_thread.run_sync(_moved, settings, stored, origin)
-            response = await client.send(_resume_request(client, record))
-        except OutcomeError as exc:
-            outcomes.append(exc.outcome)
-            continue
-        except AnswerNotKept as exc:
-            outcomes.append(exc.outcome)
-            continue
-        except ValueError as exc:
-            outcomes.append(_not_resumed(stored, str(exc)))
-            continue
-        await response.aclose()
-        outcomes.append(_resumed_outcome(response, record))
-    return outcomes
+    return await arun(_resumed(client, limit, origin), client)
 
 
-def _resumed_outcome(response: httpx.Response, record: OperationRecord) -> Outcome:
-    return outcome_of(response) or _stored_outcome(record)
-
-
-def _start_store(settings: Settings) -> None:
+def _start_store(store: Store, clock: Clock) -> None:
     """What a client does to its store as it starts: check the clock against the
     latest time the store has seen, and reap old bodies by the store's time."""
-    store, now = settings.store, settings.clock.time()
+    now = clock.time()
     seen = store.advance_clock(now=now)
     if seen - now > CLOCK_SKEW:
         logger.warning(
@@ -352,22 +206,52 @@ def _start_store(settings: Settings) -> None:
     store.reap(now=min(now, seen) if seen else now)
 
 
-class _Common:
-    """What `Client` and `AsyncClient` share besides I/O."""
+class _Twin(Generic[P, T]):
+    """A client method written once, as a step (see `_operations`): `Client` runs it
+    in the calling thread, `AsyncClient` awaits it (store calls in a worker thread)."""
+
+    def __init__(self, step: Callable[Concatenate[Any, P], Op[T]]) -> None:
+        self.step = step
+        functools.update_wrapper(cast(Any, self), step)
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _Twin[P, T]: ...
+    @overload
+    def __get__(self, obj: AsyncClient, owner: type) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    @overload
+    def __get__(self, obj: Client, owner: type) -> Callable[P, T]: ...
+    def __get__(self, obj: object, owner: type) -> Any:
+        if obj is None:
+            return self
+        assert isinstance(obj, _Common)
+        return obj._bind(self.step)
+
+
+class _Common(Generic[HttpxClient]):
+    """`Client` and `AsyncClient`: every method is written here once; the two classes
+    differ only in how they run it (`_bind`) and close."""
 
     settings: Settings
+    http: HttpxClient
+    #: builds the httpx client from the httpx options given
+    _factory: Callable[..., HttpxClient]
+    #: the store is opened and started at its first call (async: in a worker thread)
+    _deferred: bool = False
 
-    def _init_settings(
+    def __init__(
         self,
+        *,
         store: StoreArg,
-        policy: RetryPolicy | None,
-        clock: Clock | None,
-        budget: RetryBudget | None,
-        hooks: Hooks | None,
-        max_request_body: int,
-        rng: random.Random | None,
+        policy: RetryPolicy | None = None,
+        clock: Clock | None = None,
+        budget: RetryBudget | None = None,
+        hooks: Hooks | None = None,
+        max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
+        rng: random.Random | None = None,
+        http: HttpxClient | None = None,
         secret_headers: Collection[str] = (),
         persist_headers: Collection[str] = (),
+        **httpx_options: Any,
     ) -> None:
         self.settings = make_settings(
             store,
@@ -379,20 +263,23 @@ class _Common:
             rng=rng,
             secret_headers=secret_headers,
             persist_headers=persist_headers,
+            deferred=self._deferred,
+            start=_start_store,
         )
-        _start_store(self.settings)
+        self.http = self._attach(http, self._factory, httpx_options)
+
+    def _bind(self, step: Callable[..., Op[T]]) -> Callable[..., Any]:  # pragma: no cover
+        raise NotImplementedError
 
     def _check_method(self, method: str) -> None:
         """An operation's method must be one the policy gives keys to: anything else
         would be sent with no key and no record, and could not be retried safely."""
-        if method.upper() not in self.settings.policy.methods:
-            allowed = ", ".join(sorted(self.settings.policy.methods))
-            raise ValueError(
-                f"{method.upper()} is not an operation under this client's policy"
-                f" (methods: {allowed}); nothing was sent. Add it to RetryPolicy.methods"
-                " if the server takes idempotency keys on it, or send it as a plain"
-                " request with client.http"
-            )
+        check_method(
+            self.settings,
+            method,
+            then="; nothing was sent. Add it to RetryPolicy.methods if the server takes"
+            " idempotency keys on it, or send it as a plain request with client.http",
+        )
 
     @property
     def store(self) -> Store:
@@ -402,10 +289,123 @@ class _Common:
     def policy(self) -> RetryPolicy:
         return self.settings.policy
 
-    def operation(self, operation_id: str) -> Outcome | None:
+    def _stored(self, /, operation_id: str) -> Op[Outcome | None]:
         """What the store knows of an operation, without any network call."""
-        record = self.settings.store.get(operation_id)
-        return None if record is None else _stored_outcome(record)
+        record = yield Blocking(self.settings.store.get, (operation_id,))
+        return None if record is None else from_record(record)
+
+    @_Twin
+    def request(
+        self,
+        /,
+        method: str,
+        url: httpx.URL | str,
+        *,
+        key: str | None = None,
+        operation_id: str | None = None,
+        identity: str | Sequence[str] | None = None,
+        reference: str | None = None,
+        hooks: Hooks | None = None,
+        headers: Any = None,
+        extensions: Any = None,
+        **kwargs: Any,
+    ) -> Op[Outcome]:
+        """Run one operation to its outcome.
+
+        - `key`: use this idempotency key as given (never replaced).
+        - `identity`: derive the key from a natural identity (uuid5), e.g.
+          ``("invoice-7", "charge")``: the same identity gives the same key anywhere.
+        - `operation_id`: your name for the operation; issuing it again returns the
+          stored final answer without a network call, or resumes it with its key.
+        - `reference`: the end-to-end reference, kept for reconciliation.
+        - `hooks`: callbacks for this call only, beside the client's.
+
+        Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
+        Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
+        """
+        self._check_method(method)
+        merged, extended = request_options(
+            key, operation_id, identity, reference, hooks, headers, extensions
+        )
+        options = {"headers": merged, "extensions": extended, **kwargs}
+        sent = yield from sent_by(Http("request", (method, url), options))
+        return settle(sent)
+
+    @_Twin
+    def post(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
+        return (yield from _Common.request.step(self, "POST", url, **kwargs))
+
+    @_Twin
+    def patch(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
+        return (yield from _Common.request.step(self, "PATCH", url, **kwargs))
+
+    @_Twin
+    def put(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
+        """PUT, as an operation: the policy's `methods` must include it (else a ValueError)."""
+        return (yield from _Common.request.step(self, "PUT", url, **kwargs))
+
+    @_Twin
+    def delete(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
+        """DELETE, as an operation: the policy's `methods` must include it (else a ValueError)."""
+        return (yield from _Common.request.step(self, "DELETE", url, **kwargs))
+
+    @_Twin
+    def get(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[httpx.Response]:
+        """A plain GET (safe; no key, no store)."""
+        response: httpx.Response = yield Http("get", (url,), kwargs)
+        return response
+
+    @_Twin
+    def resume(
+        self, /, *, limit: int | None = None, origin: str | None = None
+    ) -> Op[list[Outcome]]:
+        """Finish every unfinished operation in the store (see `idemclient.resume`);
+        `origin` moves them there first."""
+        return (yield from _resumed(self.http, limit, origin))
+
+    @_Twin
+    def reconcile(
+        self,
+        /,
+        operation_id: str,
+        *,
+        lookup: str,
+        statuses: Mapping[str, State] | None = None,
+        status_field: str = "status",
+        reliable_404: bool = False,
+        found: Callable[[httpx.Response], bool] | None = None,
+    ) -> Op[Outcome]:
+        """Settle an unfinished operation by looking it up on the server, never re-sending.
+
+        `lookup` is a URL template with `{reference}` or `{key}`, for example
+        ``"/v1/payments?reference={reference}"``: prefer the end-to-end reference, which
+        the server keeps after it has forgotten keys. The answer is judged by the
+        payment's status (`status_field`), through `statuses` (default
+        `succeeded`/`completed` -> succeeded, `failed`/`declined` -> failed):
+
+        - one payment with a final status: the operation is `succeeded` or `failed`,
+          with the look-up's answer as its response;
+        - an empty list: it was never applied, and becomes `not_sent`, safe to send
+          again with its key;
+        - a payment whose status is not final (pending, processing...), several
+          payments, a 404 (unless `reliable_404`: your API answers 404 for "no such
+          payment"), any other answer or none: raises `Indeterminate` and the
+          operation stays unsettled (and "maybe applied" once the server holds it).
+
+        `found` (deprecated): your own judge; True counts as found and succeeded.
+        """
+        judgement = _judgement(found, statuses, status_field, reliable_404)
+        taken = yield Blocking(self._lookup_of, (operation_id, lookup))
+        if isinstance(taken, Outcome):
+            return taken
+        lease, url = taken
+        answer: httpx.Response | BaseException
+        try:
+            answer = yield Http("get", (url,))
+        except httpx.TransportError as exc:
+            answer = exc
+        judged: Outcome = yield Blocking(self._judged, (lease, url, answer, judgement))
+        return judged
 
     def _attach(
         self,
@@ -431,7 +431,7 @@ class _Common:
         if self.settings.owns_store:
             self.settings.store.close()
 
-    # -- reconciliation: the store's half is in `_reconcile`, the network's in each client
+    # -- reconciliation: the store's half is in `_reconcile`, the network's above
 
     def _lookup_of(self, operation_id: str, lookup: str) -> tuple[_reconcile.Taken, str] | Outcome:
         """Lease an unfinished operation for a look-up, with the look-up's URL; a
@@ -441,7 +441,7 @@ class _Common:
         if record is None:
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
         if record.state.finished:
-            return _stored_outcome(record)
+            return from_record(record)
         url = _reconcile.lookup_url(lookup, record)
         taken = _reconcile.take(store, self.settings.clock, operation_id)
         if isinstance(taken, Outcome):
@@ -488,7 +488,7 @@ def _judgement(
     return functools.partial(_reconcile.judge, rules=rules)
 
 
-class Client(_Common):
+class Client(_Common[httpx.Client]):
     """An httpx client whose unsafe requests are durable operations.
 
     `store` is a path to the SQLite store (created with mode 0600), a PostgreSQL URL
@@ -496,138 +496,23 @@ class Client(_Common):
     Everything else that `httpx.Client` takes (base_url, auth, headers, timeout,
     limits, verify, transport, mounts...) may be passed as keyword arguments, or pass
     an `httpx.Client` you built as `http`.
+
+    Each method is written once for both clients, as a step: where its return type
+    reads `Op[X]`, a `Client` returns the `X`, and an `AsyncClient` an awaitable of it.
     """
 
-    def __init__(
-        self,
-        *,
-        store: StoreArg,
-        policy: RetryPolicy | None = None,
-        clock: Clock | None = None,
-        budget: RetryBudget | None = None,
-        hooks: Hooks | None = None,
-        max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
-        rng: random.Random | None = None,
-        http: httpx.Client | None = None,
-        secret_headers: Collection[str] = (),
-        persist_headers: Collection[str] = (),
-        **httpx_options: Any,
-    ) -> None:
-        self._init_settings(
-            store,
-            policy,
-            clock,
-            budget,
-            hooks,
-            max_request_body,
-            rng,
-            secret_headers=secret_headers,
-            persist_headers=persist_headers,
-        )
-        self.http = self._attach(http, httpx.Client, httpx_options)
+    _factory = httpx.Client
 
-    def request(
-        self,
-        method: str,
-        url: httpx.URL | str,
-        *,
-        key: str | None = None,
-        operation_id: str | None = None,
-        identity: str | Sequence[str] | None = None,
-        reference: str | None = None,
-        hooks: Hooks | None = None,
-        headers: Any = None,
-        extensions: Any = None,
-        **kwargs: Any,
-    ) -> Outcome:
-        """Run one operation to its outcome.
+    def _bind(self, step: Callable[..., Op[T]]) -> Callable[..., T]:
+        @functools.wraps(step)
+        def call(*args: Any, **kwargs: Any) -> T:
+            return run(step(self, *args, **kwargs), self.http)
 
-        - `key`: use this idempotency key as given (never replaced).
-        - `identity`: derive the key from a natural identity (uuid5), e.g.
-          ``("invoice-7", "charge")``: the same identity gives the same key anywhere.
-        - `operation_id`: your name for the operation; issuing it again returns the
-          stored final answer without a network call, or resumes it with its key.
-        - `reference`: the end-to-end reference, kept for reconciliation.
-        - `hooks`: callbacks for this call only, beside the client's.
+        return call
 
-        Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
-        Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
-        """
-        self._check_method(method)
-        merged, extended = _options(
-            key, operation_id, identity, reference, hooks, headers, extensions
-        )
-        try:
-            response = self.http.request(method, url, headers=merged, extensions=extended, **kwargs)
-        except AnswerNotKept as exc:
-            # Answered from the store without its body: the outcome says so, and its
-            # response raises again if its body is read.
-            return exc.outcome
-        return _outcome(response)
-
-    def post(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        return self.request("POST", url, **kwargs)
-
-    def patch(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        return self.request("PATCH", url, **kwargs)
-
-    def put(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        """PUT, as an operation: the policy's `methods` must include it (else a ValueError)."""
-        return self.request("PUT", url, **kwargs)
-
-    def delete(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        """DELETE, as an operation: the policy's `methods` must include it (else a ValueError)."""
-        return self.request("DELETE", url, **kwargs)
-
-    def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        """A plain GET (safe; no key, no store)."""
-        return self.http.get(url, **kwargs)
-
-    def resume(self, *, limit: int | None = None, origin: str | None = None) -> list[Outcome]:
-        """Finish every unfinished operation in the store (see `idemclient.resume`);
-        `origin` moves them there first."""
-        return resume(self.http, limit=limit, origin=origin)
-
-    def reconcile(
-        self,
-        operation_id: str,
-        *,
-        lookup: str,
-        statuses: Mapping[str, State] | None = None,
-        status_field: str = "status",
-        reliable_404: bool = False,
-        found: Callable[[httpx.Response], bool] | None = None,
-    ) -> Outcome:
-        """Settle an unfinished operation by looking it up on the server, never re-sending.
-
-        `lookup` is a URL template with `{reference}` or `{key}`, for example
-        ``"/v1/payments?reference={reference}"``: prefer the end-to-end reference, which
-        the server keeps after it has forgotten keys. The answer is judged by the
-        payment's status (`status_field`), through `statuses` (default
-        `succeeded`/`completed` -> succeeded, `failed`/`declined` -> failed):
-
-        - one payment with a final status: the operation is `succeeded` or `failed`,
-          with the look-up's answer as its response;
-        - an empty list: it was never applied, and becomes `not_sent`, safe to send
-          again with its key;
-        - a payment whose status is not final (pending, processing...), several
-          payments, a 404 (unless `reliable_404`: your API answers 404 for "no such
-          payment"), any other answer or none: raises `Indeterminate` and the
-          operation stays unsettled (and "maybe applied" once the server holds it).
-
-        `found` (deprecated): your own judge; True counts as found and succeeded.
-        """
-        judgement = _judgement(found, statuses, status_field, reliable_404)
-        taken = self._lookup_of(operation_id, lookup)
-        if isinstance(taken, Outcome):
-            return taken
-        lease, url = taken
-        answer: httpx.Response | BaseException
-        try:
-            answer = self.http.get(url)
-        except httpx.TransportError as exc:
-            answer = exc
-        return self._judged(lease, url, answer, judgement)
+    #: What the store knows of an operation (its `Outcome`, or None), without any
+    #: network call.
+    operation = _Twin(_Common._stored)
 
     def close(self) -> None:
         self.http.close()
@@ -640,110 +525,49 @@ class Client(_Common):
         self.close()
 
 
-class AsyncClient(_Common):
-    """The async `Client` (asyncio or trio, through httpx)."""
+class AsyncClient(_Common[httpx.AsyncClient]):
+    """The async `Client` (asyncio or trio, through httpx): every method is the same
+    with `await`, `operation` too.
 
-    def __init__(
-        self,
-        *,
-        store: StoreArg,
-        policy: RetryPolicy | None = None,
-        clock: Clock | None = None,
-        budget: RetryBudget | None = None,
-        hooks: Hooks | None = None,
-        max_request_body: int = DEFAULT_MAX_REQUEST_BODY,
-        rng: random.Random | None = None,
-        http: httpx.AsyncClient | None = None,
-        secret_headers: Collection[str] = (),
-        persist_headers: Collection[str] = (),
-        **httpx_options: Any,
-    ) -> None:
-        self._init_settings(
-            store,
-            policy,
-            clock,
-            budget,
-            hooks,
-            max_request_body,
-            rng,
-            secret_headers=secret_headers,
-            persist_headers=persist_headers,
+    Nothing is opened when it is built, on the event loop or before there is one: the
+    store is opened (and its old bodies reaped) in a worker thread when the client is
+    entered (`async with`), or else at its first use; every store call runs in a worker
+    thread, so the event loop is never blocked by the store. Where a method's return
+    type reads `Op[X]`, it returns an awaitable of the `X`.
+    """
+
+    _factory = httpx.AsyncClient
+    _deferred = True
+
+    def _bind(self, step: Callable[..., Op[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
+        @functools.wraps(step)
+        async def call(*args: Any, **kwargs: Any) -> T:
+            return await arun(step(self, *args, **kwargs), self.http)
+
+        return call
+
+    #: What the store knows of an operation (its `Outcome`, or None), without any
+    #: network call; the store is read in a worker thread.
+    aoperation = _Twin(_Common._stored)
+
+    def operation(self, operation_id: str) -> Outcome | None:
+        """Deprecated: reads the store in the calling thread, which in async code is the
+        event loop's. Use ``await client.aoperation(operation_id)``."""
+        warnings.warn(
+            "AsyncClient.operation() reads the store on the event loop; use"
+            " `await client.aoperation(operation_id)`",
+            DeprecationWarning,
+            stacklevel=2,
         )
-        self.http = self._attach(http, httpx.AsyncClient, httpx_options)
-
-    async def request(
-        self,
-        method: str,
-        url: httpx.URL | str,
-        *,
-        key: str | None = None,
-        operation_id: str | None = None,
-        identity: str | Sequence[str] | None = None,
-        reference: str | None = None,
-        hooks: Hooks | None = None,
-        headers: Any = None,
-        extensions: Any = None,
-        **kwargs: Any,
-    ) -> Outcome:
-        """See `Client.request`."""
-        self._check_method(method)
-        merged, extended = _options(
-            key, operation_id, identity, reference, hooks, headers, extensions
-        )
-        try:
-            response = await self.http.request(
-                method, url, headers=merged, extensions=extended, **kwargs
-            )
-        except AnswerNotKept as exc:  # see Client.request
-            return exc.outcome
-        return _outcome(response)
-
-    async def post(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        return await self.request("POST", url, **kwargs)
-
-    async def patch(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        return await self.request("PATCH", url, **kwargs)
-
-    async def put(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        return await self.request("PUT", url, **kwargs)
-
-    async def delete(self, url: httpx.URL | str, **kwargs: Any) -> Outcome:
-        return await self.request("DELETE", url, **kwargs)
-
-    async def get(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.http.get(url, **kwargs)
-
-    async def resume(self, *, limit: int | None = None, origin: str | None = None) -> list[Outcome]:
-        return await aresume(self.http, limit=limit, origin=origin)
-
-    async def reconcile(
-        self,
-        operation_id: str,
-        *,
-        lookup: str,
-        statuses: Mapping[str, State] | None = None,
-        status_field: str = "status",
-        reliable_404: bool = False,
-        found: Callable[[httpx.Response], bool] | None = None,
-    ) -> Outcome:
-        """See `Client.reconcile`."""
-        judgement = _judgement(found, statuses, status_field, reliable_404)
-        taken = await anyio.to_thread.run_sync(self._lookup_of, operation_id, lookup)
-        if isinstance(taken, Outcome):
-            return taken
-        lease, url = taken
-        answer: httpx.Response | BaseException
-        try:
-            answer = await self.http.get(url)
-        except httpx.TransportError as exc:
-            answer = exc
-        return await anyio.to_thread.run_sync(self._judged, lease, url, answer, judgement)
+        record = opened(self.settings.store).get(operation_id)
+        return None if record is None else from_record(record)
 
     async def aclose(self) -> None:
         await self.http.aclose()
-        self._close_store()
+        await anyio.to_thread.run_sync(self._close_store)
 
     async def __aenter__(self) -> AsyncClient:
+        await anyio.to_thread.run_sync(opened, self.settings.store)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

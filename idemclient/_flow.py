@@ -25,7 +25,7 @@ What one operation request goes through (`operation`):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,16 +40,18 @@ from ._call import (
     Continuation,
     Settings,
     bound_body,
+    buffered_body,
     unsettled_error,
 )
 from ._errors import StoreError
-from ._exchange import current, handed_back
-from ._outcome import OUTCOME, Outcome, State
+from ._exchange import current, handed_back, route
+from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision
 from ._redaction import redact_url
 from ._store import Begin, Claim, OperationRecord, StoredResponse, new_owner, release_owner
 
 __all__ = [
+    "Body",
     "Close",
     "Effect",
     "Flow",
@@ -58,7 +60,11 @@ __all__ = [
     "Shield",
     "Sleep",
     "StoreCall",
+    "adrive",
+    "advance",
+    "drive",
     "follow",
+    "handle",
     "operation",
     "refuse",
 ]
@@ -99,14 +105,83 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Body:
+    """Read a request's streamed body, at most `limit` bytes, so that every attempt can
+    send it again; the result is the body."""
+
+    request: httpx.Request
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Shield:
     """Do `effect` even while being cancelled: the last record of an interrupted call."""
 
     effect: StoreCall
 
 
-Effect = StoreCall | Send | Read | Close | Sleep | Shield
+Effect = StoreCall | Send | Read | Close | Sleep | Shield | Body
 Flow = Generator[Effect, Any, httpx.Response]
+
+
+def advance(
+    flow: Generator[Any, Any, Any], result: Any, error: BaseException | None
+) -> tuple[bool, Any]:
+    """Send `result` (or throw `error`) into `flow`: (True, what it returned) when it
+    is done, else (False, the next effect it asks for)."""
+    try:
+        effect = flow.send(result) if error is None else flow.throw(error)
+    except StopIteration as done:
+        return True, done.value
+    return False, effect
+
+
+def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:
+    """Do each effect `flow` asks for with `do`, in this thread, until it returns; what
+    `do` raises is thrown into the flow, which decides."""
+    done, value = advance(flow, None, None)
+    while not done:
+        done, value = advance(flow, *_attempt(do, value))
+    return value
+
+
+def _attempt(do: Callable[[Any], Any], effect: Any) -> tuple[Any, BaseException | None]:
+    try:
+        return do(effect), None
+    except BaseException as exc:
+        return None, exc
+
+
+async def adrive(flow: Generator[Any, Any, Any], do: Callable[[Any], Awaitable[Any]]) -> Any:
+    """`drive`, awaiting each effect."""
+    done, value = advance(flow, None, None)
+    while not done:
+        answer: tuple[Any, BaseException | None]
+        try:
+            answer = await do(value), None
+        except BaseException as exc:  # thrown into the flow, which decides
+            answer = None, exc
+        done, value = advance(flow, *answer)
+    return value
+
+
+def handle(settings: Settings, request: httpx.Request) -> Flow:
+    """Everything a transport does with one request: pass it on, refuse it, follow an
+    operation's redirect, or run an operation."""
+    where = route(settings, request, settings.policy.methods)
+    if where.action == "pass":
+        response: httpx.Response = yield Send(request)
+        return response
+    if where.action == "refuse":
+        assert where.continuation is not None
+        raise refuse(settings, request, where.continuation)
+    if where.action == "follow":
+        assert where.continuation is not None
+        return (yield from follow(settings, request, where.continuation))
+    body = buffered_body(request, settings.max_request_body)
+    if body is None:
+        body = yield Body(request, settings.max_request_body)
+    return (yield from operation(settings, request, body, where.continuation))
 
 
 def operation(
@@ -466,13 +541,11 @@ def _settle(
             )
     finally:
         release_owner(owner)
-    return Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
+    return from_record(
+        record,
         response=response,
-        evidence=record.evidence,
-        maybe_applied=record.maybe_applied,
+        from_store=False,
+        not_before=None,
+        body_omitted=False,
         last_status=response.status_code,
     )

@@ -51,7 +51,7 @@ import httpx
 from ._call import LEASE_MARGIN
 from ._clock import Clock
 from ._errors import Indeterminate
-from ._outcome import Outcome, State
+from ._outcome import Outcome, State, from_record
 from ._store import (
     Claim,
     OperationRecord,
@@ -423,30 +423,11 @@ def _apply(
 
 def stored_outcome(record: OperationRecord) -> Outcome:
     """What the store knows of an operation, as an `Outcome` (no network call made)."""
-    return Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
-        evidence=record.evidence,
-        not_before=record.not_before,
-        maybe_applied=record.maybe_applied,
-        from_store=True,
-        body_omitted=record.response is not None and record.response.body_omitted,
-    )
+    return from_record(record)
 
 
 def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:
-    outcome = Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
-        evidence=evidence,
-        not_before=record.not_before,
-        maybe_applied=record.maybe_applied,
-        from_store=True,
-    )
+    outcome = from_record(record, evidence=evidence, body_omitted=False)
     return Indeterminate(
         f"operation {record.operation_id!r} (key {record.key}) could not be settled by"
         f" looking it up: {evidence}. Settle it by hand against the server's records.",
@@ -455,14 +436,11 @@ def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:
 
 
 def settled(record: OperationRecord, response: httpx.Response | None) -> Outcome:
-    return Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
+    return from_record(
+        record,
         response=response if record.state.finished else None,
         from_store=False,
-        evidence=record.evidence,
-        maybe_applied=record.maybe_applied,
+        not_before=None,
+        body_omitted=False,
         last_status=None if response is None else response.status_code,
     )

@@ -14,37 +14,45 @@ from __future__ import annotations
 import functools
 import os
 import random
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, Generic, TypeVar, cast
 
 import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import Settings, abody_from_chunks, body_from_chunks, buffered_body
+from ._call import (
+    CALL_OPTIONS,
+    CallOptions,
+    Settings,
+    abody_from_chunks,
+    body_from_chunks,
+)
 from ._clock import Clock, SystemClock
-from ._exchange import route
+from ._deferred import DeferredStore
 from ._flow import (
+    Body,
     Close,
     Effect,
-    Flow,
     Read,
     Send,
     Shield,
     Sleep,
     StoreCall,
-    follow,
-    operation,
-    refuse,
+    adrive,
+    drive,
+    handle,
 )
 from ._hooks import Hooks
 from ._policy import RetryPolicy
 from ._store import Store
 from ._store._open import open_store
 
-__all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "make_settings"]
+__all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "call_extensions", "make_settings"]
 
 DEFAULT_MAX_REQUEST_BODY = 1024 * 1024
+
+Inner = TypeVar("Inner", httpx.BaseTransport, httpx.AsyncBaseTransport)
 
 
 def make_settings(
@@ -58,14 +66,33 @@ def make_settings(
     rng: random.Random | None = None,
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
+    deferred: bool = False,
+    start: Callable[[Store, Clock], None] | None = None,
 ) -> Settings:
+    """The settings of a client or transport. `start` is what is done to the store once
+    it is open (see `_client`). `deferred` (async) opens and starts the store at its
+    first call, which an async client makes in a worker thread: nothing is opened now."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
+    clock = clock or SystemClock()
+    owns_store = isinstance(store, str | os.PathLike)
+    opening = functools.partial(
+        open_store, store, secret_headers=secret_headers, persist_headers=persist_headers
+    )
+    begin = None if start is None else functools.partial(_start, start, clock)
+    if owns_store and deferred:
+        opened: Store = cast(Store, DeferredStore(opening, begin))
+    else:
+        given = opened = opening()  # opens a path; a Store object is only checked
+        if begin is not None and deferred:
+            opened = cast(Store, DeferredStore(lambda: given, begin))
+        elif begin is not None:
+            begin(given)
     return Settings(
-        owns_store=isinstance(store, str | os.PathLike),
-        store=open_store(store, secret_headers=secret_headers, persist_headers=persist_headers),
+        owns_store=owns_store,
+        store=opened,
         policy=policy or RetryPolicy(),
-        clock=clock or SystemClock(),
+        clock=clock,
         budget=budget or RetryBudget(),
         hooks=hooks or Hooks(),
         max_request_body=max_request_body,
@@ -73,70 +100,75 @@ def make_settings(
     )
 
 
+def _start(start: Callable[[Store, Clock], None], clock: Clock, store: Store) -> None:
+    start(store, clock)
+
+
+def call_extensions(
+    extensions: Any,
+    *,
+    operation_id: str | None,
+    reference: str | None,
+    hooks: Hooks | None = None,
+) -> dict[str, Any]:
+    """A request's `extensions` with what the caller says about its operation, under
+    the key only the transport reads."""
+    extended = dict(extensions or {})
+    extended[CALL_OPTIONS] = CallOptions(
+        operation_id=operation_id, reference=reference, hooks=hooks
+    )
+    return extended
+
+
 def _settings(
     owner: str,
     store: Store | str | os.PathLike[str] | None,
     settings: Settings | None,
     options: Any,
+    *,
+    deferred: bool,
 ) -> Settings:
     if settings is None:
         if store is None:
             raise TypeError(f"{owner} needs a store (a path, a URL or a Store)")
-        return make_settings(store, **options)
+        return make_settings(store, deferred=deferred, **options)
     if store is not None or options:
         raise TypeError("pass either settings or store and its options, not both")
     return settings
 
 
-class IdempotentTransport(httpx.BaseTransport):
-    """A sync transport giving every unsafe request a durable key and safe retries."""
+class _Wrapping(Generic[Inner]):
+    """What both transports are: settings, and the inner transport they wrap. Each one
+    drives the same flow (`_flow.handle`), one in the calling thread, one awaiting."""
+
+    inner: Inner
+    settings: Settings
+    #: the inner transport when none is given
+    _default: Callable[[], Inner]
+    #: a store given as a path is opened at its first call (async: in a worker thread)
+    _deferred: bool = False
 
     def __init__(
         self,
-        inner: httpx.BaseTransport | None = None,
+        inner: Inner | None = None,
         *,
         store: Store | str | os.PathLike[str] | None = None,
         settings: Settings | None = None,
         **options: Any,
     ) -> None:
-        settings = _settings(type(self).__name__, store, settings, options)
-        self.inner = inner if inner is not None else httpx.HTTPTransport()
-        self.settings = settings
+        owner = type(self).__name__
+        self.settings = _settings(owner, store, settings, options, deferred=self._deferred)
+        self.inner = inner if inner is not None else self._default()
+
+
+class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
+    """A sync transport giving every unsafe request a durable key and safe retries."""
+
+    _default = httpx.HTTPTransport
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        settings = self.settings
-        where = route(settings, request, settings.policy.methods)
-        if where.action == "pass":
-            return self.inner.handle_request(request)
-        if where.action == "refuse":
-            assert where.continuation is not None
-            raise refuse(settings, request, where.continuation)
-        if where.action == "follow":
-            assert where.continuation is not None
-            return self._drive(follow(settings, request, where.continuation))
-        body = buffered_body(request, settings.max_request_body)
-        if body is None:
-            stream = request.stream
-            if not isinstance(stream, httpx.SyncByteStream):
-                raise TypeError("a sync transport needs a request with a sync body")
-            body = body_from_chunks(stream, settings.max_request_body)
-        return self._drive(operation(settings, request, body, where.continuation))
-
-    def _drive(self, flow: Flow) -> httpx.Response:
-        """Do what `flow` asks, in this thread, until it returns its response."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as done:
-                response: httpx.Response = done.value
-                return response
-            result, error = None, None
-            try:
-                result = self._do(effect)
-            except BaseException as exc:  # thrown into the flow, which decides
-                error = exc
+        response: httpx.Response = drive(handle(self.settings, request), self._do)
+        return response
 
     def _do(self, effect: Effect) -> Any:
         if isinstance(effect, Shield):
@@ -149,6 +181,11 @@ class IdempotentTransport(httpx.BaseTransport):
             return effect.response.read()
         if isinstance(effect, Close):
             return effect.response.close()
+        if isinstance(effect, Body):
+            stream = effect.request.stream
+            if not isinstance(stream, httpx.SyncByteStream):
+                raise TypeError("a sync transport needs a request with a sync body")
+            return body_from_chunks(stream, effect.limit)
         return self.settings.clock.sleep(effect.seconds)
 
     def close(self) -> None:
@@ -157,61 +194,24 @@ class IdempotentTransport(httpx.BaseTransport):
             self.settings.store.close()  # idempotent: every mount of a client shares it
 
 
-class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
+class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """The async twin of `IdempotentTransport`: the same flow, awaited. Store calls run
-    in a worker thread so that an fsync never blocks the event loop."""
+    in a worker thread so that an fsync never blocks the event loop; a store given as
+    a path is opened at its first call, in a worker thread too."""
 
-    def __init__(
-        self,
-        inner: httpx.AsyncBaseTransport | None = None,
-        *,
-        store: Store | str | os.PathLike[str] | None = None,
-        settings: Settings | None = None,
-        **options: Any,
-    ) -> None:
-        settings = _settings(type(self).__name__, store, settings, options)
-        self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
-        self.settings = settings
+    _default = httpx.AsyncHTTPTransport
+    _deferred = True
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        settings = self.settings
-        where = route(settings, request, settings.policy.methods)
-        if where.action == "pass":
-            return await self.inner.handle_async_request(request)
-        if where.action == "refuse":
-            assert where.continuation is not None
-            raise refuse(settings, request, where.continuation)
-        if where.action == "follow":
-            assert where.continuation is not None
-            return await self._drive(follow(settings, request, where.continuation))
-        body = buffered_body(request, settings.max_request_body)
-        if body is None:
-            stream = request.stream
-            if not isinstance(stream, httpx.AsyncByteStream):
-                raise TypeError("an async transport needs a request with an async body")
-            body = await abody_from_chunks(stream, settings.max_request_body)
-        return await self._drive(operation(settings, request, body, where.continuation))
+        response: httpx.Response = await adrive(handle(self.settings, request), self._shielded)
+        return response
 
-    async def _drive(self, flow: Flow) -> httpx.Response:
-        """Do what `flow` asks, awaiting, until it returns its response."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = flow.send(result) if error is None else flow.throw(error)
-            except StopIteration as done:
-                response: httpx.Response = done.value
-                return response
-            result, error = None, None
-            try:
-                if isinstance(effect, Shield):
-                    # A cancelled task must still leave a truthful record behind.
-                    with anyio.CancelScope(shield=True):
-                        result = await self._do(effect.effect)
-                else:
-                    result = await self._do(effect)
-            except BaseException as exc:  # thrown into the flow, which decides
-                error = exc
+    async def _shielded(self, effect: Effect) -> Any:
+        if isinstance(effect, Shield):
+            # A cancelled task must still leave a truthful record behind.
+            with anyio.CancelScope(shield=True):
+                return await self._do(effect.effect)
+        return await self._do(effect)
 
     async def _do(self, effect: Effect) -> Any:
         if isinstance(effect, StoreCall):
@@ -224,9 +224,14 @@ class AsyncIdempotentTransport(httpx.AsyncBaseTransport):
             return await effect.response.aclose()
         if isinstance(effect, Sleep):
             return await self.settings.clock.asleep(effect.seconds)
+        if isinstance(effect, Body):
+            stream = effect.request.stream
+            if not isinstance(stream, httpx.AsyncByteStream):
+                raise TypeError("an async transport needs a request with an async body")
+            return await abody_from_chunks(stream, effect.limit)
         raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover - Shield is unwrapped
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-        if self.settings.owns_store:
-            self.settings.store.close()
+        if self.settings.owns_store:  # in a worker thread, as every store call
+            await anyio.to_thread.run_sync(self.settings.store.close)

@@ -33,7 +33,7 @@ from json.encoder import encode_basestring
 
 import httpx
 
-from .._fingerprint import fingerprints
+from .._operations import fingerprints
 from .._outcome import State
 from .._redaction import origin_of
 from .._store import Intent, OperationRecord

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from .._clock import Clock
+from .._operations import Http, Op, Pause
 from .._policy import RetryPolicy, backoff_ceiling
 from .._reconcile import LookupRules, Verdict, fill, judge
 from .._retry_after import parse_retry_after
@@ -32,8 +33,7 @@ __all__ = [
     "Asked",
     "Asking",
     "LookupSettings",
-    "alook_up",
-    "look_up",
+    "asked",
     "next_wait",
     "refined",
     "works",
@@ -144,7 +144,7 @@ def refined(
 
 
 class Asking:
-    """One row's look-up, decided here and carried out by `look_up` or `alook_up`:
+    """One row's look-up, decided here and carried out by `asked`:
     `url` to GET, then `answered(result)` says how long to wait before asking again,
     or what the look-up came to."""
 
@@ -201,29 +201,16 @@ class Asking:
         return Asked(self.url, Verdict("unknown", f"no answer ({why})"), None)
 
 
-def look_up(http: httpx.Client, asking: Asking, clock: Clock, timeout: float) -> Asked:
-    """Carry out `asking` through plain GETs of `http` (no key, no store)."""
+def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:
+    """Carry out `asking` through plain GETs of the client (no key, no store), as a step
+    (see `_operations`): the same for a sync and an async client."""
     while True:
         result: httpx.Response | Exception
         try:
-            result = http.get(asking.url, timeout=timeout)
+            result = yield Http("get", (asking.url,), {"timeout": timeout})
         except httpx.TransportError as exc:
             result = exc
         step = asking.answered(result)
         if isinstance(step, Asked):
             return step
-        clock.sleep(step)
-
-
-async def alook_up(http: httpx.AsyncClient, asking: Asking, clock: Clock, timeout: float) -> Asked:
-    """`look_up` for an async client."""
-    while True:
-        result: httpx.Response | Exception
-        try:
-            result = await http.get(asking.url, timeout=timeout)
-        except httpx.TransportError as exc:
-            result = exc
-        step = asking.answered(result)
-        if isinstance(step, Asked):
-            return step
-        await clock.asleep(step)
+        yield Pause(clock, step)

@@ -43,7 +43,7 @@ from typing import Any
 
 import httpx
 
-from .._call import CLOCK_SKEW, fingerprint
+from .._operations import CLOCK_SKEW, fingerprint
 from .._outcome import State
 from .._redaction import origin_of
 from .._store import NEVER_APPLIED_STATUSES, OperationRecord

@@ -38,28 +38,29 @@ import logging
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, Unpack
 
-import anyio
-import anyio.to_thread
 import httpx
 
 from .. import __version__, _reconcile
-from .._call import (
-    CALL_OPTIONS,
-    KEY_HEADER,
-    OUTCOME,
-    CallOptions,
-    fingerprint,
-    intent_for,
-)
 from .._client import AsyncClient, Client
 from .._clock import Clock
 from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
 from .._hooks import Hooks, RetryEvent
 from .._keys import DEFAULT_NAMESPACE
+from .._operations import (
+    Blocking,
+    Close,
+    Each,
+    Op,
+    arun,
+    fingerprint,
+    intent_for,
+    send_registered,
+)
+from .._operations import run as run_op
 from .._outcome import Outcome, State
 from .._policy import RetryPolicy
 from .._reconcile import LookupRules, Verdict
@@ -71,8 +72,7 @@ from ._lookup import (
     Asked,
     Asking,
     LookupSettings,
-    alook_up,
-    look_up,
+    asked,
     works,
 )
 from ._plan import (
@@ -96,7 +96,6 @@ __all__ = ["DEFAULT_LOOKUP", "BatchProgress", "asubmit", "submit"]
 
 logger = logging.getLogger("idemclient.batch")
 
-T = TypeVar("T")
 
 #: Answers that are about the credentials, not the row: stop starting new rows.
 _REFUSED_CREDENTIALS = frozenset({401, 407})
@@ -699,24 +698,25 @@ class _Run:
 
     # -- 4. send ---------------------------------------------------------------------
 
-    def request_for(self, item: _Row) -> httpx.Request:
+    def send(self, item: _Row) -> Op[None]:
+        """Send one row with its key (a step, see `_operations`), and report it."""
+        if self.stopping.is_set():
+            return
+        if self.tracker.credentials_refused:
+            yield Blocking(self.not_started, (item,))
+            return
         # A new row's intent is made again here, as it was registered.
         outgoing = item.outgoing or self._intent(item)
-        headers = httpx.Headers(list(outgoing.headers))
-        headers[KEY_HEADER] = outgoing.key
-        return self.http.build_request(
-            "POST",
-            outgoing.url,
-            headers=headers,
-            content=outgoing.body,
-            extensions={
-                CALL_OPTIONS: CallOptions(
-                    operation_id=outgoing.operation_id,
-                    reference=outgoing.reference,
-                    hooks=self.tracker.hooks(outgoing.key),
-                )
-            },
-        )
+        hooks = self.tracker.hooks(outgoing.key)
+        try:
+            sent = yield from send_registered(self.http, outgoing, hooks=hooks)
+        except _Stopped:
+            yield Blocking(self.stopped, (item,))
+            return
+        if sent.response is not None:
+            yield Close(sent.response)
+        assert sent.outcome is not None
+        self.sent(item, sent.outcome, sent.error)
 
     def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
         budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
@@ -1094,91 +1094,34 @@ def _utc_now() -> str:
 _HEADERS = (("content-type", "application/json"),)
 
 
-# -- driving a run: threads ----------------------------------------------------------------
+# -- driving a run -----------------------------------------------------------------------
 
 
-def _pool(
-    count: int,
-    jobs: Sequence[T],
-    work: Callable[[T], None],
-    stop: threading.Event,
-    also_stop: Callable[[], bool] = lambda: False,
-) -> None:
-    """Run `work` on every job with `count` threads pulling from one queue, until done,
-    `stop` is set or `also_stop()` is true; an error in a thread is re-raised here."""
-    iterator: Iterator[T] = iter(jobs)
-    lock = threading.Lock()
-    failures: list[BaseException] = []
+def _phases(run: _Run) -> Op[Report]:
+    """Every phase of `run`, as one step (see `_operations`): in this thread and a few
+    worker threads for `submit`, awaiting for `asubmit`."""
+    yield Blocking(run.plan)
+    stop_asking = threading.Event()
 
-    def worker() -> None:
-        # A few threads pulling jobs, not a future per row: a hundred thousand rows
-        # cost a hundred thousand report lines, and nothing else.
-        while not failures and not stop.is_set() and not also_stop():
-            with lock:
-                job = next(iterator, None)
-            if job is None:
-                return
-            try:
-                work(job)
-            except BaseException as exc:
-                failures.append(exc)
-                return
+    def ask(item: _Row) -> Op[None]:
+        item.asked = yield from asked(run.asking(item), run.clock, run.policy.attempt_timeout)
+        if not works(item.asked.verdict):
+            stop_asking.set()  # the look-up does not work: stop asking
 
-    threads = [
-        threading.Thread(target=worker, name=f"idemclient-batch-{n}", daemon=True)
-        for n in range(min(count, max(1, len(jobs))))
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        for thread in threads:
-            thread.join()
-    except BaseException:
-        stop.set()  # interrupted while waiting: the threads start nothing new
-        raise
-    if failures:
-        raise failures[0]
+    yield Each(run.askings(), ask, run.concurrency, run.stopping, stop_asking.is_set)
+    if run.stopping.is_set():
+        interrupted: Report = yield Blocking(run.report, kwargs={"interrupted": True})
+        return interrupted
+    run.take_answers()
+    to_send = yield Blocking(run.record)
+    yield Each(to_send, run.send, run.concurrency, run.stopping)
+    report: Report = yield Blocking(run.report, kwargs={"interrupted": run.stopping.is_set()})
+    return report
 
 
 def run_sync(run: _Run, client: httpx.Client) -> Report:
     """Every phase of `run`, in this thread (and a few worker threads)."""
-    run.plan()
-    askings = run.askings()
-    stop_asking = threading.Event()
-
-    def ask(item: _Row) -> None:
-        asking = run.asking(item)
-        item.asked = look_up(client, asking, run.clock, run.policy.attempt_timeout)
-        if not works(item.asked.verdict):
-            stop_asking.set()  # the look-up does not work: stop asking
-
-    _pool(run.concurrency, askings, ask, run.stopping, stop_asking.is_set)
-    if run.stopping.is_set():
-        return run.report(interrupted=True)
-    run.take_answers()
-    to_send = run.record()
-
-    def send(item: _Row) -> None:
-        if run.stopping.is_set():
-            return
-        if run.tracker.credentials_refused:
-            run.not_started(item)
-            return
-        try:
-            response = client.send(run.request_for(item))
-        except _Stopped:
-            run.stopped(item)
-            return
-        except OutcomeError as exc:
-            run.sent(item, exc.outcome, exc)
-            return
-        response.close()
-        outcome = response.extensions[OUTCOME]
-        assert isinstance(outcome, Outcome)
-        run.sent(item, outcome)
-
-    _pool(run.concurrency, to_send, send, run.stopping)
-    return run.report(interrupted=run.stopping.is_set())
+    return run_op(_phases(run), client)
 
 
 def _lookup_settings(
@@ -1209,23 +1152,36 @@ def _lookup_settings(
     )
 
 
+class SubmitOptions(TypedDict, total=False):
+    """What `submit` and `asubmit` take beside the batch and the client (see `submit`)."""
+
+    path: str
+    operation: str
+    namespace: uuid.UUID
+    concurrency: int
+    on_progress: Callable[[BatchProgress], None] | None
+    lookup: str | None
+    statuses: Mapping[str, State] | None
+    reliable_404: bool
+    reference_field: str
+    new_payments: bool
+
+
 def make_run(
     batch: Batch,
     client: Client | AsyncClient,
     *,
-    path: str,
-    operation: str,
-    namespace: uuid.UUID,
-    concurrency: int,
-    on_progress: Callable[[BatchProgress], None] | None,
-    lookup: str | None,
-    statuses: Mapping[str, State] | None,
-    reliable_404: bool,
     notify: Callable[[str], None] | None = None,
     metadata: Mapping[str, Any] | None = None,
-    reference_field: str = "reference",
-    new_payments: bool = False,
+    **options: Unpack[SubmitOptions],
 ) -> _Run:
+    """A run of `batch` through `client`; options not given are `submit`'s defaults."""
+    given: dict[str, Any] = {**_defaults(submit), **options}
+    path, operation = given["path"], given["operation"]
+    namespace, concurrency = given["namespace"], given["concurrency"]
+    on_progress, lookup, statuses = given["on_progress"], given["lookup"], given["statuses"]
+    reliable_404, reference_field = given["reliable_404"], given["reference_field"]
+    new_payments = given["new_payments"]
     if not operation or "\x1f" in operation:
         raise ValueError(f"operation {operation!r} must be a non-empty name")
     return _Run(
@@ -1305,72 +1261,11 @@ def submit(
     return run_sync(run, client.http)
 
 
-async def asubmit(
-    batch: Batch,
-    client: AsyncClient,
-    *,
-    path: str = "/v1/payouts",
-    operation: str = "payout",
-    namespace: uuid.UUID = DEFAULT_NAMESPACE,
-    concurrency: int = 8,
-    on_progress: Callable[[BatchProgress], None] | None = None,
-    lookup: str | None = DEFAULT_LOOKUP,
-    statuses: Mapping[str, State] | None = None,
-    reliable_404: bool = False,
-    reference_field: str = "reference",
-    new_payments: bool = False,
-) -> Report:
-    """`submit` for an `AsyncClient`."""
-    run = make_run(
-        batch,
-        client,
-        path=path,
-        operation=operation,
-        namespace=namespace,
-        concurrency=concurrency,
-        on_progress=on_progress,
-        lookup=lookup,
-        statuses=statuses,
-        reliable_404=reliable_404,
-        reference_field=reference_field,
-        new_payments=new_payments,
-    )
-    http = client.http
-    await anyio.to_thread.run_sync(run.plan)
-    askings = iter(run.askings())
-    failed = False
+async def asubmit(batch: Batch, client: AsyncClient, **options: Unpack[SubmitOptions]) -> Report:
+    """`submit` for an `AsyncClient`: the same options, the same phases, awaited."""
+    return await arun(_phases(make_run(batch, client, **options)), client.http)
 
-    async def ask() -> None:
-        nonlocal failed
-        for item in askings:  # tasks share one iterator: each row is asked once
-            if failed:
-                return
-            asking = run.asking(item)
-            item.asked = await alook_up(http, asking, run.clock, run.policy.attempt_timeout)
-            failed = failed or not works(item.asked.verdict)
 
-    async with anyio.create_task_group() as group:
-        for _ in range(run.concurrency):
-            group.start_soon(ask)
-    run.take_answers()
-    to_send = iter(await anyio.to_thread.run_sync(run.record))
-
-    async def send() -> None:
-        for item in to_send:
-            if run.tracker.credentials_refused:
-                await anyio.to_thread.run_sync(run.not_started, item)
-                continue
-            try:
-                response = await http.send(run.request_for(item))
-            except OutcomeError as exc:
-                run.sent(item, exc.outcome, exc)
-                continue
-            await response.aclose()
-            outcome = response.extensions[OUTCOME]
-            assert isinstance(outcome, Outcome)
-            run.sent(item, outcome)
-
-    async with anyio.create_task_group() as group:
-        for _ in range(run.concurrency):
-            group.start_soon(send)
-    return run.report()
+def _defaults(function: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword-only parameters of `function` that have defaults, with them."""
+    return dict(function.__kwdefaults__ or {})

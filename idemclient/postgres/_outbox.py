@@ -21,16 +21,18 @@ from typing import Any
 import httpx
 import psycopg
 
-from .._call import buffered_body, intent_for
-from .._client import (
-    AsyncClient,
-    Client,
-    _options,
-    _outcome,
-    _resume_request,
+from .._client import AsyncClient, Client
+from .._deferred import opened
+from .._operations import (
+    Blocking,
+    Op,
+    arun,
+    intent_ahead,
+    run,
+    send_registered,
     settings_of,
+    settle,
 )
-from .._errors import AnswerNotKept, RequestNotReplayable
 from .._outcome import Outcome
 from .._store import OperationRecord, Store
 from .._store._postgres import PostgresStore
@@ -45,6 +47,7 @@ def _http(client: AnyClient) -> httpx.Client | httpx.AsyncClient:
 
 
 def _postgres_store(store: Store) -> PostgresStore:
+    store = opened(store)
     if not isinstance(store, PostgresStore):
         raise TypeError(
             f"the outbox needs a client whose store is a PostgresStore in your database;"
@@ -90,21 +93,17 @@ def record_pending(
     http = _http(client)
     settings = settings_of(http)
     store = _postgres_store(settings.store)
-    method = method.upper()
-    if method not in settings.policy.methods:
-        raise ValueError(
-            f"{method} is not sent as an operation by this client's policy (methods:"
-            f" {', '.join(sorted(settings.policy.methods))}); there is nothing to record"
-        )
-    merged, extended = _options(key, operation_id, identity, reference, None, headers, None)
-    built = http.build_request(method, url, headers=merged, extensions=extended, **request)
-    body = buffered_body(built, settings.max_request_body)
-    if body is None:
-        raise RequestNotReplayable(
-            "a streamed request body cannot be recorded for later: pass it as bytes,"
-            " json=, data= or files= so that it can be stored and sent after the commit"
-        )
-    intent = intent_for(built, body)
+    intent = intent_ahead(
+        http,
+        method,
+        url,
+        key=key,
+        operation_id=operation_id,
+        identity=identity,
+        reference=reference,
+        headers=headers,
+        **request,
+    )
     store.record_pending(conn, [intent], now=settings.clock.time())
     return intent.operation_id
 
@@ -119,6 +118,12 @@ def _committed(store: Store, operation_id: str) -> OperationRecord:
     return record
 
 
+def _sent_pending(http: httpx.Client | httpx.AsyncClient, operation_id: str) -> Op[Outcome]:
+    """`send_pending` and `asend_pending`, as one step (see `_operations`)."""
+    record = yield Blocking(_committed, (settings_of(http).store, operation_id))
+    return settle((yield from send_registered(http, record)))
+
+
 def send_pending(client: Client | httpx.Client, operation_id: str) -> Outcome:
     """Send an operation recorded by `record_pending`, after its transaction committed.
 
@@ -129,23 +134,12 @@ def send_pending(client: Client | httpx.Client, operation_id: str) -> Outcome:
     http = _http(client)
     if not isinstance(http, httpx.Client):
         raise TypeError("send_pending needs a sync client; use asend_pending")
-    record = _committed(settings_of(http).store, operation_id)
-    try:
-        return _outcome(http.send(_resume_request(http, record)))
-    except AnswerNotKept as exc:  # as Client.post: the outcome says so
-        return exc.outcome
+    return run(_sent_pending(http, operation_id), http)
 
 
 async def asend_pending(client: AsyncClient | httpx.AsyncClient, operation_id: str) -> Outcome:
     """`send_pending` for an async client."""
-    import anyio.to_thread
-
     http = _http(client)
     if not isinstance(http, httpx.AsyncClient):
         raise TypeError("asend_pending needs an async client; use send_pending")
-    store = settings_of(http).store
-    record = await anyio.to_thread.run_sync(_committed, store, operation_id)
-    try:
-        return _outcome(await http.send(_resume_request(http, record)))
-    except AnswerNotKept as exc:
-        return exc.outcome
+    return await arun(_sent_pending(http, operation_id), http)

@@ -96,7 +96,7 @@ async def test_the_async_client_uses_a_postgresql_store(pg_url: str) -> None:
         base_url="http://psp.test",
     ) as client:
         outcome = await client.post("/v1/payments", json=PAYMENT, operation_id="a-1")
-        assert client.operation("a-1") is not None
+        assert await client.aoperation("a-1") is not None
     assert outcome.state is State.SUCCEEDED
     assert outcome.attempts == 2
     assert sum(psp.effects.values()) == 1

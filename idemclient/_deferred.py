@@ -1,0 +1,78 @@
+"""A store opened on its first use, for the async clients.
+
+An async client must never do store I/O on the event loop, and it may be built on the
+loop (in an ASGI app's startup) or before there is one. So it holds its store as a
+`DeferredStore`: nothing is opened when the client is built; the store is opened, and
+started (the clock check, the reaping of old bodies), by the first call made to it,
+which the async client makes in a worker thread (or when the client is entered, also in
+a worker thread). Looking up a method costs nothing; calling it opens the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._store import Store
+
+__all__ = ["DeferredStore", "opened"]
+
+
+class DeferredStore:
+    """A `Store` opened by `open_` and started by `start` on its first call."""
+
+    def __init__(
+        self, open_: Callable[[], Store], start: Callable[[Store], None] | None = None
+    ) -> None:
+        self._open = open_
+        self._start = start
+        self._store: Store | None = None
+        self._started = start is None
+        self._lock = threading.Lock()
+
+    def opened(self) -> Store:
+        """The store, opened and started first if it was not yet (this blocks)."""
+        store = self._store
+        if store is not None and self._started:
+            return store
+        with self._lock:
+            if self._store is None:
+                self._store = self._open()
+            if not self._started:
+                assert self._start is not None
+                self._start(self._store)  # tried again at the next call if it fails
+                self._started = True
+            return self._store
+
+    @property
+    def path(self) -> str:
+        return self.opened().path
+
+    def close(self) -> None:
+        """Close the store if it was opened; nothing to do if it never was."""
+        with self._lock:
+            store = self._store
+        if store is not None:
+            store.close()
+
+    def __getattr__(self, name: str) -> Any:
+        store = self._store
+        if store is not None and self._started:
+            return getattr(store, name)
+        if callable(getattr(Store, name, None)):
+            return functools.partial(self._call, name)
+        return getattr(self.opened(), name)
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.opened(), name)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        store = self._store
+        return f"DeferredStore({'not opened yet' if store is None else repr(store)})"
+
+
+def opened(store: Store) -> Store:
+    """`store` itself, opened first if it is a `DeferredStore` (this blocks)."""
+    return store.opened() if isinstance(store, DeferredStore) else store

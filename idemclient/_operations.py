@@ -1,0 +1,437 @@
+"""What the client offers its own features (the batch, the outbox): operations, and one
+way to run a step in either world.
+
+Operations:
+
+- `intent_ahead` registers nothing and sends nothing: it is the intent the transport
+  will record for a request, built as the transport builds it, for a caller that
+  records operations ahead of sending them (the outbox, in the application's
+  transaction; the batch uses `intent_for` and `fingerprint` on its own template);
+- `send_registered` sends one recorded operation again, with its key, and gives back
+  what it came to (`Sent`) without raising for any outcome state; `settle` turns that
+  into what `Client.request` returns or raises;
+- `from_record` is the one way to make an `Outcome` from a stored record;
+- `intent_for`, `fingerprint`, `fingerprints` and `CLOCK_SKEW` are how the transport
+  sees a request and the store's clock, for the batch's plan to see them the same way.
+
+Steps: a step of a client (an operation sent, a resume, a batch's phases) is a
+generator of effects. `run` does them in the calling thread, `arun` awaiting, with every
+blocking call (the store) in a worker thread, so that a sync API and its async twin are
+one piece of code and the event loop is never blocked (the transports do the same with
+their own effects, see `_flow`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import httpx
+
+from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, unsettled_error
+from ._clock import Clock
+from ._errors import AnswerNotKept, KeyConflict, OutcomeError, RequestNotReplayable
+from ._fingerprint import fingerprint, fingerprints
+from ._flow import Close, adrive, drive
+from ._hooks import Hooks
+from ._keys import key_from_identity, validate_key
+from ._outcome import Outcome, State, from_record, outcome_of
+from ._redaction import looks_secret
+from ._retrofit import transport_of
+from ._store import Intent, OperationRecord
+from ._transport import AsyncIdempotentTransport, IdempotentTransport, call_extensions
+
+__all__ = [
+    "CLOCK_SKEW",
+    "Blocking",
+    "Close",
+    "Each",
+    "Http",
+    "Op",
+    "Pause",
+    "Sent",
+    "arun",
+    "fingerprint",
+    "fingerprints",
+    "from_record",
+    "intent_ahead",
+    "intent_for",
+    "request_options",
+    "run",
+    "send_registered",
+    "settings_of",
+    "settle",
+]
+
+T = TypeVar("T")
+
+
+# -- effects, and the two drivers that do them ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Blocking:
+    """Call `fn` (the store, or anything else that blocks): async, in a worker thread."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Http:
+    """Call the httpx client's method `name` (`send`, `request`, `get`): awaited in async."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    clock: Clock
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Each:
+    """Run the step `work(job)` for every job, `count` at a time (threads, or tasks),
+    until done, or `stop` is set, or `also_stop()` is true; the first error is raised."""
+
+    jobs: Sequence[Any]
+    work: Callable[[Any], Op[None]]
+    count: int
+    stop: threading.Event
+    also_stop: Callable[[], bool] = lambda: False
+
+
+Effect = Blocking | Http | Close | Pause | Each
+Op = Generator[Effect, Any, T]
+
+
+def run(op: Op[T], client: httpx.Client) -> T:
+    """Do what `op` asks, in this thread, until it returns."""
+    returned: T = drive(op, functools.partial(_do, client=client))
+    return returned
+
+
+def _do(effect: Effect, client: httpx.Client) -> Any:
+    if isinstance(effect, Blocking):
+        return effect.fn(*effect.args, **effect.kwargs)
+    if isinstance(effect, Http):
+        return getattr(client, effect.name)(*effect.args, **effect.kwargs)
+    if isinstance(effect, Close):
+        return effect.response.close()
+    if isinstance(effect, Pause):
+        return effect.clock.sleep(effect.seconds)
+    work = effect.work
+    return pool(effect.count, effect.jobs, lambda job: run(work(job), client), effect)
+
+
+async def arun(op: Op[T], client: httpx.AsyncClient) -> T:
+    """Do what `op` asks, awaiting, with blocking calls in a worker thread."""
+    returned: T = await adrive(op, functools.partial(_ado, client=client))
+    return returned
+
+
+async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:
+    if isinstance(effect, Blocking):
+        call = effect.fn, effect.args, effect.kwargs
+        return await anyio.to_thread.run_sync(lambda: call[0](*call[1], **call[2]))
+    if isinstance(effect, Http):
+        return await getattr(client, effect.name)(*effect.args, **effect.kwargs)
+    if isinstance(effect, Close):
+        return await effect.response.aclose()
+    if isinstance(effect, Pause):
+        return await effect.clock.asleep(effect.seconds)
+    jobs: Iterator[Any] = iter(effect.jobs)
+
+    async def worker() -> None:
+        while not (effect.stop.is_set() or effect.also_stop()):
+            job = next(jobs, _NONE)
+            if job is _NONE:
+                return
+            await arun(effect.work(job), client)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(effect.count):
+            group.start_soon(worker)
+    return None
+
+
+_NONE = object()
+
+
+def pool(count: int, jobs: Sequence[T], work: Callable[[T], None], each: Each) -> None:
+    """Run `work` on every job with `count` threads pulling from one queue, until done,
+    `each.stop` is set or `each.also_stop()` is true; an error in a thread is re-raised
+    here."""
+    stop, also_stop = each.stop, each.also_stop
+    iterator: Iterator[T] = iter(jobs)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        # A few threads pulling jobs, not a future per job: a hundred thousand rows
+        # cost a hundred thousand report lines, and nothing else.
+        while not failures and not stop.is_set() and not also_stop():
+            with lock:
+                job = next(iterator, None)
+            if job is None:
+                return
+            try:
+                work(job)
+            except BaseException as exc:
+                failures.append(exc)
+                return
+
+    threads = [
+        threading.Thread(target=worker, name=f"idemclient-batch-{n}", daemon=True)
+        for n in range(min(count, max(1, len(jobs))))
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        stop.set()  # interrupted while waiting: the threads start nothing new
+        raise
+    if failures:
+        raise failures[0]
+
+
+# -- operations ---------------------------------------------------------------------------
+
+
+def settings_of(client: httpx.Client | httpx.AsyncClient) -> Settings:
+    """The settings of a client wrapped by `wrap()` (or a `Client`'s `http`)."""
+    transport = transport_of(client)
+    if not isinstance(transport, IdempotentTransport | AsyncIdempotentTransport):
+        raise TypeError("this httpx client is not wrapped by idemclient.wrap()")
+    return transport.settings
+
+
+def request_options(
+    key: str | None,
+    operation_id: str | None,
+    identity: str | Sequence[str] | None,
+    reference: str | None,
+    hooks: Hooks | None,
+    headers: Any,
+    extensions: Any,
+) -> tuple[httpx.Headers, dict[str, Any]]:
+    """Per-call options to the headers and extensions the transport reads."""
+    if key is not None and identity is not None:
+        raise ValueError("pass key= or identity=, not both: an identity is a way to make a key")
+    if identity is not None:
+        parts = (identity,) if isinstance(identity, str) else tuple(identity)
+        key = key_from_identity(*parts)
+    try:
+        merged = httpx.Headers(headers)
+    except UnicodeEncodeError:
+        # httpx refuses a non-ASCII header value; when it is the key, say so as for any
+        # other invalid key (validate_key raises InvalidKey naming the character).
+        given = _raw_key(headers)
+        if given is not None:
+            validate_key(given)
+        raise
+    if key is not None:
+        merged[KEY_HEADER] = validate_key(key)
+    elif KEY_HEADER in merged:
+        validate_key(merged[KEY_HEADER])
+    extended = call_extensions(
+        extensions, operation_id=operation_id, reference=reference, hooks=hooks
+    )
+    return merged, extended
+
+
+def _raw_key(headers: Any) -> object:
+    """The Idempotency-Key among headers as the caller gave them, or None."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    for name, value in pairs or ():
+        text = name.decode("latin-1") if isinstance(name, bytes) else str(name)
+        if text.lower() == KEY_HEADER.lower():
+            return value
+    return None
+
+
+def check_method(
+    settings: Settings,
+    method: str,
+    *,
+    then: str,
+    refused: str = "is not an operation under this client's policy",
+) -> str:
+    """`method`, upper-cased, if the policy sends it as an operation; else a ValueError
+    that says it is `refused`, and ends with `then` (what the caller should do)."""
+    method = method.upper()
+    if method not in settings.policy.methods:
+        allowed = ", ".join(sorted(settings.policy.methods))
+        raise ValueError(f"{method} {refused} (methods: {allowed}){then}")
+    return method
+
+
+def intent_ahead(
+    client: httpx.Client | httpx.AsyncClient, method: str, url: httpx.URL | str, **request: Any
+) -> Intent:
+    """The intent a wrapped `client` would record for this request, built as its
+    transport builds it (so the fingerprints agree when it is sent); nothing is recorded
+    or sent. For a caller that records operations ahead of sending them. `request` is
+    what `Client.request` takes but `hooks` and `extensions`: `key`, `operation_id`,
+    `identity`, `reference`, `headers`, and httpx's `json`, `content`, `params`..."""
+    key, operation_id, identity, reference, headers = (request.pop(name, None) for name in _AHEAD)
+    settings = settings_of(client)
+    method = check_method(
+        settings,
+        method,
+        refused="is not sent as an operation by this client's policy",
+        then="; there is nothing to record",
+    )
+    merged, extended = request_options(key, operation_id, identity, reference, None, headers, None)
+    built = client.build_request(method, url, headers=merged, extensions=extended, **request)
+    body = buffered_body(built, settings.max_request_body)
+    if body is None:
+        raise RequestNotReplayable(
+            "a streamed request body cannot be recorded for later: pass it as bytes,"
+            " json=, data= or files= so that it can be stored and sent after the commit"
+        )
+    return intent_for(built, body)
+
+
+#: What `intent_ahead` takes beside httpx's own arguments.
+_AHEAD = ("key", "operation_id", "identity", "reference", "headers")
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What sending an operation came to, whatever its state: `error` is what the
+    transport raised for an operation with no final answer (its `outcome` is `outcome`),
+    `response` the final answer httpx returned (None when the store answered without
+    its body, or on an error). `outcome` is None only for a request that was not an
+    operation (a method the policy leaves out)."""
+
+    outcome: Outcome | None
+    error: OutcomeError | None = None
+    response: httpx.Response | None = None
+
+
+def sent_by(call: Http) -> Op[Sent]:
+    """Do `call` (an operation's send or request) and say what it came to, without
+    raising for any outcome state."""
+    try:
+        response = yield call
+    except OutcomeError as exc:
+        return Sent(exc.outcome, exc)
+    except AnswerNotKept as exc:  # finished, its body not kept: the outcome says so
+        return Sent(exc.outcome)
+    return Sent(outcome_of(response), response=response)
+
+
+def request_for(
+    client: httpx.Client | httpx.AsyncClient,
+    operation: Intent | OperationRecord,
+    hooks: Hooks | None = None,
+) -> httpx.Request:
+    """The request that sends a recorded operation: its stored URL, headers and body, and
+    what the store never kept (credentials, withheld headers, secret query values) from
+    the live client. Whatever the live client lacks, the store refuses before sending."""
+    headers = httpx.Headers(list(operation.headers))
+    headers[KEY_HEADER] = operation.key
+    url = _with_live_secrets(httpx.URL(operation.url), client.params)
+    request = client.build_request(
+        operation.method,
+        url,
+        headers=headers,
+        content=operation.body,
+        extensions=call_extensions(
+            None, operation_id=operation.operation_id, reference=operation.reference, hooks=hooks
+        ),
+    )
+    # The stored URL exactly: a client with params= would replace its whole query
+    # (httpx 0.28 merges the client's params over the URL's, dropping the rest).
+    request.url = url
+    return request
+
+
+def _with_live_secrets(url: httpx.URL, live: httpx.QueryParams) -> httpx.URL:
+    """`url` with each secret query parameter the store kept without its value given
+    the live client's value, in its place. One the live client lacks stays empty: an
+    empty secret parameter counts as missing, and the store refuses to send it."""
+    pairs = url.params.multi_items()
+    if not any(looks_secret(name) and not value for name, value in pairs):
+        return url
+    filled = [
+        (name, live.get(name, "") if looks_secret(name) and not value else value)
+        for name, value in pairs
+    ]
+    return url.copy_with(params=httpx.QueryParams(filled))
+
+
+def send_registered(
+    client: httpx.Client | httpx.AsyncClient,
+    operation: Intent | OperationRecord,
+    *,
+    hooks: Hooks | None = None,
+) -> Op[Sent]:
+    """Send a recorded operation with its key (or answer it from the store, or wait for
+    another sender), and say what it came to, without raising for any outcome state."""
+    sent = yield from sent_by(Http("send", (request_for(client, operation, hooks),)))
+    return sent
+
+
+def settle(sent: Sent) -> Outcome:
+    """What `Client.request` returns for `sent`, or raises: `NotSent`, `Indeterminate`
+    (no final answer) or `KeyConflict`."""
+    if sent.error is not None:
+        raise sent.error
+    response = sent.response
+    if response is None:
+        # Answered from the store without its body: the outcome says so, and its
+        # response raises again if its body is read.
+        assert sent.outcome is not None
+        return sent.outcome
+    outcome = sent.outcome
+    if outcome is None:
+        # Every request a `Client` sends is an operation, and whatever ends its exchange
+        # carries the operation's outcome (see `_exchange.finish_exchange`).
+        raise RuntimeError(  # pragma: no cover - a bug, not a state of the world
+            f"the response (HTTP {response.status_code}) carries no idemclient outcome"
+        )
+    if not outcome.state.finished:
+        # An answer that went back to httpx and ended the call there: a 401 that no
+        # auth flow sent on, a redirect not followed.
+        response.close()
+        raise unsettled_error(outcome, _handed_back_reason(response.status_code))
+    if outcome.state is State.FAILED and response.status_code == 422:
+        raise KeyConflict(
+            f"the server refused key {outcome.key} of operation {outcome.operation_id!r}"
+            " (HTTP 422): it holds this key for a different request. This is a bug in the"
+            " caller: a key must never be reused for another request.",
+            outcome,
+        )
+    return outcome
+
+
+def _handed_back_reason(status: int) -> str:
+    if status in (401, 407):
+        return (
+            f"the server refused the credentials (HTTP {status}); fix them and send it"
+            " again with the same key"
+        )
+    if 300 <= status < 400:
+        return (
+            f"the server redirected it (HTTP {status}) and the redirect was not followed"
+            " (follow_redirects=False, or another origin)"
+        )
+    if 200 <= status < 300:
+        return (
+            f"it was redirected, and the answer at the new location (HTTP {status}) does"
+            " not say what the payment came to"
+        )
+    return f"HTTP {status} is not an answer about the operation"
