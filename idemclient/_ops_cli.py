@@ -15,7 +15,7 @@ from ._client import Client
 from ._errors import OutcomeError, StoreError
 from ._outcome import State
 from ._reconcile import DEFAULT_STATUSES
-from ._store import OperationRecord, Store
+from ._store import AdminStore, OperationRecord
 from ._store._open import open_store
 
 __all__ = ["ops"]
@@ -34,7 +34,7 @@ def ops() -> None:
     """See and finish the operations a store holds."""
 
 
-def _open(store: Path | str) -> contextlib.closing[Store]:
+def _open(store: Path | str) -> contextlib.closing[AdminStore]:
     missing = describe_missing(store)
     if missing is not None:
         _fail(missing)

@@ -56,7 +56,7 @@ from ._store import (
     Claim,
     OperationRecord,
     Progress,
-    Store,
+    SendingStore,
     StoredResponse,
     new_owner,
     release_owner,
@@ -320,7 +320,7 @@ class Taken:
     owner: str
 
 
-def take(store: Store, clock: Clock, operation_id: str) -> Taken | Outcome:
+def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcome:
     """Lease an unfinished operation for a look-up; a finished one is its outcome.
     Raises `Indeterminate` when another caller holds it, `ValueError` if unknown."""
     before = store.get(operation_id)
@@ -344,7 +344,7 @@ def take(store: Store, clock: Clock, operation_id: str) -> Taken | Outcome:
     return Taken(before, owner)
 
 
-def release(store: Store, clock: Clock, taken: Taken, *, exists: bool = False) -> None:
+def release(store: SendingStore, clock: Clock, taken: Taken, *, exists: bool = False) -> None:
     """Give the operation back as it was; `exists`: the server holds it, not final yet,
     so it is maybe applied from now on (and never `not_sent`)."""
     before = taken.before
@@ -357,7 +357,7 @@ def release(store: Store, clock: Clock, taken: Taken, *, exists: bool = False) -
         release_owner(taken.owner)
 
 
-def _give_back(store: Store, clock: Clock, taken: Taken, state: State, exists: bool) -> None:
+def _give_back(store: SendingStore, clock: Clock, taken: Taken, state: State, exists: bool) -> None:
     before = taken.before
     store.finish(
         before.operation_id,
@@ -374,7 +374,7 @@ def _give_back(store: Store, clock: Clock, taken: Taken, state: State, exists: b
 
 
 def apply(
-    store: Store,
+    store: SendingStore,
     clock: Clock,
     taken: Taken,
     verdict: Verdict,
@@ -391,7 +391,7 @@ def apply(
 
 
 def _apply(
-    store: Store,
+    store: SendingStore,
     clock: Clock,
     taken: Taken,
     verdict: Verdict,

@@ -13,12 +13,16 @@ from .._outcome import State
 __all__ = [
     "NEVER_APPLIED_STATUSES",
     "REOPENABLE_STATES",
+    "AdminStore",
+    "BatchStore",
     "Begin",
     "Claim",
     "Durability",
     "Intent",
+    "OperationLookup",
     "OperationRecord",
     "Progress",
+    "SendingStore",
     "Store",
     "StoredResponse",
 ]
@@ -146,16 +150,28 @@ class Begin:
     record: OperationRecord
 
 
-class Store(Protocol):
-    """Durable operations, shared safely by threads and processes.
+class OperationLookup(Protocol):
+    """Where a store is, reading one operation, and closing it: what every part of
+    `Store` has."""
+
+    @property
+    def path(self) -> str: ...
+
+    def get(self, operation_id: str) -> OperationRecord | None: ...
+
+    def get_by_key(self, key: str) -> OperationRecord | None: ...
+
+    def close(self) -> None: ...
+
+
+class SendingStore(OperationLookup, Protocol):
+    """What sending operations needs of a store: the transports' flow, reconciling and
+    resuming one operation.
 
     Leases: an owner may send an operation only while it holds a live lease, taken by
     one conditional write; a lease whose owner died is taken over when it expires (or
     at once when the owner is a dead process on this host).
     """
-
-    @property
-    def path(self) -> str: ...
 
     def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
         """Record `intent` durably and lease it to `owner`, or find the operation.
@@ -212,6 +228,15 @@ class Store(Protocol):
         """
         ...
 
+
+class BatchStore(SendingStore, Protocol):
+    """What the batch command needs beside sending: its rows registered ahead, found
+    again by id or reference, and what a look-up found recorded."""
+
+    def register(self, intents: Iterable[Intent], *, now: float) -> int:
+        """Record many pending operations in one transaction; returns how many were new."""
+        ...
+
     def record_settled(
         self,
         intent: Intent,
@@ -245,23 +270,6 @@ class Store(Protocol):
         """
         ...
 
-    def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
-        """Bind an unfinished operation to another origin (scheme, host and port): its
-        path, query, body and key stay. The only way an operation changes origin.
-
-        Raises `KeyError` for an unknown operation, `ValueError` for a finished one or
-        one another caller is sending right now.
-        """
-        ...
-
-    def register(self, intents: Iterable[Intent], *, now: float) -> int:
-        """Record many pending operations in one transaction; returns how many were new."""
-        ...
-
-    def get(self, operation_id: str) -> OperationRecord | None: ...
-
-    def get_by_key(self, key: str) -> OperationRecord | None: ...
-
     def find(
         self, *, operation_ids: Iterable[str] = (), references: Iterable[str] = ()
     ) -> Sequence[OperationRecord]:
@@ -280,6 +288,11 @@ class Store(Protocol):
         Reads every reference the store holds, once, whatever the number of tails.
         """
         ...
+
+
+class AdminStore(OperationLookup, Protocol):
+    """What operators and a client's housekeeping need: listing and counting
+    operations, reaping bodies, the store's clock, moving and purging operations."""
 
     def unfinished(self, *, limit: int | None = None) -> Sequence[OperationRecord]:
         """Operations without a final answer, oldest first."""
@@ -306,9 +319,24 @@ class Store(Protocol):
         the store had seen before (its high-water mark; 0.0 for a new store)."""
         ...
 
+    def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
+        """Bind an unfinished operation to another origin (scheme, host and port): its
+        path, query, body and key stay. The only way an operation changes origin.
+
+        Raises `KeyError` for an unknown operation, `ValueError` for a finished one or
+        one another caller is sending right now.
+        """
+        ...
+
     def purge(self, operation_ids: Iterable[str]) -> int:
         """Delete these finished operations: an operator's explicit act, the only way an
         operation leaves the store. Unfinished ones are refused, not deleted."""
         ...
 
-    def close(self) -> None: ...
+
+class Store(BatchStore, AdminStore, Protocol):
+    """Durable operations, shared safely by threads and processes: every part a store
+    offers (`SendingStore`, `BatchStore`, `AdminStore`), each declared once there.
+    `SQLiteStore` and `PostgresStore` implement it all; a caller that needs only one
+    part may take only that part.
+    """

@@ -5,15 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
+from .._db import is_postgres_url, postgres_missing
 from ._base import Store
 from ._sqlite import SQLiteStore
 
-__all__ = ["INSTALL_POSTGRES", "POSTGRES_SCHEMES", "open_store"]
-
-#: URL schemes that libpq accepts; any other string is the path of a SQLite file.
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-INSTALL_POSTGRES = "pip install 'idemclient[postgres]'"
+__all__ = ["open_store"]
 
 
 def open_store(
@@ -35,14 +31,12 @@ def open_store(
                 " client sharing it follows; or pass the store as a path or URL"
             )
         return spec
-    if isinstance(spec, str) and spec.startswith(POSTGRES_SCHEMES):
+    if is_postgres_url(spec):
+        assert isinstance(spec, str)
         # Imported only now: psycopg is an optional dependency.
         try:
             from ._postgres import PostgresStore
         except ImportError as exc:
-            raise ImportError(
-                f"a PostgreSQL store needs psycopg 3 and psycopg-pool, which are not"
-                f" installed ({exc}); install them with: {INSTALL_POSTGRES}"
-            ) from exc
+            raise postgres_missing("a PostgreSQL store", exc) from exc
         return PostgresStore(spec, secret_headers=secret_headers, persist_headers=persist_headers)
     return SQLiteStore(spec, secret_headers=secret_headers, persist_headers=persist_headers)

@@ -26,58 +26,37 @@ module until a PostgreSQL store is asked for (see `_open`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, ClassVar
 
-import psycopg
-from psycopg import sql
 from psycopg.rows import tuple_row
 
-from .._errors import StoreError, StoreUnavailable
-from .._outcome import State
-from ._base import Durability, Intent
-from ._cipher import BodyEncryption
-from ._pg_conn import (
+from .._db.dialect import POSTGRES
+from .._db.pg_schema import StoreIdentity, open_schema
+from .._db.postgres import (
     COMMIT_OFF,
     Conn,
     check_joinable,
-    configure,
-    connect_args,
     display,
     durable_level,
-    open_pool,
-    pg_error,
+    open_then_pool,
+    pg_errors,
+    quoted,
+    with_lock_timeout,
 )
-from ._pg_schema import STORE, StoreIdentity, open_schema
+from .._errors import StoreUnavailable
+from .._outcome import State
+from ._base import Durability, Intent
+from ._cipher import BodyEncryption
+from ._pg_schema import STORE
 from ._rows import DEFAULT_MAX_STORED_BODY
 from ._sqlstore import SQLStore, admission_values, refused
-from ._statements import INSERT_COLUMNS, Dialect, Statements
+from ._statements import INSERT_COLUMNS, Statements
 
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "idemclient"
-
-
-def _dialect(schema: str) -> Dialect:
-    return Dialect(
-        table=f"{schema}.operations",
-        param="%s",
-        json="%s::jsonb",
-        same="IS NOT DISTINCT FROM",
-        any="= ANY(%s)",
-        values=list,
-        order="created_at, seq",
-        # Rows checked and then deleted stay as checked until the commit.
-        lock=" FOR UPDATE",
-        # Hosts reaping at the same time share the work, never wait.
-        skip_locked=" FOR UPDATE SKIP LOCKED",
-        unlimited=None,
-        clock_table=f"{schema}.store_clock",
-        greatest="GREATEST",
-        strpos="strpos",
-    )
 
 
 class PostgresStore(SQLStore):
@@ -131,33 +110,34 @@ class PostgresStore(SQLStore):
             persist_headers=persist_headers,
             encryption=encryption,
         )
-        self._quoted = sql.Identifier(schema).as_string()
+        self._quoted = quoted(schema)
         self.schema = schema
         self.durability = Durability(durability)
         self.retention = retention
         self._closed = False
         self._close_lock = threading.Lock()
-        connect_kwargs = connect_args(url, connect_timeout)
-        # Open and migrate on one plain connection first: a wrong URL or a foreign
-        # schema then fails here, at once and with its own message, instead of in the
-        # pool's background reconnection loop.
-        try:
-            with psycopg.connect(url, **connect_kwargs) as conn:
-                self.identity: StoreIdentity = open_schema(conn, schema, where=self._where)
-                self._durable_level = durable_level(conn)
-        except StoreError:
-            raise
-        except psycopg.Error as exc:
-            raise self._translate(exc) from exc
-        self._table = f"{self._quoted}.operations"
-        self._sql = Statements(_dialect(self._quoted))
-        self._pool = open_pool(
+
+        def prepare(conn: Conn) -> tuple[StoreIdentity, str | None]:
+            return open_schema(conn, schema, where=self._where, layout=STORE), durable_level(conn)
+
+        # Opened and migrated on one plain connection first (see `open_then_pool`).
+        (self.identity, self._durable_level), self._pool = open_then_pool(
             url,
-            kwargs=connect_kwargs,
+            prepare=prepare,
             max_connections=max_connections,
             connect_timeout=connect_timeout,
-            configure=functools.partial(configure, lock_timeout=lock_timeout),
+            configure=with_lock_timeout(lock_timeout),
             name=f"idemclient-{schema}",
+            where=self._where,
+            schema=self._quoted,
+        )
+        self._table = f"{self._quoted}.operations"
+        # Hosts reaping at the same time share the work (SKIP LOCKED), never wait.
+        self._sql = Statements(
+            POSTGRES,
+            table=self._table,
+            order="created_at, seq",
+            clock_table=f"{self._quoted}.store_clock",
         )
 
     @property
@@ -202,10 +182,8 @@ class PostgresStore(SQLStore):
         self._check_outbox_connection(conn)
         if not intents:
             return 0
-        try:
+        with pg_errors(self._where, self._quoted):
             return self._register(conn, intents, now=now)
-        except psycopg.Error as exc:
-            raise self._translate(exc) from exc
 
     def close(self) -> None:
         with self._close_lock:
@@ -220,11 +198,8 @@ class PostgresStore(SQLStore):
         """A pooled connection (autocommit), with psycopg's errors turned into ours."""
         if self._closed:
             raise StoreUnavailable(self._where, "is closed")
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg.Error as exc:
-            raise self._translate(exc) from exc
+        with pg_errors(self._where, self._quoted), self._pool.connection() as conn:
+            yield conn
 
     @contextlib.contextmanager
     def _transaction(self, *, durable: bool) -> Iterator[Conn]:
@@ -247,9 +222,6 @@ class PostgresStore(SQLStore):
             with self._use() as conn, conn.transaction():
                 conn.execute(level)
                 yield conn
-
-    def _translate(self, error: psycopg.Error) -> StoreError:
-        return pg_error(self._where, self._quoted, error)
 
     # -- inside a transaction --------------------------------------------------------
 
@@ -288,11 +260,5 @@ class PostgresStore(SQLStore):
         return created
 
     def _check_outbox_connection(self, conn: object) -> None:
-        check_joinable(
-            conn,
-            schema=self.schema,
-            layout=STORE,
-            identity=self.identity,
-            where=self._where,
-            what="operation",
-        )
+        where = self._where
+        check_joinable(conn, self.schema, STORE, self.identity, where=where, what="operation")

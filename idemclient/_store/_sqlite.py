@@ -18,43 +18,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import json
 import os
 import sqlite3
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, ClassVar
 
+from .._db.dialect import SQLITE
+from .._db.errors import sqlite_error
+from .._db.sqlite import immediate
 from .._errors import StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import Durability, Headers, Intent
 from ._cipher import BodyEncryption
 from ._rows import DEFAULT_MAX_STORED_BODY
-from ._schema import open_database, store_error
+from ._schema import open_database
 from ._sqlstore import SQLStore, admission_values, refused
-from ._statements import Dialect, Statements
+from ._statements import Statements
 
 __all__ = ["SQLiteStore"]
 
-_SQL = Statements(
-    Dialect(
-        table="operations",
-        param="?",
-        json="?",
-        same="IS",
-        # A list travels as one JSON array: no statement grows with the list, and
-        # SQLite's limit on parameters never applies.
-        any="IN (SELECT value FROM json_each(?))",
-        values=json.dumps,
-        order="created_at",
-        lock="",  # a write transaction (BEGIN IMMEDIATE) holds the whole file
-        skip_locked="",
-        unlimited=-1,
-        clock_table="store_clock",
-        greatest="max",
-        strpos="instr",
-    )
-)
+# A write transaction (BEGIN IMMEDIATE) holds the whole file: no row locks.
+_SQL = Statements(SQLITE, table="operations", order="created_at", clock_table="store_clock")
 _REGISTER_CHUNK = 5_000
 
 
@@ -142,7 +127,7 @@ class SQLiteStore(SQLStore):
             self._queue.clear()
         try:
             # Alone, the insert is its own transaction; together, they share one.
-            with _immediate(conn) if len(group) > 1 else contextlib.nullcontext():
+            with immediate(conn) if len(group) > 1 else contextlib.nullcontext():
                 for ticket in group:
                     ticket.created = conn.execute(_SQL.admit, ticket.values).rowcount == 1
         except sqlite3.Error as exc:
@@ -218,11 +203,11 @@ class SQLiteStore(SQLStore):
     def _transaction(self, *, durable: bool) -> Iterator[sqlite3.Connection]:
         """One IMMEDIATE transaction: it holds the write lock from its first statement,
         so a takeover reads and writes the row with no other process in between."""
-        with self._use(durable=durable) as conn, _immediate(conn):
+        with self._use(durable=durable) as conn, immediate(conn):
             yield conn
 
     def _translate(self, error: sqlite3.Error) -> StoreError:
-        return store_error(self._path, error)
+        return sqlite_error(self._path, error)
 
 
 def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:
@@ -238,14 +223,3 @@ class _Admission:
     values: tuple[Any, ...]
     created: bool | None = None
     error: BaseException | None = None
-
-
-@contextlib.contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")

@@ -1,6 +1,7 @@
 """What both store backends do the same way, written once.
 
-`SQLStore` holds every method of the `Store` protocol whose logic is the same on
+`SQLStore` implements the `Store` protocol (declared once, in `_base`): it holds
+every method whose logic is the same on
 SQLite and on PostgreSQL: the takeover of a lease, attempts, finishing, settling, the
 conflicts of a registration, the look-ups, reaping and purging. So the lease fencing
 and the rules about final answers cannot drift apart between the two. It runs the
@@ -30,10 +31,11 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar, Protocol, Self
+from typing import Any, ClassVar, Self
 
 import httpx
 
+from .._db.dialect import Connection, Cursor
 from .._errors import OperationMismatch
 from .._outcome import State
 from .._redaction import DEFAULT_SECRET_HEADERS, HeaderRule, origin_of
@@ -45,6 +47,7 @@ from ._base import (
     Intent,
     OperationRecord,
     Progress,
+    Store,
     StoredResponse,
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
@@ -52,28 +55,10 @@ from ._owners import owner_is_dead
 from ._rows import as_stored, dump_headers, intent_from_row, mismatch, record_from_row
 from ._statements import Statements
 
-__all__ = ["Connection", "SQLStore", "admission_values", "admitted", "refused"]
+__all__ = ["SQLStore", "admission_values", "admitted", "refused"]
 
 
-class _Cursor(Protocol):
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-    def __iter__(self) -> Iterator[Any]: ...
-
-
-class Connection(Protocol):
-    """What SQL written once for both databases uses of a sqlite3 or psycopg
-    connection (or a psycopg cursor): the stores' and the reference server's."""
-
-    def execute(self, query: str, params: Sequence[Any] = ..., /) -> _Cursor: ...
-
-
-class SQLStore(ABC):
+class SQLStore(Store, ABC):
     """The shared half of a `Store` backend; see the module docstring."""
 
     durability: Durability
@@ -671,7 +656,7 @@ def _chunked(values: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _returned(cursor: _Cursor) -> Any:
+def _returned(cursor: Cursor) -> Any:
     """The row an `UPDATE ... RETURNING` wrote, or None. Read with fetchall: sqlite3
     finishes the statement (and so its write) only once every row is read."""
     rows = cursor.fetchall()

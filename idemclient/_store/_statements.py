@@ -1,24 +1,16 @@
 """The stores' SQL, written once for SQLite and PostgreSQL.
 
 Both backends run the same statements for every write and look-up of an operation;
-they differ only in how a statement is spelled, which a `Dialect` says:
+they differ only in how a statement is spelled, which the database's `Dialect` says
+(see `_db.dialect`: placeholders, NULL-safe equality, list parameters, row locks...),
+and in the store's own names:
 
 - `table`: the operations table (PostgreSQL's lives in the store's own schema);
-- `param`: the placeholder (`?` for sqlite3, `%s` for psycopg), and `json` for a
-  parameter holding headers (PostgreSQL casts it to jsonb);
-- `same`: equality that holds between two NULLs (`IS`, `IS NOT DISTINCT FROM`);
-- `any` and `values`: a column matched against a list passed as one parameter
-  (`json_each` over a JSON array, `= ANY` over an array);
 - `order`: the order operations are listed in (PostgreSQL adds `seq`, which orders the
   rows of one batch, all created in the same instant);
-- `lock`, `skip_locked`: the row locks PostgreSQL takes (SQLite's write transaction
-  locks the whole file, so it needs none);
-- `unlimited`: the LIMIT parameter that means no limit;
-- `clock_table`, `greatest`: the store's clock table, and the larger of two values
-  (`max`, `GREATEST`);
-- `strpos`: the position of one string in another (`instr`, `strpos`).
+- `clock_table`: the store's clock table (its high-water mark).
 
-`Statements(dialect)` renders every statement once, when a store is made (SQLite's at
+`Statements(dialect, ...)` renders every statement once, when a store is made (SQLite's at
 import; PostgreSQL's per store, since the schema is the store's): each is a plain
 constant string after that, which both drivers' statement caches key on, and nothing
 is assembled per call.
@@ -26,46 +18,13 @@ is assembled per call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
+from .._db.dialect import Dialect
 from ._base import NEVER_APPLIED_STATUSES, REOPENABLE_STATES
 from ._rows import COLUMNS, REQUEST_COLUMNS
 
-__all__ = ["INSERT_COLUMNS", "Dialect", "Statements"]
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """How one database spells the stores' statements."""
-
-    #: the operations table
-    table: str
-    #: a parameter's placeholder
-    param: str
-    #: a parameter holding headers as JSON text
-    json: str
-    #: `a {same} b` holds when both are NULL, or equal
-    same: str
-    #: `column {any}` matches the values of one list parameter
-    any: str
-    #: a list of strings as that parameter
-    values: Callable[[Sequence[str]], object]
-    #: the order of operations in listings: oldest first
-    order: str
-    #: appended to a read whose rows a transaction then writes or deletes
-    lock: str
-    #: appended to the reaper's read: rows another host is reaping are left to it
-    skip_locked: str
-    #: the LIMIT parameter meaning "all rows"
-    unlimited: int | None
-    #: the store's clock table (its high-water mark)
-    clock_table: str
-    #: the larger of two values
-    greatest: str
-    #: the function giving the position of a string in another, from 1 (0: absent)
-    strpos: str = "instr"
+__all__ = ["INSERT_COLUMNS", "Statements"]
 
 
 #: The columns an admission writes, in the order of `admission_values`; the others
@@ -211,9 +170,9 @@ class Statements:
     """Every shared statement, rendered for one `Dialect`: built once, never changed
     (every attribute is `Final`)."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, *, table: str, order: str, clock_table: str) -> None:
         names = {
-            "t": dialect.table,
+            "t": table,
             "p": dialect.param,
             "j": dialect.json,
             "c": COLUMNS,
@@ -221,10 +180,10 @@ class Statements:
             "insert": INSERT_COLUMNS,
             "same": dialect.same,
             "any": dialect.any,
-            "order": dialect.order,
+            "order": order,
             "lock": dialect.lock,
             "skip_locked": dialect.skip_locked,
-            "clock": dialect.clock_table,
+            "clock": clock_table,
             "greatest": dialect.greatest,
             "strpos": dialect.strpos,
             "reopenable": ", ".join(f"'{state}'" for state in REOPENABLE_STATES),

@@ -23,8 +23,10 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
-from .._errors import ForeignStore, StoreTooNew, StoreUnavailable
-from .._store._schema import _create_or_check_header, store_error
+from .._db.errors import sqlite_errors
+from .._db.sqlite import MEMORY, connect, immediate, use_wal
+from .._db.versions import upgrade
+from .._errors import ForeignStore, StoreUnavailable
 
 __all__ = ["INBOX_TABLE", "SCHEMA_TABLE", "InboxStorage", "SQLiteInboxStorage"]
 
@@ -99,6 +101,48 @@ _REAP = (
 )
 
 
+class _InboxVersion:
+    """The inbox's version: its row in the schema table, which it creates if absent."""
+
+    source = f"table {SCHEMA_TABLE}"
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def read(self, conn: sqlite3.Connection) -> int:
+        tables = {
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+                (INBOX_TABLE, SCHEMA_TABLE),
+            )
+        }
+        version = 0
+        if SCHEMA_TABLE in tables:
+            row = conn.execute(
+                f"SELECT version FROM {SCHEMA_TABLE} WHERE component = ?", (_COMPONENT,)
+            ).fetchone()
+            version = 0 if row is None else int(row[0])
+        else:
+            conn.execute(
+                f"CREATE TABLE {SCHEMA_TABLE}"
+                " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+        if version == 0 and INBOX_TABLE in tables:
+            raise ForeignStore(
+                self._name,
+                f"has a table {INBOX_TABLE!r} that idemclient did not create; it is left as found",
+            )
+        return version
+
+    def write(self, conn: sqlite3.Connection, version: int) -> None:
+        conn.execute(
+            f"INSERT INTO {SCHEMA_TABLE} (component, version) VALUES (?, ?)"
+            " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            (_COMPONENT, version),
+        )
+
+
 class SQLiteInboxStorage:
     """The inbox's table in a SQLite database: a path, or the application's connection.
 
@@ -150,23 +194,14 @@ class SQLiteInboxStorage:
 
     def _open(self, busy_timeout: float) -> sqlite3.Connection:
         path = self._name
-        in_memory = path == ":memory:"
-        created = in_memory or not os.path.exists(path) or os.path.getsize(path) == 0
-        if not in_memory:
-            _create_or_check_header(path)
-        try:
-            conn = sqlite3.connect(
-                path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(path, f"cannot be opened: {exc}") from exc
+        created = path == MEMORY or not os.path.exists(path) or os.path.getsize(path) == 0
+        conn = connect(path, busy_timeout=busy_timeout)
         self._conn = conn
         try:
-            if created and not in_memory:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if mode != "wal":
-                    raise StoreUnavailable(path, f"cannot use write-ahead logging ({mode!r})")
-            conn.execute("PRAGMA synchronous = FULL")
+            with sqlite_errors(path):
+                if created and path != MEMORY:
+                    use_wal(conn, path)
+                conn.execute("PRAGMA synchronous = FULL")
             self._prepare()
         except BaseException:
             conn.close()
@@ -174,47 +209,15 @@ class SQLiteInboxStorage:
         return conn
 
     def _prepare(self) -> None:
-        try:
-            with self._locked_transaction() as tx:
-                tables = {
-                    name
-                    for (name,) in tx.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
-                        (INBOX_TABLE, SCHEMA_TABLE),
-                    )
-                }
-                version = 0
-                if SCHEMA_TABLE in tables:
-                    row = tx.execute(
-                        f"SELECT version FROM {SCHEMA_TABLE} WHERE component = ?", (_COMPONENT,)
-                    ).fetchone()
-                    version = 0 if row is None else int(row[0])
-                else:
-                    tx.execute(
-                        f"CREATE TABLE {SCHEMA_TABLE}"
-                        " (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-                    )
-                if version == 0 and INBOX_TABLE in tables:
-                    raise ForeignStore(
-                        self._name,
-                        f"has a table {INBOX_TABLE!r} that idemclient did not create;"
-                        " it is left as found",
-                    )
-                if version > SCHEMA_VERSION:
-                    raise StoreTooNew(
-                        self._name,
-                        f"has inbox schema version {version}; this idemclient understands"
-                        f" up to {SCHEMA_VERSION}",
-                    )
-                for step in MIGRATIONS[version:]:
-                    step(tx)
-                tx.execute(
-                    f"INSERT INTO {SCHEMA_TABLE} (component, version) VALUES (?, ?)"
-                    " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-                    (_COMPONENT, SCHEMA_VERSION),
-                )
-        except sqlite3.Error as exc:
-            raise store_error(self._name, exc) from exc
+        with sqlite_errors(self._name):
+            upgrade(
+                self._conn,
+                MIGRATIONS,
+                _InboxVersion(self._name),
+                exclusive=self._locked_transaction,
+                where=self._name,
+                what="inbox ",
+            )
 
     # -- the interface -----------------------------------------------------------------
 
@@ -233,28 +236,16 @@ class SQLiteInboxStorage:
     @contextlib.contextmanager
     def _locked_transaction(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn
-        with self._lock:
-            # IMMEDIATE: take the write lock now. A second delivery of the same id then
-            # waits for the first to commit or roll back before it looks, instead of
-            # failing to upgrade a read lock half way through the application's work.
-            self._execute_ours("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        # IMMEDIATE: take the write lock now. A second delivery of the same id then
+        # waits for the first to commit or roll back before it looks, instead of
+        # failing to upgrade a read lock half way through the application's work.
+        with self._lock, immediate(conn, name=self._name):
+            yield conn
             if not conn.in_transaction:
                 raise ValueError(
                     "the transaction was ended inside the handler (COMMIT or ROLLBACK);"
                     " the inbox commits it, so that the id and the effect go together"
                 )
-            try:
-                self._execute_ours("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
 
     def in_transaction(self, tx: sqlite3.Connection) -> bool:
         return tx.in_transaction
@@ -302,10 +293,8 @@ class SQLiteInboxStorage:
         The application's statements in its handler are not wrapped: their errors are
         the application's, and reach it unchanged.
         """
-        try:
+        with sqlite_errors(self._name):
             return (conn or self._conn).execute(sql, params)
-        except sqlite3.Error as exc:
-            raise store_error(self._name, exc) from exc
 
 
 def _main_file(conn: sqlite3.Connection) -> str:

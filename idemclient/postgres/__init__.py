@@ -13,7 +13,7 @@
 Needs the `postgres` extra: ``pip install 'idemclient[postgres]'``.
 """
 
-from .._store._open import INSTALL_POSTGRES as _INSTALL
+from .._db import INSTALL_POSTGRES as _INSTALL
 
 try:
     import psycopg  # noqa: F401  (imported to fail early, with the message below)

@@ -15,30 +15,20 @@ on is refused, loudly, rather than answered as processed.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from .._clock import Clock
-from .._errors import StoreError, StoreUnavailable
-from .._store._pg_conn import (
-    COMMIT_OFF,
-    Conn,
-    check_joinable,
-    configure,
-    connect_args,
-    display,
-    durable_level,
-    open_pool,
-    pg_error,
-)
-from .._store._pg_schema import Layout, StoreIdentity, create_version_table, open_schema
+from .._db import postgres as pg
+from .._db.errors import pg_error
+from .._db.pg_schema import Layout, StoreIdentity, create_version_table, open_schema
+from .._db.postgres import Conn, pg_errors
+from .._errors import StoreUnavailable
 from ..inbox._inbox import DEFAULT_RETENTION, Inbox
 
 __all__ = ["DEFAULT_INBOX_SCHEMA", "INBOX", "PostgresInbox", "PostgresInboxStorage"]
@@ -105,7 +95,7 @@ class PostgresInboxStorage:
         if lock_timeout <= 0:
             raise ValueError("lock_timeout must be positive")
         self.schema = schema
-        self._quoted = sql.Identifier(schema).as_string()
+        self._quoted = pg.quoted(schema)
         self._table = f"{self._quoted}.inbox"
         self._lock = threading.RLock()  # only a single shared connection needs it
         self._closed = False
@@ -115,20 +105,20 @@ class PostgresInboxStorage:
         self.identity: StoreIdentity  # which inbox tables: set once they are open
         if isinstance(database, str):
             self._owned = True
-            self._where = display(database)
+            self._where = pg.display(database)
             self._open_own_pool(database, max_connections, connect_timeout, lock_timeout)
         elif isinstance(database, psycopg_pool.ConnectionPool):
             self._owned = False
             conninfo = database.conninfo  # a string, or a function that makes one
             self._where = (
-                display(conninfo) if isinstance(conninfo, str) else f"pool {database.name!r}"
+                pg.display(conninfo) if isinstance(conninfo, str) else f"pool {database.name!r}"
             )
             self._pool = database
             with self._connection() as conn:
                 self.identity = self._open_schema(conn)
         elif isinstance(database, psycopg.Connection):
             self._owned = False
-            self._where = display(database.info.dsn)
+            self._where = pg.display(database.info.dsn)
             if database.info.transaction_status is not TransactionStatus.IDLE:
                 raise ValueError(
                     "hand the connection to the inbox outside a transaction:"
@@ -146,29 +136,24 @@ class PostgresInboxStorage:
     def _open_own_pool(
         self, url: str, max_connections: int, connect_timeout: float, lock_timeout: float
     ) -> None:
-        kwargs = connect_args(url, connect_timeout)
-        # Open and migrate on one plain connection first, as the store does: a wrong URL
-        # or a foreign table then fails here, with its own message.
-        try:
-            with psycopg.connect(url, **kwargs) as conn:
-                self.identity = self._open_schema(conn)
-                self._durable_level = durable_level(conn)
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
-        self._pool = open_pool(
+        def prepare(conn: Conn) -> tuple[StoreIdentity, str | None]:
+            return self._open_schema(conn), pg.durable_level(conn)
+
+        # Opened and migrated on one plain connection first (see `open_then_pool`).
+        (self.identity, self._durable_level), self._pool = pg.open_then_pool(
             url,
-            kwargs=kwargs,
+            prepare=prepare,
             max_connections=max_connections,
             connect_timeout=connect_timeout,
-            configure=functools.partial(configure, lock_timeout=lock_timeout),
+            configure=pg.with_lock_timeout(lock_timeout),
             name=f"idemclient-inbox-{self.schema}",
+            where=self._where,
+            schema=self._quoted,
         )
 
     def _open_schema(self, conn: Conn) -> StoreIdentity:
-        try:
+        with pg_errors(self._where, self._quoted):
             return open_schema(conn, self.schema, where=self._where, layout=INBOX)
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
 
     @property
     def name(self) -> str:
@@ -206,18 +191,12 @@ class PostgresInboxStorage:
         """True if `tx` may hold the id; raises `TypeError` or `ValueError` saying why
         not (autocommit with no transaction open, a failed transaction, another
         database...)."""
-        check_joinable(
-            tx,
-            schema=self.schema,
-            layout=INBOX,
-            identity=self.identity,
-            where=self._where,
-            what="message id",
-        )
+        where = self._where
+        pg.check_joinable(tx, self.schema, INBOX, self.identity, where=where, what="message id")
         return True
 
     def insert(self, tx: Conn, sender: str, message_id: str, now: float) -> bool:
-        try:
+        with pg_errors(self._where, self._quoted):
             return (
                 tx.execute(
                     f"INSERT INTO {self._table} (sender, message_id, received_at)"
@@ -227,8 +206,6 @@ class PostgresInboxStorage:
                 ).fetchone()
                 is not None
             )
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
 
     def contains(self, sender: str, message_id: str) -> bool:
         with self._short() as conn:
@@ -241,7 +218,7 @@ class PostgresInboxStorage:
     def delete_older(self, cutoff: float, *, batch: int) -> int:
         with self._short() as conn:
             # A lost reap is redone by the next one: no need to wait for the WAL flush.
-            conn.execute(COMMIT_OFF)
+            conn.execute(pg.COMMIT_OFF)
             # SKIP LOCKED: hosts reaping at the same time share the work, never wait.
             return conn.execute(
                 f"DELETE FROM {self._table} WHERE (sender, message_id) IN"
@@ -271,10 +248,8 @@ class PostgresInboxStorage:
                 yield self._conn
             return
         assert self._pool is not None
-        try:
+        with pg_errors(self._where, self._quoted):  # PoolTimeout, a refused connection
             conn = self._pool.getconn()
-        except psycopg.Error as exc:  # PoolTimeout, a refused connection
-            raise pg_error(self._where, self._quoted, exc) from exc
         try:
             yield conn
         finally:
@@ -283,18 +258,13 @@ class PostgresInboxStorage:
     @contextlib.contextmanager
     def _short(self) -> Iterator[Conn]:
         """One short transaction of the inbox's own statements."""
-        try:
-            with self._connection() as conn:
-                if conn.info.transaction_status is not TransactionStatus.IDLE:
-                    # It would run inside the application's transaction, and see (or
-                    # delete) what that transaction has not committed.
-                    raise ValueError(f"the connection to {self._where} is in a transaction")
-                with conn.transaction():
-                    yield conn
-        except StoreError:
-            raise
-        except psycopg.Error as exc:
-            raise pg_error(self._where, self._quoted, exc) from exc
+        with pg_errors(self._where, self._quoted), self._connection() as conn:
+            if conn.info.transaction_status is not TransactionStatus.IDLE:
+                # It would run inside the application's transaction, and see (or
+                # delete) what that transaction has not committed.
+                raise ValueError(f"the connection to {self._where} is in a transaction")
+            with conn.transaction():
+                yield conn
 
 
 def _check_still_open(conn: Conn) -> None:

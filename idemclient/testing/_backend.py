@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from .._store._open import INSTALL_POSTGRES, POSTGRES_SCHEMES
+from .._db import is_postgres_url, postgres_missing
 from ._protocol.rules import Phase
 from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
 from ._storage import Storage
@@ -185,11 +185,6 @@ class StorageBackend(Protocol):
     def ledger_rows(self) -> list[LedgerRow]: ...
 
 
-def is_postgres_url(db: str | os.PathLike[str]) -> bool:
-    """Whether `db` names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
-
-
 def open_storage(db: str | os.PathLike[str]) -> StorageBackend:
     """The backend `db` names: a `postgresql://` URL, or a SQLite path (or `:memory:`)."""
     if is_postgres_url(db):
@@ -198,9 +193,6 @@ def open_storage(db: str | os.PathLike[str]) -> StorageBackend:
         try:
             from ._pg_storage import PostgresStorage
         except ImportError as exc:
-            raise ImportError(
-                f"the reference server on PostgreSQL needs psycopg 3 and psycopg-pool,"
-                f" which are not installed ({exc}); install them with: {INSTALL_POSTGRES}"
-            ) from exc
+            raise postgres_missing("the reference server on PostgreSQL", exc) from exc
         return PostgresStorage(db)
     return Storage(db)

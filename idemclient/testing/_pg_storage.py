@@ -60,10 +60,12 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from .._store._pg_conn import connect_args, open_pool
-from .._store._pg_conn import display as _display
+from .._db.dialect import POSTGRES
+from .._db.postgres import display, open_then_pool
+from .._db.versions import upgrade
+from .._errors import ForeignStore, StoreError, StoreTooNew
 from ._rows import KeyRow
-from ._statements import Dialect, Statements
+from ._statements import Statements
 from ._transactions import Transactions
 
 __all__ = ["DAY", "SCHEMA", "SCHEMA_VERSION", "PostgresStorage"]
@@ -193,19 +195,14 @@ _DDL = (
 # The shared statements (`_statements`) write times with `to_timestamp(seconds)` and
 # read them back as epoch seconds; an identity `seq` keeps insertion order.
 _SQL = Statements(
-    Dialect(
-        param="%s",
-        time="to_timestamp(%s)",
-        epoch="extract(epoch FROM {})::float8",
-        order="seq",
-    )
+    POSTGRES, time="to_timestamp(%s)", epoch="extract(epoch FROM {})::float8", order="seq"
 )
 #: The recovery sweep, answered from the partial index on unfinished keys.
 STALE = _SQL.stale
 
 
 def _epoch(column: str) -> str:
-    return _SQL.dialect.epoch.format(column)
+    return _SQL.epoch.format(column)
 
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s::int4, %s::int4)"
@@ -254,23 +251,23 @@ class PostgresStorage(Transactions):
     def __init__(self, url: str, *, max_connections: int = 10, connect_timeout: float = 10.0):
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
-        self.path = _display(url)
-        connect_kwargs = connect_args(url, connect_timeout)
-        # Create or check the schema on one plain connection first, so a wrong URL or a
-        # newer schema fails here with its own message, not in the pool's reconnect loop.
+        self.path = display(url)
         try:
-            with psycopg.connect(url, **connect_kwargs) as conn:
-                _open_schema(conn, self.path)
-        except psycopg.Error as exc:
-            raise ConnectionError(f"{self.path} cannot be used: {exc}") from exc
-        self._pool = open_pool(
-            url,
-            kwargs=connect_kwargs,
-            max_connections=max_connections,
-            connect_timeout=connect_timeout,
-            configure=_configure,
-            name="idemclient-server",
-        )
+            # Created or checked on one plain connection first (see `open_then_pool`).
+            _, self._pool = open_then_pool(
+                url,
+                prepare=lambda conn: _open_schema(conn, self.path),
+                max_connections=max_connections,
+                connect_timeout=connect_timeout,
+                configure=_configure,
+                name="idemclient-server",
+                where=self.path,
+                schema=SCHEMA,
+            )
+        except (ForeignStore, StoreTooNew) as exc:
+            raise ValueError(f"{self.path} {exc.reason}") from exc
+        except StoreError as exc:
+            raise ConnectionError(f"{self.path} {exc.reason}") from exc
         # The last day for which partitions are known to exist (this process created
         # or found them); partitions are only ever dropped once wholly in the past.
         self._ready_through = -1
@@ -473,33 +470,59 @@ def _configure(conn: Conn) -> None:
     )
 
 
-def _open_schema(conn: Conn, where: str) -> None:
-    """Create the schema and its tables, or check that they are this version's."""
-    quoted = sql.Identifier(SCHEMA)
-    with conn.transaction():
-        conn.execute(_LOCK, _MAINTENANCE_LOCK)
+class _ServerVersion:
+    """The server's version table, `schema_version` (one row), as the runner's `Marker`."""
+
+    source = f"{SCHEMA}.schema_version"
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+
+    def read(self, conn: Conn) -> int:
+        quoted = sql.Identifier(SCHEMA)
         version_table, key_table = conn.execute(
             "SELECT to_regclass(%s)::text, to_regclass(%s)::text",
             (f"{SCHEMA}.schema_version", f"{SCHEMA}.idempotency_keys"),
         ).fetchone() or (None, None)
-        if version_table is None:
-            if key_table is not None:
-                raise ValueError(
-                    f"{where} has a {SCHEMA}.idempotency_keys table that the reference server"
-                    " did not create; it was left as it is"
-                )
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(quoted))
-            conn.execute(sql.SQL("SET LOCAL search_path = {}").format(quoted))
-            for statement in _DDL:
-                conn.execute(statement)
-            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (SCHEMA_VERSION,))
-            return
-        found = conn.execute(
-            sql.SQL("SELECT version FROM {}.schema_version").format(quoted)
-        ).fetchone()
-        version = None if found is None else found[0]
-        if version != SCHEMA_VERSION:
-            raise ValueError(
-                f"{where} holds reference-server schema version {version} in schema"
-                f" {SCHEMA}; this version reads {SCHEMA_VERSION}"
+        if version_table is None and key_table is not None:
+            raise ForeignStore(
+                self._where,
+                f"has a {SCHEMA}.idempotency_keys table that the reference server did not"
+                " create; it was left as it is",
             )
+        if version_table is None:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(quoted))
+        conn.execute(sql.SQL("SET LOCAL search_path = {}").format(quoted))
+        if version_table is None:
+            return 0
+        found = conn.execute("SELECT version FROM schema_version").fetchone()
+        if found is None:
+            raise ForeignStore(self._where, f"{self.source} holds no version; it was left as it is")
+        return int(found[0])
+
+    def write(self, conn: Conn, version: int) -> None:
+        conn.execute(
+            "INSERT INTO schema_version (version) VALUES (%s)"
+            " ON CONFLICT (singleton) DO UPDATE SET version = excluded.version",
+            (version,),
+        )
+
+
+def _v1(conn: Conn) -> None:
+    for statement in _DDL:
+        conn.execute(statement)
+
+
+def _open_schema(conn: Conn, where: str) -> None:
+    """Create the schema and its tables, or check that they are this version's."""
+
+    @contextlib.contextmanager
+    def exclusive() -> Iterator[None]:
+        with conn.transaction():
+            conn.execute(_LOCK, _MAINTENANCE_LOCK)
+            yield
+
+    upgrade(
+        conn, (_v1,), _ServerVersion(where), exclusive=exclusive, where=where,
+        what="reference-server ",
+    )  # fmt: skip

@@ -1,15 +1,16 @@
 """The reference server's SQL, written once for both backends.
 
 SQLite and PostgreSQL run the same statements for every phase, look-up and outbox
-write; they differ only in how a statement is spelled, which a `Dialect` says:
+write; they differ only in how a statement is spelled: the database's `Dialect` (see
+`_db.dialect`) says how a parameter is written, and each backend how its tables keep
+what the server's own are:
 
-- `param`: the placeholder (`?` for sqlite3, `%s` for psycopg);
 - `time`: how a clock reading is written (SQLite keeps seconds as REAL, PostgreSQL
   a `timestamptz` made by `to_timestamp`);
 - `epoch`: how a time column is read back as seconds (the same in reverse);
 - `order`: the column that keeps insertion order (SQLite's `rowid`, an identity `seq`).
 
-`Statements(dialect)` renders every statement once, when a backend's module is
+`Statements(dialect, ...)` renders every statement once, when a backend's module is
 imported: each is a plain constant string after that, which both drivers' statement
 caches key on, and nothing is assembled per request but `find_resources`' filters.
 
@@ -20,24 +21,11 @@ locks) stays in that backend's module.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["Dialect", "Statements"]
+from .._db.dialect import Dialect
 
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """How one database spells the shared statements."""
-
-    #: a parameter's placeholder
-    param: str
-    #: a parameter holding a time in seconds, as the time columns store it
-    time: str
-    #: a time column read back as seconds, with `{}` for the column
-    epoch: str
-    #: the column that orders a table's rows as they were inserted
-    order: str
+__all__ = ["Statements"]
 
 
 # Templates: {p} a parameter, {t} a time parameter, {order} the insertion order, and
@@ -176,15 +164,15 @@ class Statements:
     """Every shared statement, rendered for one `Dialect`: built once per backend, at
     import, and never changed (every attribute is `Final`)."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, *, time: str, epoch: str, order: str) -> None:
         times = {
-            column: dialect.epoch.format(column)
+            column: epoch.format(column)
             for column in ("locked_at", "last_attempt_at", "created_at")
         }
         names = {
             "p": dialect.param,
-            "t": dialect.time,
-            "order": dialect.order,
+            "t": time,
+            "order": order,
             "keys": _KEY_COLUMNS.format(**times),
             "resources": _RESOURCE_COLUMNS.format(**times),
             "events": _EVENT_COLUMNS,
@@ -194,6 +182,9 @@ class Statements:
             return template.format(**names)
 
         self.dialect: Final = dialect
+        #: a time column read back as seconds, with `{}` for the column
+        self.epoch: Final = epoch
+        self.order: Final = order
         self.resource_columns: Final = names["resources"]
         self.select_key: Final = render(_SELECT_KEY)
         self.admit: Final = render(_ADMIT)
@@ -229,7 +220,4 @@ class Statements:
         planned for the index it can use; the values are parameters."""
         p = self.dialect.param
         where = " AND ".join([f"client = {p}", f"kind = {p}", *(f"{c} = {p}" for c in filters)])
-        return (
-            f"SELECT {self.resource_columns} FROM resources WHERE {where}"
-            f" ORDER BY {self.dialect.order}"
-        )
+        return f"SELECT {self.resource_columns} FROM resources WHERE {where} ORDER BY {self.order}"

@@ -29,17 +29,23 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .._db.dialect import SQLITE
+from .._db.sqlite import MEMORY, connect, immediate, use_wal
+from .._db.versions import Step, UserVersion, upgrade
+from .._errors import StoreTooNew
+
 # The row types are re-exported here, where they were first defined.
 from ._rows import EventRow, ExternalRecord, KeyRow, ResourceRow
-from ._statements import Dialect, Statements
+from ._statements import Statements
 from ._transactions import Transactions
 
 __all__ = ["SCHEMA_VERSION", "EventRow", "ExternalRecord", "KeyRow", "ResourceRow", "Storage"]
 
-# 2: webhook_events. Version 1 files gain the table when opened (CREATE IF NOT EXISTS).
-SCHEMA_VERSION = 2
-
-_SCHEMA = """
+# The migrations: _V1 and _V2 take a database to versions 1 and 2 (append only). Each
+# statement is IF NOT EXISTS, as it always was: a file that has a table before its
+# version says so opens unchanged.
+_V1 = (
+    """
 CREATE TABLE IF NOT EXISTS idempotency_keys (
   client          TEXT    NOT NULL,              -- keys are unique per client, not globally
   key             TEXT    NOT NULL,              -- client-supplied, validated at the edge
@@ -57,13 +63,18 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
   last_attempt_at REAL,
   created_at      REAL    NOT NULL,
   PRIMARY KEY (client, key)
-) WITHOUT ROWID;
+) WITHOUT ROWID
+""",
+    """
 -- The recovery worker looks only at unfinished rows: keep that search small and fast.
 -- Ordered by age (oldest first), with locked_at inside so the index alone answers.
 CREATE INDEX IF NOT EXISTS idempotency_keys_unfinished
-  ON idempotency_keys (created_at, locked_at) WHERE state = 'started';
-CREATE INDEX IF NOT EXISTS idempotency_keys_created ON idempotency_keys (created_at);
-
+  ON idempotency_keys (created_at, locked_at) WHERE state = 'started'
+""",
+    """
+CREATE INDEX IF NOT EXISTS idempotency_keys_created ON idempotency_keys (created_at)
+""",
+    """
 CREATE TABLE IF NOT EXISTS resources (
   id              TEXT    PRIMARY KEY,
   kind            TEXT    NOT NULL,              -- payment | payout
@@ -77,18 +88,26 @@ CREATE TABLE IF NOT EXISTS resources (
   ext1            TEXT,                          -- external system 1's answer, JSON
   ext2            TEXT,
   created_at      REAL    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS resources_reference ON resources (client, kind, reference);
-CREATE INDEX IF NOT EXISTS resources_key ON resources (client, kind, idempotency_key);
-
+)
+""",
+    """
+CREATE INDEX IF NOT EXISTS resources_reference ON resources (client, kind, reference)
+""",
+    """
+CREATE INDEX IF NOT EXISTS resources_key ON resources (client, kind, idempotency_key)
+""",
+    """
 -- One row per handler run: how a test proves no phase ran twice.
 CREATE TABLE IF NOT EXISTS journal (
   resource_id     TEXT    NOT NULL,
   step            TEXT    NOT NULL,
   at              REAL    NOT NULL
-);
-CREATE INDEX IF NOT EXISTS journal_resource ON journal (resource_id);
-
+)
+""",
+    """
+CREATE INDEX IF NOT EXISTS journal_resource ON journal (resource_id)
+""",
+    """
 -- The simulated external systems' own books, keyed by the derived key they were sent.
 CREATE TABLE IF NOT EXISTS external_effects (
   system          INTEGER NOT NULL,
@@ -100,9 +119,16 @@ CREATE TABLE IF NOT EXISTS external_effects (
   applied_at      REAL    NOT NULL,
   calls           INTEGER NOT NULL,              -- deliveries of this key, replays included
   PRIMARY KEY (system, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS external_effects_resource ON external_effects (resource_id);
+) WITHOUT ROWID
+""",
+    """
+CREATE INDEX IF NOT EXISTS external_effects_resource ON external_effects (resource_id)
+""",
+)
 
+# 2: the webhook outbox.
+_V2 = (
+    """
 -- The webhook outbox: one row per event, written with the resource's final status.
 CREATE TABLE IF NOT EXISTS webhook_events (
   id              TEXT    PRIMARY KEY,           -- evt_...: the message id on every delivery
@@ -118,14 +144,20 @@ CREATE TABLE IF NOT EXISTS webhook_events (
   delivered_at    REAL,
   last_status     INTEGER,                       -- the receiver's last HTTP status, if any
   last_error      TEXT                           -- or why there was none
-);
+)
+""",
+    """
 -- The deliverer reads only pending events, the soonest due first.
 CREATE INDEX IF NOT EXISTS webhook_events_due
-  ON webhook_events (next_attempt_at) WHERE state = 'pending';
-"""
+  ON webhook_events (next_attempt_at) WHERE state = 'pending'
+""",
+)
+
+SCHEMA_VERSION = 2
+
 
 # Seconds are stored as REAL as they are; `rowid` keeps insertion order.
-_SQL = Statements(Dialect(param="?", time="?", epoch="{}", order="rowid"))
+_SQL = Statements(SQLITE, time="?", epoch="{}", order="rowid")
 #: The recovery sweep (a test checks its query plan uses the partial index).
 _STALE = _SQL.stale
 _RESET = (
@@ -148,11 +180,8 @@ class Storage(Transactions):
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout: float = 10.0):
         self.path = os.fspath(path)
         self._lock = threading.Lock()
-        # isolation_level=None: the module must not open transactions behind our back;
-        # every write below says BEGIN IMMEDIATE itself.
-        self._conn = sqlite3.connect(
-            self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
-        )
+        # Autocommit: every write below is a BEGIN IMMEDIATE transaction of its own.
+        self._conn = connect(self.path, busy_timeout=busy_timeout, check=False)
         try:
             self._prepare()
         except BaseException:
@@ -161,19 +190,22 @@ class Storage(Transactions):
 
     def _prepare(self) -> None:
         conn = self._conn
-        if self.path != ":memory:":
-            conn.execute("PRAGMA journal_mode = WAL")
+        if self.path != MEMORY:
+            use_wal(conn, self.path, required=False)
         # A lost outcome commit costs one replayed phase, which the protocol absorbs;
         # NORMAL keeps commits cheap without risking corruption.
         conn.execute("PRAGMA synchronous = NORMAL")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if not 0 <= version <= SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.path!r} holds reference-server schema version {version}; "
-                f"this version reads {SCHEMA_VERSION}"
+        try:
+            upgrade(
+                conn,
+                (_statements(_V1), _statements(_V2)),
+                UserVersion(),
+                exclusive=lambda: immediate(conn),
+                where=self.path,
+                what="reference-server ",
             )
-        conn.executescript(f"BEGIN IMMEDIATE;\n{_SCHEMA}\nCOMMIT;")
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except StoreTooNew as exc:
+            raise ValueError(f"{self.path!r}: {exc.reason}") from exc
 
     def close(self) -> None:
         with self._lock:
@@ -181,15 +213,8 @@ class Storage(Transactions):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._lock, immediate(self._conn) as conn:
+            yield conn
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -234,3 +259,11 @@ class Storage(Transactions):
         with self._write() as conn:
             for statement in _RESET:
                 conn.execute(statement)
+
+
+def _statements(ddl: tuple[str, ...]) -> Step[sqlite3.Connection]:
+    def step(conn: sqlite3.Connection) -> None:
+        for statement in ddl:
+            conn.execute(statement)
+
+    return step

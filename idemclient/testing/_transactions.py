@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import ClassVar
 
-from .._store._sqlstore import Connection
+from .._db.dialect import Connection
 from ._protocol.rules import Phase
 from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
 from ._statements import Statements

@@ -14,7 +14,7 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from idemclient._store._pg_conn import display
+from idemclient._db.postgres import display
 from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresInbox, PostgresInboxStorage
 from tests.support.pgcluster import Cluster

@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from idemclient import Client, State
+from idemclient._db.pg_schema import open_schema
 from idemclient._store import new_owner
-from idemclient._store._pg_schema import MIGRATIONS, SCHEMA_VERSION, open_schema
+from idemclient._store._pg_schema import MIGRATIONS, SCHEMA_VERSION, STORE
 from idemclient._transport import make_settings
 from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresStore
@@ -178,7 +179,7 @@ def test_migrations_run_in_order_once(pg_url: str) -> None:
     steps = (*MIGRATIONS, add_column)
     for _ in range(2):
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            identity = open_schema(conn, "idemclient", where="test", migrations=steps)
+            identity = open_schema(conn, "idemclient", where="test", layout=STORE, migrations=steps)
     assert applied == [2]
     assert identity.version == len(steps)
     with psycopg.connect(pg_url) as conn:
@@ -201,11 +202,12 @@ def test_a_failed_migration_changes_nothing(pg_url: str) -> None:
         conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN half_done text")
         raise RuntimeError("migration bug")
 
+    steps = (*MIGRATIONS, broken)
     with (
         psycopg.connect(pg_url, autocommit=True) as conn,
         pytest.raises(RuntimeError, match="migration bug"),
     ):
-        open_schema(conn, "idemclient", where="test", migrations=(*MIGRATIONS, broken))
+        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=steps)
     assert snapshot(pg_url, "idemclient") == before
     with PostgresStore(pg_url) as store:
         assert store.identity.store_id == store_id
@@ -332,7 +334,7 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
     body = b'{"amount":1}'
     url = f"https://psp.test/v1/payouts?access_token={secret}&page=1"
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        open_schema(conn, "idemclient", where="test", migrations=MIGRATIONS[:1])
+        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:1])
         conn.execute(
             "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
             " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"

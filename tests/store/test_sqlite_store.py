@@ -277,7 +277,7 @@ def test_concurrent_intents_are_committed_in_groups(store: SQLiteStore) -> None:
 
 
 def test_only_a_damaged_file_is_called_damaged() -> None:
-    from idemclient._store._schema import store_error
+    from idemclient._db.errors import sqlite_error as store_error
 
     not_a_db = sqlite3.DatabaseError("file is not a database")
     not_a_db.sqlite_errorcode = 26  # type: ignore[attr-defined]

@@ -1,11 +1,14 @@
-"""What every PostgreSQL user in idemclient does the same way with connections.
+"""PostgreSQL connections: what every PostgreSQL user in idemclient does the same way.
 
 The store, the inbox and the reference server all name the database in messages
-without its password, connect with the same arguments, translate psycopg's errors at
-one boundary, and keep a commit durable when the database runs with
-``synchronous_commit = off``. The store's outbox and the inbox both join a transaction
-that the application opened on its own connection, and check that connection the same
-way before writing into it. So all of it is here, once.
+without its password (`display`), connect with the same arguments (`connect_args`),
+open their tables on one plain connection before their pool (`open_then_pool`), so
+that a wrong URL or foreign tables fail at once with their own message instead of in
+the pool's reconnection loop, translate psycopg's errors at one boundary
+(`pg_errors`), and keep a commit durable when the database runs with
+``synchronous_commit = off`` (`durable_level`). The store's outbox and the inbox both
+join a transaction that the application opened on its own connection, and check that
+connection the same way before writing into it (`check_joinable`).
 
 psycopg is an optional dependency: nothing imports this module until PostgreSQL is
 asked for.
@@ -13,32 +16,37 @@ asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
-from psycopg import errors, sql
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from .._errors import StoreCorrupt, StoreError, StoreUnavailable
-from ._pg_schema import Layout, StoreIdentity, read_identity
+from .errors import pg_error
+from .pg_schema import Layout, StoreIdentity, read_identity
 
 __all__ = [
     "COMMIT_OFF",
     "COMMIT_ON",
     "Conn",
     "check_joinable",
-    "configure",
     "connect_args",
     "display",
     "durable_level",
-    "open_pool",
-    "pg_error",
+    "open_then_pool",
+    "pg_errors",
+    "quoted",
+    "with_lock_timeout",
 ]
 
+T = TypeVar("T")
+
 Conn = psycopg.Connection[Any]
+Pool = psycopg_pool.ConnectionPool[Conn]
 
 COMMIT_OFF = "SET LOCAL synchronous_commit = off"
 COMMIT_ON = "SET LOCAL synchronous_commit = on"
@@ -58,6 +66,11 @@ def display(url: str) -> str:
     return f"postgresql://{f'{user}@' if user else ''}{where}/{database}"
 
 
+def quoted(schema: str) -> str:
+    """`schema` as an SQL identifier, ready to prefix table names with."""
+    return sql.Identifier(schema).as_string()
+
+
 def connect_args(url: str, connect_timeout: float) -> dict[str, Any]:
     """Arguments for `psycopg.connect` and a pool: autocommit (transactions are
     explicit), and `connect_timeout` unless the URL sets its own."""
@@ -67,17 +80,33 @@ def connect_args(url: str, connect_timeout: float) -> dict[str, Any]:
     return args
 
 
-def open_pool(
+@contextlib.contextmanager
+def pg_errors(where: str, schema: str) -> Iterator[None]:
+    """psycopg's errors raised inside the block, as ours (see `errors.pg_error`)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise pg_error(where, schema, exc) from exc
+
+
+def open_then_pool(
     url: str,
     *,
-    kwargs: dict[str, Any],
+    prepare: Callable[[Conn], T],
     max_connections: int,
     connect_timeout: float,
     configure: Callable[[Conn], None],
     name: str,
-) -> psycopg_pool.ConnectionPool[Conn]:
-    """A pool of up to `max_connections`, each set up by `configure` when made."""
-    return psycopg_pool.ConnectionPool(
+    where: str,
+    schema: str,
+) -> tuple[T, Pool]:
+    """`prepare(conn)` on one plain connection (open and migrate the tables, read a
+    setting), then a pool of up to `max_connections`, each connection set up by
+    `configure` when made. psycopg's errors in connecting or preparing are ours."""
+    kwargs = connect_args(url, connect_timeout)
+    with pg_errors(where, schema), psycopg.connect(url, **kwargs) as conn:
+        prepared = prepare(conn)
+    pool: Pool = psycopg_pool.ConnectionPool(
         url,
         kwargs=kwargs,
         min_size=1,
@@ -89,16 +118,20 @@ def open_pool(
         name=name,
         open=True,
     )
+    return prepared, pool
 
 
-def configure(conn: Conn, *, lock_timeout: float) -> None:
-    """Set up a new pooled connection. A statement waiting for a row that another
+def with_lock_timeout(seconds: float) -> Callable[[Conn], None]:
+    """Set up a new pooled connection so that a statement waiting for a row that another
     transaction holds (an outbox operation not yet committed, a message id another
-    delivery is processing) gives up after `lock_timeout` instead of hanging; a thread
-    that waits for its own open transaction would otherwise wait forever."""
-    conn.execute(
-        "SELECT set_config('lock_timeout', %s, false)", (f"{max(1, round(lock_timeout * 1000))}ms",)
-    )
+    delivery is processing) gives up after `seconds` instead of hanging; a thread that
+    waits for its own open transaction would otherwise wait forever."""
+    setting = f"{max(1, round(seconds * 1000))}ms"
+
+    def configure(conn: Conn) -> None:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (setting,))
+
+    return configure
 
 
 def durable_level(conn: Conn) -> str | None:
@@ -108,21 +141,8 @@ def durable_level(conn: Conn) -> str | None:
     return COMMIT_ON if setting is not None and setting[0] == "off" else None
 
 
-def pg_error(where: str, schema: str, error: psycopg.Error) -> StoreError:
-    """psycopg's error as ours, naming the database (`where`) and the quoted schema."""
-    if isinstance(error, errors.UndefinedTable | errors.UndefinedColumn):
-        return StoreCorrupt(where, f"the tables in schema {schema} changed: {error}")
-    return StoreUnavailable(where, f"cannot be used: {error}".strip())
-
-
 def check_joinable(
-    conn: object,
-    *,
-    schema: str,
-    layout: Layout,
-    identity: StoreIdentity,
-    where: str,
-    what: str,
+    conn: object, schema: str, layout: Layout, identity: StoreIdentity, *, where: str, what: str
 ) -> None:
     """Refuse to write `what` through the application's `conn` unless it will commit
     together with the application's rows, in the database that holds our tables.
@@ -153,16 +173,14 @@ def check_joinable(
         )
     if status not in (TransactionStatus.IDLE, TransactionStatus.INTRANS):
         raise ValueError(f"the connection is busy ({status.name}); wait for its result")
-    quoted = sql.Identifier(schema).as_string(conn)
-    try:
+    name = sql.Identifier(schema).as_string(conn)
+    with pg_errors(where, name):
         found = read_identity(conn, schema, where=where, layout=layout)
-    except psycopg.Error as exc:
-        raise pg_error(where, quoted, exc) from exc
     if found is None or found.store_id != identity.store_id:
         there = f"another idemclient {layout.noun}" if found else f"no idemclient {layout.noun}"
         raise ValueError(
             f"the connection is to database {conn.info.dbname!r}, where schema"
-            f" {quoted} holds {there}; this {layout.noun} is {where} (schema"
-            f" {quoted}). Record the {what} through a connection to the"
+            f" {name} holds {there}; this {layout.noun} is {where} (schema"
+            f" {name}). Record the {what} through a connection to the"
             f" {layout.noun}'s own database."
         )
