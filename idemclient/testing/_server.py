@@ -19,7 +19,6 @@ import httpx
 
 from .._clock import ManualClock
 from ._adapters.transport import ReferenceTransport
-from ._backend import open_storage
 from ._machine.clock import ServerClock
 from ._machine.control import handle_control
 from ._machine.core import Core
@@ -35,6 +34,7 @@ from ._machine.records import (
 from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, Deliverer, WebhookFault
 from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol.rules import Phase
+from ._storage.backend import open_storage
 
 __all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
 

@@ -24,7 +24,7 @@ from idemclient.testing import (
     serve,
 )
 from idemclient.testing._machine.webhooks import MAX_RETRY_DELAY, event_for, retry_delay
-from idemclient.testing._storage import SCHEMA_VERSION, Storage
+from idemclient.testing._storage.sqlite import SCHEMA_VERSION, Storage
 
 from .conftest import SECRET, wsgi_server
 

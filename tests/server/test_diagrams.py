@@ -15,7 +15,7 @@ from idemclient.testing import (
     ServerRequest,
     ServerResponse,
 )
-from idemclient.testing._storage import Storage
+from idemclient.testing._storage.sqlite import Storage
 
 from .server_helpers import BODY, Env
 

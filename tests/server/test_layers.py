@@ -16,20 +16,18 @@ import pytest
 import idemclient.testing
 
 PACKAGE = Path(idemclient.testing.__file__).parent
-STORAGE = {"_backend", "_storage", "_pg_storage", "_transactions", "_statements", "_rows"}
 
 # layer -> the layers (of idemclient.testing) its modules may import at run time
 ALLOWED = {
     "_protocol": {"_protocol"},
-    "storage": {"_protocol", "storage"},
-    "_machine": {"_protocol", "storage", "_machine"},
+    "_storage": {"_protocol", "_storage"},
+    "_machine": {"_protocol", "_storage", "_machine"},
 }
 
 
 def layer_of(parts: tuple[str, ...]) -> str:
     """The layer of a module of idemclient.testing, from its path inside the package."""
-    head = parts[0].removesuffix(".py")
-    return "storage" if head in STORAGE else head
+    return parts[0].removesuffix(".py")
 
 
 def runtime_imports(path: Path) -> list[tuple[str, ...]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from idemclient.testing import ReferenceServer
-from idemclient.testing._storage import _STALE, SCHEMA_VERSION, Storage
+from idemclient.testing._storage.sqlite import _STALE, SCHEMA_VERSION, Storage
 
 from .server_helpers import Env
 

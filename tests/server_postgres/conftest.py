@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from idemclient.testing import LiveServer, ReferenceServer, SandboxClient, serve
-from idemclient.testing._pg_storage import SCHEMA
+from idemclient.testing._storage.postgres import SCHEMA
 from tests.support.pgcluster import Cluster
 
 from ..server.server_helpers import Env

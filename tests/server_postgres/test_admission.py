@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from idemclient.testing import Phase
-from idemclient.testing._pg_storage import (
+from idemclient.testing._storage.postgres import (
     _ADMISSION_CLASS,
     DAY,
     SCHEMA,
@@ -24,7 +24,7 @@ from idemclient.testing._pg_storage import (
     admission_lock,
     day_of,
 )
-from idemclient.testing._storage import KeyRow
+from idemclient.testing._storage.sqlite import KeyRow
 
 T = TypeVar("T")
 

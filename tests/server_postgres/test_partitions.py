@@ -15,7 +15,7 @@ import pytest
 
 from idemclient import ManualClock
 from idemclient.testing import ReferenceServer
-from idemclient.testing._pg_storage import DAY, SCHEMA, PostgresStorage
+from idemclient.testing._storage.postgres import DAY, SCHEMA, PostgresStorage
 
 from ..server.server_helpers import Env
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from idemclient.cli import main
 from idemclient.testing import ReferenceServer
-from idemclient.testing._pg_storage import DAY, SCHEMA, SCHEMA_VERSION, STALE, PostgresStorage
+from idemclient.testing._storage.postgres import DAY, SCHEMA, SCHEMA_VERSION, STALE, PostgresStorage
 
 NOW = 1_800_000_000.0  # a ManualClock's default start: 2027-01-15 08:00 UTC
 TODAY = int(NOW // DAY)

@@ -21,8 +21,8 @@ from types import FrameType
 import click
 
 from ..._clock import SystemClock
-from .._backend import is_postgres_url
 from .._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
+from .._storage.backend import is_postgres_url
 from .asgi import ReferenceApp
 
 __all__ = ["server"]

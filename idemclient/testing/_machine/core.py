@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from .._backend import StorageBackend
 from .._protocol.messages import DropConnection, ServerRequest, ServerResponse, json_bytes
 from .._protocol.rules import (
     JSON_CONTENT_TYPE,
@@ -46,7 +45,8 @@ from .._protocol.rules import (
     render_retry_after,
     request_hash,
 )
-from .._rows import ExternalRecord, KeyRow, ResourceRow
+from .._storage.backend import StorageBackend
+from .._storage.rows import ExternalRecord, KeyRow, ResourceRow
 from .clock import ServerClock
 from .external import ExternalDown, ExternalSystem, ExternalTimeout
 from .faults import Action, Answer, Crash, Delay, FaultPlan

@@ -24,8 +24,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from .._backend import StorageBackend
-from .._rows import ExternalRecord
+from .._storage.backend import StorageBackend
+from .._storage.rows import ExternalRecord
 from .clock import ServerClock
 from .faults import Gate
 

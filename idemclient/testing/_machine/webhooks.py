@@ -31,9 +31,9 @@ from typing import Any
 import httpx
 
 from ...inbox._signature import MESSAGE_ID_HEADER, SIGNATURE_HEADER, secret_bytes, sign
-from .._backend import StorageBackend
 from .._protocol.messages import json_bytes
-from .._rows import EventRow, ResourceRow
+from .._storage.backend import StorageBackend
+from .._storage.rows import EventRow, ResourceRow
 from .clock import ServerClock
 from .records import WebhookReport
 

@@ -22,10 +22,10 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import ClassVar
 
-from .._db.dialect import Connection
-from ._protocol.rules import Phase
-from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
-from ._statements import Statements
+from ..._db.dialect import Connection
+from .._protocol.rules import Phase
+from .rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
+from .statements import Statements
 
 __all__ = ["Connection", "Transactions"]
 

@@ -29,15 +29,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .._db.dialect import SQLITE
-from .._db.sqlite import MEMORY, connect, immediate, use_wal
-from .._db.versions import Step, UserVersion, upgrade
-from .._errors import StoreTooNew
+from ..._db.dialect import SQLITE
+from ..._db.sqlite import MEMORY, connect, immediate, use_wal
+from ..._db.versions import Step, UserVersion, upgrade
+from ..._errors import StoreTooNew
 
 # The row types are re-exported here, where they were first defined.
-from ._rows import EventRow, ExternalRecord, KeyRow, ResourceRow
-from ._statements import Statements
-from ._transactions import Transactions
+from .rows import EventRow, ExternalRecord, KeyRow, ResourceRow
+from .statements import Statements
+from .transactions import Transactions
 
 __all__ = ["SCHEMA_VERSION", "EventRow", "ExternalRecord", "KeyRow", "ResourceRow", "Storage"]
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from .._db import is_postgres_url, postgres_missing
-from ._protocol.rules import Phase
-from ._rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
-from ._storage import Storage
+from ..._db import is_postgres_url, postgres_missing
+from .._protocol.rules import Phase
+from .rows import EventRow, ExternalRecord, KeyRow, LedgerRow, ResourceRow
+from .sqlite import Storage
 
 __all__ = ["LedgerRow", "StorageBackend", "is_postgres_url", "open_storage"]
 
@@ -191,7 +191,7 @@ def open_storage(db: str | os.PathLike[str]) -> StorageBackend:
         assert isinstance(db, str)
         # Imported only now: psycopg is an optional dependency.
         try:
-            from ._pg_storage import PostgresStorage
+            from .postgres import PostgresStorage
         except ImportError as exc:
             raise postgres_missing("the reference server on PostgreSQL", exc) from exc
         return PostgresStorage(db)

@@ -60,13 +60,13 @@ from typing import Any
 import psycopg
 from psycopg import errors, sql
 
-from .._db.dialect import POSTGRES
-from .._db.postgres import display, open_then_pool
-from .._db.versions import upgrade
-from .._errors import ForeignStore, StoreError, StoreTooNew
-from ._rows import KeyRow
-from ._statements import Statements
-from ._transactions import Transactions
+from ..._db.dialect import POSTGRES
+from ..._db.postgres import display, open_then_pool
+from ..._db.versions import upgrade
+from ..._errors import ForeignStore, StoreError, StoreTooNew
+from .rows import KeyRow
+from .statements import Statements
+from .transactions import Transactions
 
 __all__ = ["DAY", "SCHEMA", "SCHEMA_VERSION", "PostgresStorage"]
 

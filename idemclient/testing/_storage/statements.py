@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from .._db.dialect import Dialect
+from ..._db.dialect import Dialect
 
 __all__ = ["Statements"]
 
