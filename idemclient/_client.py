@@ -10,6 +10,7 @@ comes back as an `Outcome` in state `failed`, like an httpx response with that s
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import random
 import warnings
@@ -207,8 +208,11 @@ def _start_store(store: Store, clock: Clock) -> None:
 
 
 class _Twin(Generic[P, T]):
-    """A client method written once, as a step (see `_operations`): `Client` runs it
-    in the calling thread, `AsyncClient` awaits it (store calls in a worker thread)."""
+    """A client method written once, as a step (see `_operations`). Each client class
+    gets it as a function of its own (`_Common.__init_subclass__`): `Client` runs the
+    step in the calling thread, `AsyncClient` awaits it (store calls in a worker
+    thread). So `Client.post` is a plain function and `AsyncClient.post` a coroutine
+    function, as code built on the classes (subclasses, mocks, `inspect`) expects."""
 
     def __init__(self, step: Callable[Concatenate[Any, P], Op[T]]) -> None:
         self.step = step
@@ -221,15 +225,68 @@ class _Twin(Generic[P, T]):
     @overload
     def __get__(self, obj: Client, owner: type) -> Callable[P, T]: ...
     def __get__(self, obj: object, owner: type) -> Any:
-        if obj is None:
-            return self
-        assert isinstance(obj, _Common)
-        return obj._bind(self.step)
+        return self  # replaced by a function in every client class
+
+
+class _Verb(_Twin[P, T]):
+    """`post`, `patch`, `put`, `delete`: `request` with the method filled in, called as
+    `self.request`, so that a subclass's own `request` is what they go through."""
+
+    def __init__(self, method: str, step: Callable[Concatenate[Any, P], Op[T]]) -> None:
+        super().__init__(step)
+        self.method = method
+
+
+def _verb(method: str) -> Callable[[Callable[Concatenate[Any, P], Op[T]]], _Verb[P, T]]:
+    def make(step: Callable[Concatenate[Any, P], Op[T]]) -> _Verb[P, T]:
+        return _Verb(method, step)
+
+    return make
+
+
+def _method(twin: _Twin[Any, Any], name: str, owner: type, *, awaited: bool) -> Any:
+    """The function `owner` has for `twin`: the step run (or awaited), or for a verb a
+    call of the instance's `request`; its name, doc and signature are the step's, with
+    what a call returns in place of `Op[...]`."""
+    step = twin.step
+    method: Any
+    if isinstance(twin, _Verb) and awaited:
+        verb = twin.method
+
+        async def method(self: AsyncClient, url: Any, /, **kwargs: Any) -> Any:
+            return await self.request(verb, url, **kwargs)
+
+    elif isinstance(twin, _Verb):
+        verb = twin.method
+
+        def method(self: Client, url: Any, /, **kwargs: Any) -> Any:
+            return self.request(verb, url, **kwargs)
+
+    elif awaited:
+
+        async def method(self: AsyncClient, /, *args: Any, **kwargs: Any) -> Any:
+            return await arun(step(self, *args, **kwargs), self.http)
+
+    else:
+
+        def method(self: Client, /, *args: Any, **kwargs: Any) -> Any:
+            return run(step(self, *args, **kwargs), self.http)
+
+    functools.update_wrapper(method, step)
+    del method.__wrapped__  # the signature below is the one to show
+    method.__qualname__ = f"{owner.__qualname__}.{name}"
+    signature = inspect.signature(step)
+    returns = signature.return_annotation
+    if isinstance(returns, str) and returns.startswith("Op[") and returns.endswith("]"):
+        returns = returns[3:-1]
+    method.__signature__ = signature.replace(return_annotation=returns)
+    method.__annotations__ = {**step.__annotations__, "return": returns}
+    return method
 
 
 class _Common(Generic[HttpxClient]):
     """`Client` and `AsyncClient`: every method is written here once; the two classes
-    differ only in how they run it (`_bind`) and close."""
+    differ only in how they run it (a function each, see `_Twin`) and close."""
 
     settings: Settings
     http: HttpxClient
@@ -237,6 +294,13 @@ class _Common(Generic[HttpxClient]):
     _factory: Callable[..., HttpxClient]
     #: the store is opened and started at its first call (async: in a worker thread)
     _deferred: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):
+            twin = inspect.getattr_static(cls, name)
+            if isinstance(twin, _Twin):  # not where a subclass has its own already
+                setattr(cls, name, _method(twin, name, cls, awaited=cls._deferred))
 
     def __init__(
         self,
@@ -268,9 +332,6 @@ class _Common(Generic[HttpxClient]):
         )
         self.http = self._attach(http, self._factory, httpx_options)
 
-    def _bind(self, step: Callable[..., Op[T]]) -> Callable[..., Any]:  # pragma: no cover
-        raise NotImplementedError
-
     def _check_method(self, method: str) -> None:
         """An operation's method must be one the policy gives keys to: anything else
         would be sent with no key and no record, and could not be retried safely."""
@@ -283,7 +344,10 @@ class _Common(Generic[HttpxClient]):
 
     @property
     def store(self) -> Store:
-        return self.settings.store
+        """The store, as given or as opened from the path or URL given. An `AsyncClient`
+        opens it here, in the calling thread, if it has not yet (its own calls open it in
+        a worker thread)."""
+        return opened(self.settings.store)
 
     @property
     def policy(self) -> RetryPolicy:
@@ -331,20 +395,20 @@ class _Common(Generic[HttpxClient]):
         sent = yield from sent_by(Http("request", (method, url), options))
         return settle(sent)
 
-    @_Twin
+    @_verb("POST")
     def post(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
         return (yield from _Common.request.step(self, "POST", url, **kwargs))
 
-    @_Twin
+    @_verb("PATCH")
     def patch(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
         return (yield from _Common.request.step(self, "PATCH", url, **kwargs))
 
-    @_Twin
+    @_verb("PUT")
     def put(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
         """PUT, as an operation: the policy's `methods` must include it (else a ValueError)."""
         return (yield from _Common.request.step(self, "PUT", url, **kwargs))
 
-    @_Twin
+    @_verb("DELETE")
     def delete(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
         """DELETE, as an operation: the policy's `methods` must include it (else a ValueError)."""
         return (yield from _Common.request.step(self, "DELETE", url, **kwargs))
@@ -503,13 +567,6 @@ class Client(_Common[httpx.Client]):
 
     _factory = httpx.Client
 
-    def _bind(self, step: Callable[..., Op[T]]) -> Callable[..., T]:
-        @functools.wraps(step)
-        def call(*args: Any, **kwargs: Any) -> T:
-            return run(step(self, *args, **kwargs), self.http)
-
-        return call
-
     #: What the store knows of an operation (its `Outcome`, or None), without any
     #: network call.
     operation = _Twin(_Common._stored)
@@ -538,13 +595,6 @@ class AsyncClient(_Common[httpx.AsyncClient]):
 
     _factory = httpx.AsyncClient
     _deferred = True
-
-    def _bind(self, step: Callable[..., Op[T]]) -> Callable[..., Coroutine[Any, Any, T]]:
-        @functools.wraps(step)
-        async def call(*args: Any, **kwargs: Any) -> T:
-            return await arun(step(self, *args, **kwargs), self.http)
-
-        return call
 
     #: What the store knows of an operation (its `Outcome`, or None), without any
     #: network call; the store is read in a worker thread.

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ._errors import StoreUnavailable
 from ._store import Store
 
 __all__ = ["DeferredStore", "opened"]
@@ -24,12 +25,18 @@ class DeferredStore:
     """A `Store` opened by `open_` and started by `start` on its first call."""
 
     def __init__(
-        self, open_: Callable[[], Store], start: Callable[[Store], None] | None = None
+        self,
+        open_: Callable[[], Store],
+        start: Callable[[Store], None] | None = None,
+        *,
+        where: str = "not opened yet",
     ) -> None:
         self._open = open_
         self._start = start
+        self._where = where
         self._store: Store | None = None
         self._started = start is None
+        self._closed = False
         self._lock = threading.Lock()
 
     def opened(self) -> Store:
@@ -38,6 +45,9 @@ class DeferredStore:
         if store is not None and self._started:
             return store
         with self._lock:
+            if self._closed:
+                # Closed before its first use: never opened (or created) afterwards.
+                raise StoreUnavailable(self._where, "is closed")
             if self._store is None:
                 self._store = self._open()
             if not self._started:
@@ -51,8 +61,9 @@ class DeferredStore:
         return self.opened().path
 
     def close(self) -> None:
-        """Close the store if it was opened; nothing to do if it never was."""
+        """Close the store if it was opened; one never opened stays unopened for good."""
         with self._lock:
+            self._closed = True
             store = self._store
         if store is not None:
             store.close()

@@ -22,10 +22,11 @@ installs a `send` on the client that opens one for each call (`install`).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -184,20 +185,9 @@ def install(
 
         @functools.wraps(original)
         def send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-            exchange = Exchange(owner, request)
-            token = _CURRENT.set(exchange)
-            response = None
-            try:
-                response = original(request, *args, **kwargs)
-                return response
-            except Exception as exc:
-                unsettled = _unsettled(exchange, exc)
-                if unsettled is exc:
-                    raise
-                raise unsettled from exc
-            finally:
-                _CURRENT.reset(token)
-                _end(exchange, response, tell)
+            with _exchanging(owner, request, tell) as ended:
+                ended.response = original(request, *args, **kwargs)
+                return ended.response
 
         client.send = send  # type: ignore[method-assign]  # the instance's own send
     else:
@@ -205,22 +195,40 @@ def install(
 
         @functools.wraps(aoriginal)
         async def asend(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-            exchange = Exchange(owner, request)
-            token = _CURRENT.set(exchange)
-            response = None
-            try:
-                response = await aoriginal(request, *args, **kwargs)
-                return response
-            except Exception as exc:
-                unsettled = _unsettled(exchange, exc)
-                if unsettled is exc:
-                    raise
-                raise unsettled from exc
-            finally:
-                _CURRENT.reset(token)
-                _end(exchange, response, tell)
+            with _exchanging(owner, request, tell) as ended:
+                ended.response = await aoriginal(request, *args, **kwargs)
+                return ended.response
 
         client.send = asend  # type: ignore[method-assign]  # the instance's own send
+
+
+@dataclass(slots=True)
+class _Ended:
+    """What one send came to: the response httpx gave back, if it gave one."""
+
+    response: httpx.Response | None = None
+
+
+@contextlib.contextmanager
+def _exchanging(
+    owner: object, request: httpx.Request, tell: Callable[[Continuation], None]
+) -> Iterator[_Ended]:
+    """One send of a wrapped client, sync or async alike: the exchange is current
+    while httpx works on the request, an error raised above the transport after a
+    handoff says what it means for the operation, and the exchange ends either way."""
+    exchange = Exchange(owner, request)
+    token = _CURRENT.set(exchange)
+    ended = _Ended()
+    try:
+        yield ended
+    except Exception as exc:
+        unsettled = _unsettled(exchange, exc)
+        if unsettled is exc:
+            raise
+        raise unsettled from exc
+    finally:
+        _CURRENT.reset(token)
+        _end(exchange, ended.response, tell)
 
 
 def _unsettled(exchange: Exchange, error: Exception) -> Exception:

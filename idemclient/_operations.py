@@ -330,7 +330,12 @@ def sent_by(call: Http) -> Op[Sent]:
         return Sent(exc.outcome, exc)
     except AnswerNotKept as exc:  # finished, its body not kept: the outcome says so
         return Sent(exc.outcome)
-    return Sent(outcome_of(response), response=response)
+    outcome = outcome_of(response)
+    if outcome is not None and not outcome.state.finished:
+        # Handed back to httpx and ended there (a 401 no auth flow sent on, a redirect
+        # not followed): not an answer to read. Closed the way its client closes.
+        yield Close(response)
+    return Sent(outcome, response=response)
 
 
 def request_for(
@@ -405,8 +410,7 @@ def settle(sent: Sent) -> Outcome:
         )
     if not outcome.state.finished:
         # An answer that went back to httpx and ended the call there: a 401 that no
-        # auth flow sent on, a redirect not followed.
-        response.close()
+        # auth flow sent on, a redirect not followed (closed by `sent_by`).
         raise unsettled_error(outcome, _handed_back_reason(response.status_code))
     if outcome.state is State.FAILED and response.status_code == 422:
         raise KeyConflict(

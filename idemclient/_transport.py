@@ -29,6 +29,7 @@ from ._call import (
     body_from_chunks,
 )
 from ._clock import Clock, SystemClock
+from ._db import is_postgres_url
 from ._deferred import DeferredStore
 from ._flow import (
     Body,
@@ -80,8 +81,9 @@ def make_settings(
         open_store, store, secret_headers=secret_headers, persist_headers=persist_headers
     )
     begin = None if start is None else functools.partial(_start, start, clock)
-    if owns_store and deferred:
-        opened: Store = cast(Store, DeferredStore(opening, begin))
+    if isinstance(store, str | os.PathLike) and deferred:
+        where = "a PostgreSQL store" if is_postgres_url(store) else os.fspath(store)
+        opened: Store = cast(Store, DeferredStore(opening, begin, where=where))
     else:
         given = opened = opening()  # opens a path; a Store object is only checked
         if begin is not None and deferred:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import inspect
 import logging
 import threading
 import uuid
@@ -1186,7 +1187,7 @@ def make_run(
         raise ValueError(f"operation {operation!r} must be a non-empty name")
     return _Run(
         batch,
-        store=client.store,
+        store=client.settings.store,
         clock=client.settings.clock,
         policy=client.policy,
         http=client.http,
@@ -1263,7 +1264,20 @@ def submit(
 
 async def asubmit(batch: Batch, client: AsyncClient, **options: Unpack[SubmitOptions]) -> Report:
     """`submit` for an `AsyncClient`: the same options, the same phases, awaited."""
+    unknown = sorted(set(options) - set(SubmitOptions.__annotations__))
+    if unknown:
+        # As a misspelt keyword of `submit` is: refused, never sent with a default.
+        raise TypeError(f"asubmit() got an unexpected keyword argument {unknown[0]!r}")
     return await arun(_phases(make_run(batch, client, **options)), client.http)
+
+
+# What `help()` and `inspect.signature` show: `submit`'s options, for an `AsyncClient`.
+asubmit.__signature__ = inspect.signature(submit).replace(  # type: ignore[attr-defined]
+    parameters=[
+        parameter.replace(annotation="AsyncClient") if parameter.name == "client" else parameter
+        for parameter in inspect.signature(submit).parameters.values()
+    ]
+)
 
 
 def _defaults(function: Callable[..., Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import threading
 from collections import Counter
@@ -326,6 +327,31 @@ async def test_async_submit_stops_when_the_look_up_does_not_work(
             await asubmit(make_batch(5), client, lookup="/v1/nowhere?reference={reference}")
         assert client.store.counts()[State.PENDING] == 0
     assert server.ledger() == ()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("misspelt", ["paht", "concurency", "notify", "metadata"])
+async def test_async_submit_refuses_an_unknown_keyword_before_sending(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path, misspelt: str
+) -> None:
+    # As submit() does: a misspelt path= must not send to the default path.
+    async with AsyncClient(
+        store=tmp_path / "s.db",
+        clock=clock,
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer payroll-ops"},
+    ) as client:
+        with pytest.raises(TypeError, match=misspelt):
+            await asubmit(make_batch(3), client, **{misspelt: "/v1/elsewhere"})  # type: ignore[arg-type]
+    assert server.ledger() == ()
+
+
+def test_async_submit_shows_the_options_of_submit() -> None:
+    options = dict(inspect.signature(submit).parameters)
+    shown = dict(inspect.signature(asubmit).parameters)
+    assert shown.keys() == options.keys()
+    assert shown["concurrency"].default == options["concurrency"].default
 
 
 def test_a_maybe_applied_row_past_the_key_retention_is_looked_up_not_sent_blindly(

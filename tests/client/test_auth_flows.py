@@ -236,3 +236,26 @@ async def test_the_async_client_hands_401_to_the_auth_flow(tmp_path: Path) -> No
     assert outcome.state is State.SUCCEEDED
     assert sum(psp.effects.values()) == 1
     assert operations_in(tmp_path / "c.db") == ["https://psp.test/v1/payments"]
+
+
+@pytest.mark.anyio
+async def test_the_async_client_says_not_sent_for_a_401_with_no_auth_flow(tmp_path: Path) -> None:
+    # The handed-back 401 is closed the async way: NotSent naming the credentials, not
+    # an error about closing an async stream synchronously.
+    psp = TokenPSP()
+    async with AsyncClient(
+        store=tmp_path / "c.db",
+        clock=ManualClock(),
+        transport=httpx.MockTransport(psp.handler),
+        base_url="https://psp.test",
+        headers={"Authorization": "Bearer stale"},
+    ) as client:
+        with pytest.raises(NotSent) as raised:
+            await client.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert raised.value.outcome.last_status == 401
+        assert "credentials" in str(raised.value)
+        client.http.headers["Authorization"] = "Bearer fresh"
+        again = await client.post("/v1/payments", json=PAYMENT, operation_id="op")
+    assert again.state is State.SUCCEEDED
+    assert again.key == raised.value.key
+    assert sum(psp.effects.values()) == 1

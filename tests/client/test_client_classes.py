@@ -1,0 +1,148 @@
+"""`Client` and `AsyncClient` are ordinary classes to the code built on them: methods
+are functions on the class (callable unbound, coroutine functions on `AsyncClient`,
+autospec-able), a subclass's `request` is what `post`, `patch`, `put` and `delete` go
+through, and what the client was given as its store is what `client.store` is."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from idemclient import AsyncClient, Client, ManualClock, State
+from idemclient.errors import StoreUnavailable
+from idemclient.policy import RetryPolicy
+from idemclient.store import SQLiteStore
+from idemclient.testing import ReferenceServer
+
+PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "inv-7"}
+AUTH = {"Authorization": "Bearer merchant-1"}
+VERBS = ["post", "patch", "put", "delete"]
+METHODS = ["request", *VERBS, "get", "resume", "reconcile"]
+EVERY_METHOD = RetryPolicy(methods=frozenset({"POST", "PATCH", "PUT", "DELETE"}))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class KeyedByReference(Client):
+    """A subclass that gives every call the identity of its reference (one key per
+    invoice, whatever the caller passed): what `post` must go through too."""
+
+    def request(self, method: str, url: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("identity", (kwargs["json"]["reference"], method))
+        return super().request(method, url, **kwargs)
+
+
+class AsyncKeyedByReference(AsyncClient):
+    async def request(self, method: str, url: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("identity", (kwargs["json"]["reference"], method))
+        return await super().request(method, url, **kwargs)
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_goes_through_a_subclass_request(tmp_path: Path, verb: str) -> None:
+    server = ReferenceServer(clock=ManualClock())
+    with KeyedByReference(
+        store=tmp_path / "c.db",
+        policy=EVERY_METHOD,
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers=AUTH,
+    ) as client:
+        first = getattr(client, verb)("/v1/payments", json=PAYMENT)
+        second = getattr(client, verb)("/v1/payments", json=PAYMENT)
+    assert first.key == second.key  # the subclass's identity, both times
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("verb", VERBS)
+async def test_every_async_verb_goes_through_a_subclass_request(tmp_path: Path, verb: str) -> None:
+    server = ReferenceServer(clock=ManualClock())
+    async with AsyncKeyedByReference(
+        store=tmp_path / "c.db",
+        policy=EVERY_METHOD,
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers=AUTH,
+    ) as client:
+        first = await getattr(client, verb)("/v1/payments", json=PAYMENT)
+        second = await getattr(client, verb)("/v1/payments", json=PAYMENT)
+    assert first.key == second.key
+
+
+def test_a_subclass_request_keyed_by_reference_pays_once(tmp_path: Path) -> None:
+    server = ReferenceServer(clock=ManualClock())
+    with KeyedByReference(
+        store=tmp_path / "c.db",
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers=AUTH,
+    ) as client:
+        first = client.post("/v1/payments", json=PAYMENT)
+    with KeyedByReference(
+        store=tmp_path / "other.db",
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers=AUTH,
+    ) as elsewhere:
+        second = elsewhere.post("/v1/payments", json=PAYMENT)
+    assert first.state is second.state is State.SUCCEEDED
+    assert len(server.ledger()) == 1
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_methods_are_functions_of_the_class(name: str) -> None:
+    assert inspect.isfunction(getattr(Client, name))
+    assert not inspect.iscoroutinefunction(getattr(Client, name))
+    assert inspect.iscoroutinefunction(getattr(AsyncClient, name))
+
+
+def test_a_method_called_unbound_works(tmp_path: Path) -> None:
+    server = ReferenceServer(clock=ManualClock())
+    with Client(
+        store=tmp_path / "c.db", transport=server.transport, base_url="http://p", headers=AUTH
+    ) as c:
+        outcome = Client.post(c, "/v1/payments", json=PAYMENT)
+    assert outcome.state is State.SUCCEEDED
+
+
+def test_autospec_gives_async_mocks_for_the_async_client() -> None:
+    spec = mock.create_autospec(AsyncClient, instance=True)
+    assert isinstance(spec.post, mock.AsyncMock)
+    assert isinstance(spec.request, mock.AsyncMock)
+    assert callable(mock.create_autospec(Client, instance=True).post)
+
+
+@pytest.mark.parametrize("name", ["post", "request"])
+def test_signatures_say_what_a_call_returns(name: str) -> None:
+    assert inspect.signature(getattr(Client, name)).return_annotation == "Outcome"
+    assert inspect.signature(getattr(AsyncClient, name)).return_annotation == "Outcome"
+
+
+@pytest.mark.anyio
+async def test_the_store_an_async_client_was_given_is_its_store(tmp_path: Path) -> None:
+    given = SQLiteStore(tmp_path / "c.db")
+    async with AsyncClient(store=given, base_url="http://psp.test") as client:
+        assert client.store is given
+    given.close()
+
+
+@pytest.mark.anyio
+async def test_an_async_client_store_from_a_path_is_the_sqlite_store(tmp_path: Path) -> None:
+    async with AsyncClient(store=tmp_path / "c.db", base_url="http://psp.test") as client:
+        assert isinstance(client.store, SQLiteStore)
+
+
+@pytest.mark.anyio
+async def test_a_closed_async_client_never_opens_its_store_again(tmp_path: Path) -> None:
+    client = AsyncClient(store=tmp_path / "c.db", base_url="http://psp.test")
+    await client.aclose()  # never used: nothing was opened
+    with pytest.raises(StoreUnavailable, match="closed"):
+        client.store.unfinished()
+    assert not (tmp_path / "c.db").exists()
