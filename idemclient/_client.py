@@ -617,7 +617,13 @@ class AsyncClient(_Common[httpx.AsyncClient]):
         await anyio.to_thread.run_sync(self._close_store)
 
     async def __aenter__(self) -> AsyncClient:
-        await anyio.to_thread.run_sync(opened, self.settings.store)
+        try:
+            await anyio.to_thread.run_sync(opened, self.settings.store)
+        except BaseException:
+            # `async with` will not call __aexit__: close what was built, as a
+            # `Client` whose store cannot be opened does.
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

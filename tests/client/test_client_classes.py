@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 
 from idemclient import AsyncClient, Client, ManualClock, State
-from idemclient.errors import StoreUnavailable
+from idemclient.errors import StoreError, StoreUnavailable
 from idemclient.policy import RetryPolicy
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
@@ -146,3 +146,15 @@ async def test_a_closed_async_client_never_opens_its_store_again(tmp_path: Path)
     with pytest.raises(StoreUnavailable, match="closed"):
         client.store.unfinished()
     assert not (tmp_path / "c.db").exists()
+
+
+@pytest.mark.anyio
+async def test_an_async_client_whose_store_cannot_be_opened_closes_what_it_built(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "not-a-store.db").write_bytes(b"this is not a database" * 100)
+    client = AsyncClient(store=tmp_path / "not-a-store.db", base_url="http://psp.test")
+    with pytest.raises(StoreError):
+        async with client:
+            pass
+    assert client.http.is_closed
