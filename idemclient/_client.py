@@ -24,7 +24,7 @@ from . import _operations, _reconcile
 from ._budget import RetryBudget
 from ._call import CLOCK_SKEW, Continuation, Settings
 from ._clock import Clock
-from ._deferred import opened
+from ._deferred import opened, unopened
 from ._exchange import install
 from ._hooks import Hooks, logger
 from ._operations import (
@@ -253,13 +253,13 @@ def _method(twin: _Twin[Any, Any], name: str, owner: type, *, awaited: bool) -> 
     if isinstance(twin, _Verb) and awaited:
         verb = twin.method
 
-        async def method(self: AsyncClient, url: Any, /, **kwargs: Any) -> Any:
+        async def method(self: AsyncClient, url: Any, **kwargs: Any) -> Any:
             return await self.request(verb, url, **kwargs)
 
     elif isinstance(twin, _Verb):
         verb = twin.method
 
-        def method(self: Client, url: Any, /, **kwargs: Any) -> Any:
+        def method(self: Client, url: Any, **kwargs: Any) -> Any:
             return self.request(verb, url, **kwargs)
 
     elif awaited:
@@ -392,6 +392,11 @@ class _Common(Generic[HttpxClient]):
             key, operation_id, identity, reference, hooks, headers, extensions
         )
         options = {"headers": merged, "extensions": extended, **kwargs}
+        if unopened(self.settings.store):
+            # Opened (an async client's in a worker thread) before httpx sees the
+            # request: a store that cannot be opened fails before any hook of httpx's
+            # says a request is going out.
+            yield Blocking(opened, (self.settings.store,))
         sent = yield from sent_by(Http("request", (method, url), options))
         return settle(sent)
 
@@ -617,7 +622,13 @@ class AsyncClient(_Common[httpx.AsyncClient]):
         await anyio.to_thread.run_sync(self._close_store)
 
     async def __aenter__(self) -> AsyncClient:
-        await anyio.to_thread.run_sync(opened, self.settings.store)
+        try:
+            await anyio.to_thread.run_sync(opened, self.settings.store)
+        except BaseException:
+            # `async with` will not call __aexit__: close what was built, as a
+            # `Client` whose store cannot be opened does.
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from ._errors import StoreUnavailable
 from ._store import Store
 
-__all__ = ["DeferredStore", "opened"]
+__all__ = ["DeferredStore", "opened", "unopened"]
 
 
 class DeferredStore:
@@ -57,6 +57,11 @@ class DeferredStore:
             return self._store
 
     @property
+    def ready(self) -> bool:
+        """Opened and started: every call goes straight to the store."""
+        return self._store is not None and self._started
+
+    @property
     def path(self) -> str:
         return self.opened().path
 
@@ -87,3 +92,8 @@ class DeferredStore:
 def opened(store: Store) -> Store:
     """`store` itself, opened first if it is a `DeferredStore` (this blocks)."""
     return store.opened() if isinstance(store, DeferredStore) else store
+
+
+def unopened(store: Store) -> bool:
+    """Whether `store` is a `DeferredStore` not yet opened and started."""
+    return isinstance(store, DeferredStore) and not store.ready

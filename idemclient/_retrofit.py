@@ -33,6 +33,12 @@ Transport = httpx.BaseTransport | httpx.AsyncBaseTransport
 
 def _checked(client: httpx.Client | httpx.AsyncClient) -> tuple[Transport, dict[Any, Any]]:
     """The client's default transport and its mounts, as this httpx keeps them."""
+    if not isinstance(client, httpx.Client | httpx.AsyncClient):
+        raise TypeError(
+            f"expected an httpx.Client or httpx.AsyncClient, got {type(client).__module__}."
+            f"{type(client).__qualname__}: an idemclient Client or AsyncClient has its"
+            " own resume() and send_pending(); wrap() and resume() take httpx clients"
+        )
     transport: Transport | None = getattr(client, "_transport", None)
     mounts: object = getattr(client, "_mounts", None)
     if transport is None or not isinstance(mounts, dict):

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import httpx
 import pytest
 
 from idemclient import AsyncClient, Client, ManualClock, State
-from idemclient.errors import StoreUnavailable
+from idemclient.errors import StoreError, StoreUnavailable
 from idemclient.policy import RetryPolicy
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
@@ -146,3 +147,74 @@ async def test_a_closed_async_client_never_opens_its_store_again(tmp_path: Path)
     with pytest.raises(StoreUnavailable, match="closed"):
         client.store.unfinished()
     assert not (tmp_path / "c.db").exists()
+
+
+@pytest.mark.anyio
+async def test_an_async_client_whose_store_cannot_be_opened_closes_what_it_built(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "not-a-store.db").write_bytes(b"this is not a database" * 100)
+    client = AsyncClient(store=tmp_path / "not-a-store.db", base_url="http://psp.test")
+    with pytest.raises(StoreError):
+        async with client:
+            pass
+    assert client.http.is_closed
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_a_verb_takes_its_url_as_a_keyword_as_httpx_does(tmp_path: Path, verb: str) -> None:
+    server = ReferenceServer(clock=ManualClock())
+    with Client(
+        store=tmp_path / "c.db",
+        policy=EVERY_METHOD,
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers=AUTH,
+    ) as client:
+        outcome = getattr(client, verb)(url="/v1/payments", json=PAYMENT)
+    assert outcome.state.finished  # answered (the server takes only POST here)
+
+
+@pytest.mark.anyio
+async def test_an_async_verb_takes_its_url_as_a_keyword(tmp_path: Path) -> None:
+    server = ReferenceServer(clock=ManualClock())
+    async with AsyncClient(
+        store=tmp_path / "c.db", transport=server.transport, base_url="http://p", headers=AUTH
+    ) as client:
+        outcome = await client.post(url="/v1/payments", json=PAYMENT)
+    assert outcome.state is State.SUCCEEDED
+
+
+@pytest.mark.anyio
+async def test_a_store_that_cannot_be_opened_fails_before_httpx_sees_the_request(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "not-a-store.db").write_bytes(b"this is not a database" * 100)
+    announced: list[httpx.Request] = []
+
+    async def on_request(request: httpx.Request) -> None:
+        announced.append(request)
+
+    server = ReferenceServer(clock=ManualClock())
+    client = AsyncClient(
+        store=tmp_path / "not-a-store.db",
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers=AUTH,
+        event_hooks={"request": [on_request]},
+    )
+    with pytest.raises(StoreError):
+        await client.post("/v1/payments", json=PAYMENT)
+    await client.aclose()
+    assert announced == []
+    assert server.ledger() == ()
+
+
+def test_resume_given_an_idemclient_client_says_what_it_takes(tmp_path: Path) -> None:
+    from idemclient import resume
+
+    with (
+        Client(store=tmp_path / "c.db", base_url="http://psp.test") as client,
+        pytest.raises(TypeError, match=r"httpx\.Client or httpx\.AsyncClient"),
+    ):
+        resume(client)  # type: ignore[arg-type]
