@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from unittest import mock
 
 import httpx
@@ -21,6 +21,7 @@ from idemclient.testing import ReferenceServer
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "inv-7"}
 AUTH = {"Authorization": "Bearer merchant-1"}
+C = TypeVar("C", Client, AsyncClient)
 VERBS = ["post", "patch", "put", "delete"]
 METHODS = ["request", *VERBS, "get", "resume", "reconcile"]
 EVERY_METHOD = RetryPolicy(methods=frozenset({"POST", "PATCH", "PUT", "DELETE"}))
@@ -46,16 +47,27 @@ class AsyncKeyedByReference(AsyncClient):
         return await super().request(method, url, **kwargs)
 
 
-@pytest.mark.parametrize("verb", VERBS)
-def test_every_verb_goes_through_a_subclass_request(tmp_path: Path, verb: str) -> None:
-    server = ReferenceServer(clock=ManualClock())
-    with KeyedByReference(
-        store=tmp_path / "c.db",
-        policy=EVERY_METHOD,
+@pytest.fixture
+def server() -> ReferenceServer:
+    return ReferenceServer(clock=ManualClock())
+
+
+def built(cls: type[C], store: Path, server: ReferenceServer, **options: Any) -> C:
+    """A client of class `cls` on `store`, paying through `server` as merchant-1."""
+    return cls(
+        store=store,
         transport=server.transport,
         base_url="http://psp.test",
         headers=AUTH,
-    ) as client:
+        **options,
+    )
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_goes_through_a_subclass_request(
+    tmp_path: Path, server: ReferenceServer, verb: str
+) -> None:
+    with built(KeyedByReference, tmp_path / "c.db", server, policy=EVERY_METHOD) as client:
         first = getattr(client, verb)("/v1/payments", json=PAYMENT)
         second = getattr(client, verb)("/v1/payments", json=PAYMENT)
     assert first.key == second.key  # the subclass's identity, both times
@@ -63,35 +75,23 @@ def test_every_verb_goes_through_a_subclass_request(tmp_path: Path, verb: str) -
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("verb", VERBS)
-async def test_every_async_verb_goes_through_a_subclass_request(tmp_path: Path, verb: str) -> None:
-    server = ReferenceServer(clock=ManualClock())
-    async with AsyncKeyedByReference(
-        store=tmp_path / "c.db",
-        policy=EVERY_METHOD,
-        transport=server.transport,
-        base_url="http://psp.test",
-        headers=AUTH,
+async def test_every_async_verb_goes_through_a_subclass_request(
+    tmp_path: Path, server: ReferenceServer, verb: str
+) -> None:
+    async with built(
+        AsyncKeyedByReference, tmp_path / "c.db", server, policy=EVERY_METHOD
     ) as client:
         first = await getattr(client, verb)("/v1/payments", json=PAYMENT)
         second = await getattr(client, verb)("/v1/payments", json=PAYMENT)
     assert first.key == second.key
 
 
-def test_a_subclass_request_keyed_by_reference_pays_once(tmp_path: Path) -> None:
-    server = ReferenceServer(clock=ManualClock())
-    with KeyedByReference(
-        store=tmp_path / "c.db",
-        transport=server.transport,
-        base_url="http://psp.test",
-        headers=AUTH,
-    ) as client:
+def test_a_subclass_request_keyed_by_reference_pays_once(
+    tmp_path: Path, server: ReferenceServer
+) -> None:
+    with built(KeyedByReference, tmp_path / "c.db", server) as client:
         first = client.post("/v1/payments", json=PAYMENT)
-    with KeyedByReference(
-        store=tmp_path / "other.db",
-        transport=server.transport,
-        base_url="http://psp.test",
-        headers=AUTH,
-    ) as elsewhere:
+    with built(KeyedByReference, tmp_path / "other.db", server) as elsewhere:
         second = elsewhere.post("/v1/payments", json=PAYMENT)
     assert first.state is second.state is State.SUCCEEDED
     assert len(server.ledger()) == 1
@@ -104,11 +104,8 @@ def test_methods_are_functions_of_the_class(name: str) -> None:
     assert inspect.iscoroutinefunction(getattr(AsyncClient, name))
 
 
-def test_a_method_called_unbound_works(tmp_path: Path) -> None:
-    server = ReferenceServer(clock=ManualClock())
-    with Client(
-        store=tmp_path / "c.db", transport=server.transport, base_url="http://p", headers=AUTH
-    ) as c:
+def test_a_method_called_unbound_works(tmp_path: Path, server: ReferenceServer) -> None:
+    with built(Client, tmp_path / "c.db", server) as c:
         outcome = Client.post(c, "/v1/payments", json=PAYMENT)
     assert outcome.state is State.SUCCEEDED
 
@@ -162,32 +159,26 @@ async def test_an_async_client_whose_store_cannot_be_opened_closes_what_it_built
 
 
 @pytest.mark.parametrize("verb", VERBS)
-def test_a_verb_takes_its_url_as_a_keyword_as_httpx_does(tmp_path: Path, verb: str) -> None:
-    server = ReferenceServer(clock=ManualClock())
-    with Client(
-        store=tmp_path / "c.db",
-        policy=EVERY_METHOD,
-        transport=server.transport,
-        base_url="http://psp.test",
-        headers=AUTH,
-    ) as client:
+def test_a_verb_takes_its_url_as_a_keyword_as_httpx_does(
+    tmp_path: Path, server: ReferenceServer, verb: str
+) -> None:
+    with built(Client, tmp_path / "c.db", server, policy=EVERY_METHOD) as client:
         outcome = getattr(client, verb)(url="/v1/payments", json=PAYMENT)
     assert outcome.state.finished  # answered (the server takes only POST here)
 
 
 @pytest.mark.anyio
-async def test_an_async_verb_takes_its_url_as_a_keyword(tmp_path: Path) -> None:
-    server = ReferenceServer(clock=ManualClock())
-    async with AsyncClient(
-        store=tmp_path / "c.db", transport=server.transport, base_url="http://p", headers=AUTH
-    ) as client:
+async def test_an_async_verb_takes_its_url_as_a_keyword(
+    tmp_path: Path, server: ReferenceServer
+) -> None:
+    async with built(AsyncClient, tmp_path / "c.db", server) as client:
         outcome = await client.post(url="/v1/payments", json=PAYMENT)
     assert outcome.state is State.SUCCEEDED
 
 
 @pytest.mark.anyio
 async def test_a_store_that_cannot_be_opened_fails_before_httpx_sees_the_request(
-    tmp_path: Path,
+    tmp_path: Path, server: ReferenceServer
 ) -> None:
     (tmp_path / "not-a-store.db").write_bytes(b"this is not a database" * 100)
     announced: list[httpx.Request] = []
@@ -195,13 +186,8 @@ async def test_a_store_that_cannot_be_opened_fails_before_httpx_sees_the_request
     async def on_request(request: httpx.Request) -> None:
         announced.append(request)
 
-    server = ReferenceServer(clock=ManualClock())
-    client = AsyncClient(
-        store=tmp_path / "not-a-store.db",
-        transport=server.transport,
-        base_url="http://psp.test",
-        headers=AUTH,
-        event_hooks={"request": [on_request]},
+    client = built(
+        AsyncClient, tmp_path / "not-a-store.db", server, event_hooks={"request": [on_request]}
     )
     with pytest.raises(StoreError):
         await client.post("/v1/payments", json=PAYMENT)
