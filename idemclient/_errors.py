@@ -89,7 +89,8 @@ class InvalidKey(IdemError, ValueError):
 
 class InvalidMessageId(InvalidKey):
     """A webhook message id or sender name outside the key rules (1..255 of
-    ``A-Z a-z 0-9 - _ . : ~``). Nothing is recorded and the handler does not run.
+    ``A-Z a-z 0-9 - _ . : ~``), or a signed delivery's id with a ``.`` (the signed
+    text's separator). Nothing is recorded and the handler does not run.
 
     `key` holds the rejected value. It is an `InvalidKey` because it is checked by the
     same rule, so one `except InvalidKey` covers both.

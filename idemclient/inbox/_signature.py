@@ -39,6 +39,7 @@ __all__ = [
     "MIN_SECRET_BYTES",
     "SIGNATURE_HEADER",
     "ParsedSignature",
+    "check_undotted",
     "compute_signature",
     "parse_signature",
     "secret_bytes",
@@ -78,8 +79,25 @@ def secret_bytes(secret: str | bytes) -> bytes:
     return raw
 
 
+def check_undotted(message_id: str) -> str:
+    """`message_id`, refused if it contains a ``.``: the separator of the signed text.
+
+    With a dot in the id, ``t.id.body`` could be regrouped: a delivery signed for id
+    ``evt.2024.0001`` would verify again as id ``evt.2024`` with body ``0001.{...}``, a
+    fresh id under the same signature, and be applied again. Without one (and with a
+    timestamp of digits), the first two dots of the signed text are its separators.
+    """
+    if "." in message_id:
+        raise ValueError(
+            f"message id {message_id!r} contains '.', the separator of the signed text: a"
+            " signature over it could be replayed under another id"
+        )
+    return message_id
+
+
 def compute_signature(secret: bytes, *, timestamp: int, message_id: str, body: bytes) -> str:
     """The `v1` signature: hex HMAC-SHA256 of ``t.message_id.body`` under `secret`."""
+    check_undotted(message_id)
     signed = b"%d.%s." % (timestamp, message_id.encode()) + body
     return hmac.new(secret, signed, hashlib.sha256).hexdigest()
 

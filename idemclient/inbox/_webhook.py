@@ -31,6 +31,7 @@ from ._signature import (
     DEFAULT_TOLERANCE,
     MESSAGE_ID_HEADER,
     SIGNATURE_HEADER,
+    check_undotted,
     secret_bytes,
     verify_signature,
 )
@@ -137,6 +138,16 @@ class WebhookReceiver(Generic[Tx]):
             raise ValueError(f"the tolerance must be positive seconds, not {tolerance!r}")
         if max_body < 1:
             raise ValueError(f"max_body must be at least 1 byte, not {max_body!r}")
+        if inbox.retention <= 2 * tolerance:
+            # A signature verifies from `tolerance` before its timestamp to `tolerance`
+            # after: an id forgotten sooner than that after it arrived can be replayed
+            # from captured bytes and applied again.
+            raise ValueError(
+                f"the inbox's retention ({inbox.retention:.0f} s) must be longer than twice"
+                f" the signature tolerance ({2 * tolerance:.0f} s): a delivery replayed"
+                " after its id was forgotten, while its signature still verifies, would be"
+                " applied again"
+            )
         self.inbox = inbox
         self.sender = validate_message_id(sender, what="sender")
         self.handler = handler
@@ -157,6 +168,10 @@ class WebhookReceiver(Generic[Tx]):
         if raw_id is None:
             raise InvalidMessageId(None, f"no {MESSAGE_ID_HEADER} header")
         message_id = validate_message_id(raw_id)
+        try:
+            check_undotted(message_id)
+        except ValueError as exc:
+            raise InvalidMessageId(message_id, str(exc)) from None
         timestamp = verify_signature(
             signature,
             secrets=self._secrets,
