@@ -174,6 +174,33 @@ def test_a_failing_handler_gets_500_and_the_retry_is_processed(
     assert effects(app_db) == {"evt_1": 1}
 
 
+def test_a_handler_committing_on_its_own_gets_500_and_the_retry_applies_it_whole(
+    inbox: SQLiteInbox, clock: ManualClock, app_db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Today's failure mode: the id committed with the first half, a 500, and the
+    # redelivery dropped as a duplicate, so the second half never ran.
+    commits = [True]
+
+    def in_two_halves(event: WebhookEvent, tx: sqlite3.Connection) -> None:
+        record_effect(event, tx)
+        if commits:
+            commits.pop()
+            with tx:  # the application's habit: "commit what I wrote"
+                pass
+        tx.execute("INSERT INTO effects (message_id, type) VALUES (?, 'second')", ("evt_1",))
+
+    receiver = WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=in_two_halves)
+    headers = signed(BODY, "evt_1", timestamp=clock.time())
+    failed = receiver.handle(headers, BODY)
+    assert (failed.status, failed.outcome) == (500, "failed")
+    assert "ran COMMIT inside the inbox's transaction" in caplog.text
+    assert effects(app_db) == {}
+    assert recorded_ids(app_db) == set()
+    assert receiver.handle(headers, BODY).outcome == "processed"
+    assert receiver.handle(headers, BODY).outcome == "duplicate"
+    assert effects(app_db) == {"evt_1": 2}  # both halves, once each
+
+
 def test_an_unavailable_database_gets_503(
     receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock
 ) -> None:
