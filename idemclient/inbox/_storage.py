@@ -158,6 +158,9 @@ class SQLiteInboxStorage:
 
     The table lives in the main database of the connection, never in an attached one:
     SQLite does not make a transaction across attached WAL databases atomic.
+
+    Inside `transaction()` the connection refuses to begin, commit or roll back a
+    transaction (`sqlite3.ProgrammingError`, see `_handler_guard`): the inbox ends it.
     """
 
     def __init__(
