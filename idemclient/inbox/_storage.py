@@ -158,6 +158,9 @@ class SQLiteInboxStorage:
 
     The table lives in the main database of the connection, never in an attached one:
     SQLite does not make a transaction across attached WAL databases atomic.
+
+    Inside `transaction()` the connection refuses to begin, commit or roll back a
+    transaction (`sqlite3.ProgrammingError`, see `_handler_guard`): the inbox ends it.
     """
 
     def __init__(
@@ -230,7 +233,7 @@ class SQLiteInboxStorage:
                     f"the connection to {self._name!r} is already in a transaction; inside"
                     " your own transaction, use inbox.record(conn, sender, message_id)"
                 )
-            with self._locked_transaction() as tx:
+            with self._locked_transaction() as tx, _handler_guard(tx):
                 yield tx
 
     @contextlib.contextmanager
@@ -295,6 +298,62 @@ class SQLiteInboxStorage:
         """
         with sqlite_errors(self._name):
             return (conn or self._conn).execute(sql, params)
+
+
+#: What the handler may have done, by the statement SQLite was asked to run.
+_DONE_BY = {
+    "COMMIT": "tx.commit(), a `with tx:` block, executescript(), COMMIT or END",
+    "ROLLBACK": "tx.rollback(), ROLLBACK",
+    "BEGIN": "BEGIN",
+}
+
+
+@contextlib.contextmanager
+def _handler_guard(conn: sqlite3.Connection) -> Iterator[None]:
+    """While the handler runs, `conn` refuses to end (or begin) a transaction.
+
+    A COMMIT in the handler would commit the message id with half of the effect; the
+    rest would be lost, since the redelivery is then a duplicate. SQLite's authorizer
+    sees every statement, whichever way it is sent (`commit()`, `with conn:`,
+    `executescript()`, a cursor, the SQL itself), and denies those that begin, commit or
+    roll back a transaction; savepoints, which nest inside it, stay allowed. The
+    handler sees SQLite's "not authorized"; the inbox then raises a
+    `sqlite3.ProgrammingError` saying what was refused, as psycopg does for `commit()`
+    inside `conn.transaction()`, even if the handler caught the first error. Either
+    way the transaction rolls back and the message is processed as new next time.
+
+    The authorizer is the connection's only one: an application's own is replaced for
+    the handler's duration and cleared afterwards.
+    """
+    refused: list[str] = []
+
+    def authorize(action: int, what: str | None, *_: str | None) -> int:
+        if action == sqlite3.SQLITE_TRANSACTION:
+            refused.append(what or "a transaction statement")
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    conn.set_authorizer(authorize)
+    try:
+        yield
+    except Exception as exc:
+        if refused:
+            raise _refusal(refused[0]) from exc
+        raise
+    else:
+        if refused:
+            raise _refusal(refused[0])
+    finally:
+        conn.set_authorizer(None)
+
+
+def _refusal(statement: str) -> sqlite3.ProgrammingError:
+    done_by = _DONE_BY.get(statement, statement)
+    return sqlite3.ProgrammingError(
+        f"the handler ran {statement} inside the inbox's transaction ({done_by}): refused."
+        " The inbox commits the effect together with the message id when the handler"
+        " returns, and rolls both back if it raises; nothing was recorded"
+    )
 
 
 def _main_file(conn: sqlite3.Connection) -> str:

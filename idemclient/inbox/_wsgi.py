@@ -3,6 +3,13 @@
 Headers come from the environ's ``HTTP_*`` keys. A WSGI server joins a repeated header
 into one comma-separated value; for the message id that fails validation and for the
 signature it gives two timestamps, so both are refused, as they should be.
+
+The body is read by its Content-Length. A body sent without one (chunked) is read to
+the end only when the server says the input ends where the body does
+(``wsgi.input_terminated``, set by gunicorn, Waitress, Werkzeug's development server
+and others that decode chunked bodies); otherwise reading past a body's end would
+block on a kept-alive connection. Without either, the answer is 411 Length Required:
+reading nothing would refuse a genuine delivery as forged, every time it came.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._webhook import WebhookReceiver
+    from ._webhook import WebhookReceiver, WebhookResponse
 
 __all__ = ["WSGIApp", "wsgi_app"]
 
@@ -41,28 +48,60 @@ def _headers(environ: dict[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
+#: How much is asked of the input at a time when reading it to its end.
+_PIECE = 64 * 1024
+
+
+def _read_body(environ: dict[str, Any], max_body: int) -> bytes | WebhookResponse:
+    """The request's body, or the answer to send instead (411, 413)."""
+    from ._webhook import _answer
+
+    too_large = _answer(413, "too_large", None, detail=f"at most {max_body} bytes")
+    stream = environ["wsgi.input"]
+    declared = environ.get("CONTENT_LENGTH")
+    if declared is None or declared == "":
+        if not environ.get("wsgi.input_terminated"):
+            return _answer(
+                411,
+                "invalid",
+                None,
+                detail="a Content-Length is needed: this server does not say where a"
+                " body sent without one ends",
+            )
+        # Read to the end, but never hold more than the limit and one piece.
+        body = bytearray()
+        while piece := stream.read(_PIECE):
+            body += piece
+            if len(body) > max_body:
+                return too_large
+        return bytes(body)
+    try:
+        length = int(declared)
+    except ValueError:
+        length = -1
+    if length < 0:
+        return _answer(411, "invalid", None, detail="a valid Content-Length is needed")
+    if length > max_body:
+        return too_large
+    return stream.read(length) if length else b""
+
+
 def wsgi_app(receiver: WebhookReceiver[Any]) -> WSGIApp:
     """A WSGI application that answers every POST with `receiver.handle`."""
-    from ._webhook import WebhookResponse, _answer
+    from ._webhook import _answer
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         response: WebhookResponse
         if environ.get("REQUEST_METHOD") != "POST":
             response = _answer(405, "invalid", None, detail="webhooks are delivered by POST")
         else:
-            try:
-                length = int(environ.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                length = -1
-            if length < 0:
-                response = _answer(411, "invalid", None, detail="a valid Content-Length is needed")
-            elif length > receiver.max_body:
-                response = _answer(
-                    413, "too_large", None, detail=f"at most {receiver.max_body} bytes"
-                )
-            else:
-                body = environ["wsgi.input"].read(length) if length else b""
-                response = receiver.handle(_headers(environ), body)
+            # Unreadable (411) or too large (413): that answer, not the receiver's.
+            body_or_answer = _read_body(environ, receiver.max_body)
+            match body_or_answer:
+                case bytes() as body:
+                    response = receiver.handle(_headers(environ), body)
+                case answer:
+                    response = answer
         reason = _REASONS.get(response.status, "Unknown")
         headers = [*response.headers, ("content-length", str(len(response.body)))]
         start_response(f"{response.status} {reason}", headers)

@@ -141,13 +141,164 @@ def test_process_inside_an_open_transaction_points_to_record(app_db: Path) -> No
     conn.close()
 
 
-def test_a_handler_that_commits_on_its_own_is_refused(inbox: SQLiteInbox, app_db: Path) -> None:
-    def commits(tx: sqlite3.Connection) -> None:
-        tx.execute("INSERT INTO effects (message_id) VALUES ('evt_1')")
-        tx.execute("COMMIT")
+def _commit_method(tx: sqlite3.Connection) -> None:
+    tx.commit()
 
-    with pytest.raises(ValueError, match="ended inside the handler"):
-        inbox.process("psp", "evt_1", commits)
+
+def _with_block(tx: sqlite3.Connection) -> None:
+    with tx:
+        tx.execute("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'inside with')")
+
+
+def _commit_statement(tx: sqlite3.Connection) -> None:
+    tx.execute("COMMIT")
+
+
+def _end_statement(tx: sqlite3.Connection) -> None:
+    tx.cursor().execute("/* done */ END TRANSACTION")
+
+
+def _rollback_method(tx: sqlite3.Connection) -> None:
+    tx.rollback()
+
+
+def _rollback_statement(tx: sqlite3.Connection) -> None:
+    tx.execute("ROLLBACK")
+
+
+def _executescript(tx: sqlite3.Connection) -> None:
+    # sqlite3 commits any open transaction before running a script.
+    tx.executescript("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'script');")
+
+
+def _begin_statement(tx: sqlite3.Connection) -> None:
+    tx.execute("BEGIN")
+
+
+TRANSACTION_ENDERS = [
+    pytest.param(_commit_method, "COMMIT", id="tx.commit()"),
+    pytest.param(_with_block, "COMMIT", id="with tx"),
+    pytest.param(_commit_statement, "COMMIT", id="COMMIT"),
+    pytest.param(_end_statement, "COMMIT", id="END TRANSACTION"),
+    pytest.param(_rollback_method, "ROLLBACK", id="tx.rollback()"),
+    pytest.param(_rollback_statement, "ROLLBACK", id="ROLLBACK"),
+    pytest.param(_executescript, "COMMIT", id="executescript"),
+    pytest.param(_begin_statement, "BEGIN", id="BEGIN"),
+]
+
+
+def two_halves(
+    middle: Callable[[sqlite3.Connection], None], *, swallow: bool = False
+) -> Callable[[sqlite3.Connection], None]:
+    """A handler writing its effect in two halves with `middle` between them."""
+
+    def handler(tx: sqlite3.Connection) -> None:
+        tx.execute("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'first half')")
+        try:
+            middle(tx)
+        except sqlite3.Error:
+            if not swallow:
+                raise
+        tx.execute("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'second half')")
+
+    return handler
+
+
+def effect_halves(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return sorted(t for (t,) in conn.execute("SELECT type FROM effects"))
+
+
+def redeliver_whole(inbox: SQLiteInbox, app_db: Path) -> None:
+    """The redelivery is processed as new, and the whole effect lands exactly once."""
+    assert not inbox.seen("psp", "evt_1")
+    assert not inbox.process("psp", "evt_1", two_halves(lambda tx: None)).duplicate
+    assert inbox.process("psp", "evt_1", two_halves(lambda tx: None)).duplicate
+    assert effect_halves(app_db) == ["first half", "second half"]
+    assert recorded_ids(app_db) == {("psp", "evt_1")}
+
+
+@pytest.mark.parametrize(("middle", "statement"), TRANSACTION_ENDERS)
+def test_a_handler_cannot_end_the_inbox_transaction(
+    inbox: SQLiteInbox,
+    app_db: Path,
+    middle: Callable[[sqlite3.Connection], None],
+    statement: str,
+) -> None:
+    # Ending the transaction early would commit the id with half of the effect: the
+    # sender would get a 500, and its redelivery would be dropped as a duplicate.
+    with pytest.raises(sqlite3.ProgrammingError, match=f"ran {statement} inside the inbox"):
+        inbox.process("psp", "evt_1", two_halves(middle))
+    assert effects(app_db) == {}
+    assert recorded_ids(app_db) == set()
+    redeliver_whole(inbox, app_db)
+
+
+@pytest.mark.parametrize(("middle", "statement"), TRANSACTION_ENDERS)
+def test_a_handler_that_swallows_the_refusal_still_fails(
+    inbox: SQLiteInbox,
+    app_db: Path,
+    middle: Callable[[sqlite3.Connection], None],
+    statement: str,
+) -> None:
+    with pytest.raises(sqlite3.ProgrammingError, match=f"ran {statement} inside the inbox"):
+        inbox.process("psp", "evt_1", two_halves(middle, swallow=True))
+    assert effects(app_db) == {}
+    assert recorded_ids(app_db) == set()
+    redeliver_whole(inbox, app_db)
+
+
+def test_the_refusal_is_the_handlers_error_to_see(inbox: SQLiteInbox) -> None:
+    seen: list[BaseException] = []
+
+    def handler(tx: sqlite3.Connection) -> None:
+        try:
+            tx.commit()
+        except sqlite3.Error as exc:
+            seen.append(exc)
+            raise
+
+    with pytest.raises(sqlite3.ProgrammingError) as raised:
+        inbox.process("psp", "evt_1", handler)
+    assert "The inbox commits the effect together with the message id" in str(raised.value)
+    [refused] = seen
+    assert isinstance(refused, sqlite3.DatabaseError)
+    assert raised.value.__cause__ is refused
+
+
+def test_savepoints_inside_the_handler_are_allowed(inbox: SQLiteInbox, app_db: Path) -> None:
+    def handler(tx: sqlite3.Connection) -> None:
+        tx.execute("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'first half')")
+        tx.execute("SAVEPOINT attempt")
+        tx.execute("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'undone')")
+        tx.execute("ROLLBACK TO attempt")
+        tx.execute("RELEASE attempt")
+        tx.execute("SAVEPOINT kept")
+        tx.execute("INSERT INTO effects (message_id, type) VALUES ('evt_1', 'second half')")
+        tx.execute("RELEASE kept")
+
+    assert not inbox.process("psp", "evt_1", handler).duplicate
+    assert effect_halves(app_db) == ["first half", "second half"]
+    assert recorded_ids(app_db) == {("psp", "evt_1")}
+
+
+def test_the_connection_commits_again_after_the_handler(app_db: Path) -> None:
+    # The guard lasts as long as the inbox's transaction, never longer: the
+    # application's own connection is the application's again afterwards.
+    conn = sqlite3.connect(app_db, isolation_level=None)
+    inbox = SQLiteInbox(conn)
+    with pytest.raises(sqlite3.ProgrammingError):
+        inbox.process("psp", "evt_1", _commit_method)
+    assert not inbox.process("psp", "evt_2", add_effect("evt_2")).duplicate
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO effects (message_id) VALUES ('own')")
+    conn.commit()
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO effects (message_id) VALUES ('undone')")
+    conn.rollback()
+    assert effects(app_db) == {"evt_2": 1, "own": 1}
+    inbox.close()
+    conn.close()
 
 
 @pytest.mark.parametrize(

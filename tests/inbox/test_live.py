@@ -126,6 +126,31 @@ def test_wsgi_receiver_under_wsgiref_receives_over_a_socket(
     assert effects(app_db) == {e.id: 1 for e in server.webhook_events()}
 
 
+def test_a_chunked_delivery_under_wsgiref_is_told_411_not_refused_as_forged(
+    receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock, app_db: Path
+) -> None:
+    # wsgiref passes a chunked body through undecoded and does not say where it ends
+    # (no wsgi.input_terminated): the receiver cannot read it, and says so with 411,
+    # instead of reading it as empty and refusing it as forged on every redelivery.
+    body = b'{"type": "payment.succeeded"}'
+    headers = signed(body, "evt_1", timestamp=clock.time())
+
+    def pieces() -> Iterator[bytes]:
+        yield body[:10]
+        yield body[10:]
+
+    with wsgi_server(receiver.wsgi_app()) as url:
+        chunked = httpx.post(url, content=pieces(), headers=headers)
+        assert chunked.request.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in chunked.request.headers
+        assert chunked.status_code == 411
+        assert chunked.json()["status"] == "invalid"
+        assert effects(app_db) == {}
+        # The sender that sends a length is processed.
+        assert httpx.post(url, content=body, headers=headers).json()["status"] == "processed"
+    assert effects(app_db) == {"evt_1": 1}
+
+
 def test_the_server_command_delivers_in_the_background_to_its_webhook_url(
     app_db: Path, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ from .conftest import (
 )
 
 BODY = json.dumps({"id": "evt_1", "type": "payment.succeeded"}).encode()
+ABSENT = object()
 
 
 def test_a_signed_delivery_is_processed_once_and_its_duplicate_acknowledged(
@@ -174,6 +175,33 @@ def test_a_failing_handler_gets_500_and_the_retry_is_processed(
     assert effects(app_db) == {"evt_1": 1}
 
 
+def test_a_handler_committing_on_its_own_gets_500_and_the_retry_applies_it_whole(
+    inbox: SQLiteInbox, clock: ManualClock, app_db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Today's failure mode: the id committed with the first half, a 500, and the
+    # redelivery dropped as a duplicate, so the second half never ran.
+    commits = [True]
+
+    def in_two_halves(event: WebhookEvent, tx: sqlite3.Connection) -> None:
+        record_effect(event, tx)
+        if commits:
+            commits.pop()
+            with tx:  # the application's habit: "commit what I wrote"
+                pass
+        tx.execute("INSERT INTO effects (message_id, type) VALUES (?, 'second')", ("evt_1",))
+
+    receiver = WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=in_two_halves)
+    headers = signed(BODY, "evt_1", timestamp=clock.time())
+    failed = receiver.handle(headers, BODY)
+    assert (failed.status, failed.outcome) == (500, "failed")
+    assert "ran COMMIT inside the inbox's transaction" in caplog.text
+    assert effects(app_db) == {}
+    assert recorded_ids(app_db) == set()
+    assert receiver.handle(headers, BODY).outcome == "processed"
+    assert receiver.handle(headers, BODY).outcome == "duplicate"
+    assert effects(app_db) == {"evt_1": 2}  # both halves, once each
+
+
 def test_an_unavailable_database_gets_503(
     receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock
 ) -> None:
@@ -230,7 +258,9 @@ def call_wsgi(
     *,
     method: str = "POST",
     content_length: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, str], bytes]:
+    """`extra` is merged into the environ; a key set to `ABSENT` is left out."""
     environ: dict[str, Any] = {
         "REQUEST_METHOD": method,
         "PATH_INFO": "/webhooks/psp",
@@ -238,6 +268,8 @@ def call_wsgi(
         "CONTENT_TYPE": "application/json",
         "wsgi.input": io.BytesIO(body),
     }
+    environ.update(extra or {})
+    environ = {key: value for key, value in environ.items() if value is not ABSENT}
     for name, value in headers.items():
         if name.lower() != "content-type":
             environ["HTTP_" + name.upper().replace("-", "_")] = value
@@ -280,3 +312,95 @@ def test_the_wsgi_app_refuses_what_is_not_a_delivery(
     assert call_wsgi(receiver, headers, BODY, method=method, content_length=content_length)[0] == (
         status
     )
+
+
+# -- bodies without a Content-Length (chunked) ------------------------------------------
+
+
+class Trickle(io.RawIOBase):
+    """A server's input stream that hands out at most `step` bytes per read, then EOF."""
+
+    def __init__(self, data: bytes, step: int = 7) -> None:
+        self._data = data
+        self._step = step
+        self.reads = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        take = self._step if size < 0 else min(size, self._step)
+        piece, self._data = self._data[:take], self._data[take:]
+        return piece
+
+
+@pytest.mark.parametrize(
+    "content_length",
+    [pytest.param(ABSENT, id="no Content-Length"), pytest.param("", id="an empty one")],
+)
+def test_a_terminated_input_without_length_is_read_to_its_end(
+    receiver: WebhookReceiver[sqlite3.Connection],
+    clock: ManualClock,
+    app_db: Path,
+    content_length: object,
+) -> None:
+    # A chunked delivery under gunicorn or mod_wsgi: no Content-Length, and the server
+    # says the input ends where the body does (wsgi.input_terminated). It used to be
+    # read as empty and refused as a forgery, on every redelivery.
+    headers = {**signed(BODY, "evt_1", timestamp=clock.time()), "transfer-encoding": "chunked"}
+    stream = Trickle(BODY)
+    extra = {"CONTENT_LENGTH": content_length, "wsgi.input_terminated": True, "wsgi.input": stream}
+    status, _, answer = call_wsgi(receiver, headers, BODY, extra=extra)
+    assert status == "200 OK"
+    assert json.loads(answer)["status"] == "processed"
+    assert stream.reads > len(BODY) // 7  # every piece was asked for, to the end
+    again = call_wsgi(receiver, headers, BODY, extra={**extra, "wsgi.input": Trickle(BODY)})
+    assert json.loads(again[2])["status"] == "duplicate"
+    assert effects(app_db) == {"evt_1": 1}
+
+
+def test_a_terminated_input_over_the_limit_gets_413(
+    inbox: SQLiteInbox, clock: ManualClock, app_db: Path
+) -> None:
+    receiver = WebhookReceiver(
+        inbox, sender=SENDER, secrets=[SECRET], handler=record_effect, max_body=len(BODY) - 1
+    )
+    stream = Trickle(BODY * 1000, step=4096)
+    extra = {"CONTENT_LENGTH": ABSENT, "wsgi.input_terminated": True, "wsgi.input": stream}
+    headers = signed(BODY, "evt_1", timestamp=clock.time())
+    assert call_wsgi(receiver, headers, BODY, extra=extra)[0] == "413 Content Too Large"
+    assert stream.reads <= 2  # stopped once over the limit, not read to the end
+    # At exactly the limit, it is read and processed.
+    receiver = WebhookReceiver(
+        inbox, sender=SENDER, secrets=[SECRET], handler=record_effect, max_body=len(BODY)
+    )
+    extra["wsgi.input"] = Trickle(BODY)
+    assert call_wsgi(receiver, headers, BODY, extra=extra)[0] == "200 OK"
+    assert effects(app_db) == {"evt_1": 1}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param({"HTTP_TRANSFER_ENCODING": "chunked"}, id="chunked"),
+        pytest.param({}, id="no length at all"),
+        pytest.param({"wsgi.input_terminated": False}, id="input not terminated"),
+    ],
+)
+def test_without_length_or_a_terminated_input_the_answer_is_411(
+    receiver: WebhookReceiver[sqlite3.Connection],
+    clock: ManualClock,
+    app_db: Path,
+    extra: dict[str, Any],
+) -> None:
+    # The body's end is unknown: reading would block on a kept-alive connection, and
+    # reading nothing would refuse a genuine delivery as forged. 411 tells the sender
+    # what is missing.
+    headers = signed(BODY, "evt_1", timestamp=clock.time())
+    status, _, answer = call_wsgi(
+        receiver, headers, BODY, extra={"CONTENT_LENGTH": ABSENT, **extra}
+    )
+    assert status == "411 Length Required"
+    assert json.loads(answer)["status"] == "invalid"
+    assert effects(app_db) == {}

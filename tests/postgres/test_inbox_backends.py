@@ -61,6 +61,69 @@ def test_a_failing_handler_records_nothing_and_the_redelivery_is_processed(
     assert merchant.effects() == {"evt_1": 1}
 
 
+def _commit_method(tx: Any) -> None:
+    tx.commit()
+
+
+def _with_block(tx: Any) -> None:
+    with tx:
+        pass
+
+
+def _rollback_method(tx: Any) -> None:
+    tx.rollback()
+
+
+def _commit_statement(tx: Any) -> None:
+    tx.execute("COMMIT")
+
+
+@pytest.mark.parametrize(
+    "ends_the_transaction",
+    [
+        pytest.param(_commit_method, id="tx.commit()"),
+        pytest.param(_with_block, id="with tx"),
+        pytest.param(_rollback_method, id="tx.rollback()"),
+        pytest.param(_commit_statement, id="COMMIT"),
+    ],
+)
+def test_a_handler_cannot_commit_half_of_its_effect(
+    merchant: MerchantDatabase, ends_the_transaction: Any, request: pytest.FixtureRequest
+) -> None:
+    """The connection a handler gets refuses to end the inbox's transaction: were it
+    to, the id would commit with the first half, and the redelivery be dropped.
+
+    psycopg refuses `commit()` and `rollback()` inside `conn.transaction()`; SQLite's
+    connection is made to refuse them, and the statements too."""
+    if merchant.backend == "postgres" and ends_the_transaction is _commit_statement:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="psycopg passes a COMMIT statement to the server, which commits",
+            )
+        )
+    inbox = merchant.open_inbox()
+
+    def in_two_halves(tx: Any) -> None:
+        add_effect(tx, "evt_1", "first half")
+        ends_the_transaction(tx)
+        add_effect(tx, "evt_1", "second half")
+
+    refused = r"ran \w+ inside the inbox's transaction|forbidden within a Transaction context"
+    with pytest.raises(Exception, match=refused):
+        inbox.process("psp", "evt_1", in_two_halves)
+    assert (merchant.effects(), merchant.recorded()) == ({}, set())
+
+    def whole(tx: Any) -> None:
+        add_effect(tx, "evt_1", "first half")
+        add_effect(tx, "evt_1", "second half")
+
+    assert not inbox.process("psp", "evt_1", whole).duplicate
+    assert inbox.process("psp", "evt_1", whole).duplicate
+    assert merchant.effects() == {"evt_1": 2}
+    assert merchant.recorded() == {("psp", "evt_1")}
+
+
 def test_record_joins_the_merchants_own_transaction(merchant: MerchantDatabase) -> None:
     inbox = merchant.open_inbox()
     for _ in range(2):
