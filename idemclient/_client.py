@@ -20,7 +20,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 import anyio.to_thread
 import httpx
 
-from . import _operations, _reconcile
+from . import _reconcile
 from ._budget import RetryBudget
 from ._call import CLOCK_SKEW, Continuation, Settings
 from ._clock import Clock
@@ -38,6 +38,7 @@ from ._operations import (
     run,
     send_registered,
     sent_by,
+    settings_of,
     settle,
 )
 from ._outcome import Outcome, State, from_record
@@ -114,9 +115,6 @@ def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
         replace_transports(client, lambda inner: IdempotentTransport(inner, settings=settings))
     else:
         replace_transports(client, lambda inner: AsyncIdempotentTransport(inner, settings=settings))
-
-
-settings_of = _operations.settings_of
 
 
 def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
@@ -230,7 +228,8 @@ class _Twin(Generic[P, T]):
 
 class _Verb(_Twin[P, T]):
     """`post`, `patch`, `put`, `delete`: `request` with the method filled in, called as
-    `self.request`, so that a subclass's own `request` is what they go through."""
+    `self.request`, so that a subclass's own `request` is what they go through. The
+    step gives the verb its signature, type and doc; the function calls `request`."""
 
     def __init__(self, method: str, step: Callable[Concatenate[Any, P], Op[T]]) -> None:
         super().__init__(step)

@@ -327,7 +327,7 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
     if before is None:
         raise ValueError(f"no operation {operation_id!r} in {store.path}")
     if before.state.finished:
-        return stored_outcome(before)
+        return from_record(before)
     owner = new_owner()
     now = clock.time()
     try:
@@ -337,7 +337,7 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
         raise
     if begin.claim is Claim.FINISHED:
         release_owner(owner)
-        return stored_outcome(begin.record)
+        return from_record(begin.record)
     if begin.claim is Claim.BUSY:
         release_owner(owner)
         raise unsettled(before, "it is being sent by another caller right now")
@@ -419,11 +419,6 @@ def _apply(
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
     raise unsettled(before, f"{where}: {verdict.why}")
-
-
-def stored_outcome(record: OperationRecord) -> Outcome:
-    """What the store knows of an operation, as an `Outcome` (no network call made)."""
-    return from_record(record)
 
 
 def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:

@@ -6,13 +6,23 @@ that a caller could read as "nothing was sent"."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from idemclient import Client, Indeterminate, ManualClock, OutcomeError, RetryPolicy, State
+from idemclient import (
+    AsyncClient,
+    Client,
+    Indeterminate,
+    ManualClock,
+    OutcomeError,
+    RetryPolicy,
+    State,
+    wrap,
+)
 
 from .psp import PAYMENT, PSP, answer, applied_then
 
@@ -124,3 +134,48 @@ def test_a_malformed_digest_challenge_after_a_timeout_is_indeterminate(tmp_path:
         pytest.raises(Indeterminate),
     ):
         client.post("/v1/payments", json=PAYMENT, operation_id="op")
+
+
+class AsyncTokenAuth(httpx.Auth):
+    """The same token-refresh flow, for httpx.AsyncClient."""
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        request.headers["Authorization"] = "Bearer stale"
+        response = yield request
+        if response.status_code == 401:
+            refresh = yield httpx.Request("POST", "https://auth.test/token", json={"r": 1})
+            await refresh.aread()
+            request.headers["Authorization"] = f"Bearer {refresh.json()['access_token']}"
+            yield request
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["AsyncClient", "wrap"])
+async def test_the_async_send_says_indeterminate_when_the_refresh_fails_after_an_applied_attempt(
+    tmp_path: Path, how: str
+) -> None:
+    # The async send of a wrapped client translates an error raised above the transport
+    # as the sync one does: a caller told "could not connect" would pay again.
+    psp = PSP(applied_then(httpx.ReadTimeout), answer(401), auth_down)
+    options: dict[str, Any] = {
+        "transport": httpx.MockTransport(psp.ahandler),
+        "base_url": "https://psp.test",
+        "auth": AsyncTokenAuth(),
+    }
+    raised: BaseException
+    if how == "AsyncClient":
+        async with AsyncClient(store=tmp_path / "c.db", clock=ManualClock(), **options) as client:
+            with pytest.raises(OutcomeError) as caught:
+                await client.post("/v1/payments", json=PAYMENT)
+            raised = caught.value
+    else:
+        async with wrap(
+            httpx.AsyncClient(**options), store=tmp_path / "c.db", clock=ManualClock()
+        ) as http:
+            with pytest.raises(OutcomeError) as caught:
+                await http.post("/v1/payments", json=PAYMENT)
+            raised = caught.value
+    assert isinstance(raised, Indeterminate)
+    assert psp.total == 1, f"paid {psp.total} times"
