@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit httpx-releases docs demo bench bench-quick clean
+.PHONY: test lint typecheck unit httpx-releases docs demo bench bench-quick check-deep clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -52,6 +52,14 @@ httpx-releases: $(STAMP)
 # The documentation site; warnings are errors (strict in mkdocs.yml).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --site-dir site
+
+# The model-based checker (tests/checker) for as long as asked, its seed printed:
+# `make check-deep MINUTES=60`, `make check-deep SEED=1234` to replay. `make test` runs
+# it bounded (tests/checker/test_checker.py).
+MINUTES ?= 10
+SEED    ?=
+check-deep: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.checker.deep --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 
 # The demo needs only the package and the reference server's socket (uvicorn).
 DEMO_STAMP := $(VENV)/.demo-installed

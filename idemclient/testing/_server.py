@@ -36,12 +36,15 @@ from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol.rules import Phase
 from ._storage.backend import open_storage
 
-__all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
+__all__ = ["DEFAULT_CLOCK_TOLERANCE", "DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
 
 #: How long an attempt may go silent before another actor may take its request over.
 DEFAULT_LEASE = 30.0
 #: How long finished keys are kept: Stripe's 24 hours.
 DEFAULT_KEY_TTL = 24 * 3600.0
+#: How far the clocks of the servers sharing a database (and this server's clock from
+#: one reading to the next) may disagree without a key being reaped before its TTL.
+DEFAULT_CLOCK_TOLERANCE = 0.0
 
 
 class ReferenceServer:
@@ -52,6 +55,12 @@ class ReferenceServer:
     `ManualClock`, so leases and TTLs expire only when a test advances it. With
     `sandbox=False` the `/_sandbox/` endpoints answer 404 (the Python API below still
     works).
+
+    `clock_tolerance`: finished keys are reaped `key_ttl + clock_tolerance` after they
+    were stamped, so that servers whose clocks disagree by up to that much (or a clock
+    stepped forward by that much) never drop a key before the TTL a client counts on.
+    With the default, 0, what is tolerated is the client's own margin (300 s, for the
+    client's and the server's clocks together); see docs/server.md.
     """
 
     def __init__(
@@ -61,6 +70,7 @@ class ReferenceServer:
         clock: ServerClock | None = None,
         lease: float = DEFAULT_LEASE,
         key_ttl: float = DEFAULT_KEY_TTL,
+        clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
         sandbox: bool = True,
         webhook_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         webhook_timeout: float = 10.0,
@@ -83,6 +93,7 @@ class ReferenceServer:
                 externals=self._externals,
                 lease=lease,
                 key_ttl=key_ttl,
+                clock_tolerance=clock_tolerance,
             )
         except BaseException:
             self._storage.close()
@@ -104,6 +115,10 @@ class ReferenceServer:
     @property
     def key_ttl(self) -> float:
         return self._core.key_ttl
+
+    @property
+    def clock_tolerance(self) -> float:
+        return self._core.clock_tolerance
 
     def handle(self, request: ServerRequest) -> ServerResponse | DropConnection:
         """Answer one request: the single entry point every adapter uses."""
@@ -187,6 +202,14 @@ class ReferenceServer:
     def hold_external(self, system: int, *, timeout: float = 30.0) -> Gate:
         """Hold external system `system`'s next call until the returned gate is released."""
         return self._external(system).hold(timeout=timeout)
+
+    def clear_faults(self) -> None:
+        """Drop every scripted fault not yet used: on requests, external systems and
+        webhook deliveries. Held external calls are released. Data stays."""
+        self._faults.clear()
+        self._deliverer.clear()
+        for external in self._externals:
+            external.clear()
 
     def pending_faults(self) -> int:
         """How many requests (and webhook deliveries) scripted faults will still affect."""

@@ -46,7 +46,7 @@ from .._protocol.rules import (
     request_hash,
 )
 from .._storage.backend import StorageBackend
-from .._storage.rows import ExternalRecord, KeyRow, ResourceRow
+from .._storage.rows import ExternalRecord, KeyRow, ResourceRow, RowHeld
 from .clock import ServerClock
 from .external import ExternalDown, ExternalSystem, ExternalTimeout
 from .faults import Action, Answer, Crash, Delay, FaultPlan
@@ -152,17 +152,21 @@ class Core:
         externals: tuple[ExternalSystem, ExternalSystem],
         lease: float,
         key_ttl: float,
+        clock_tolerance: float = 0.0,
     ) -> None:
         if not lease > 0:
             raise ValueError(f"the lease must be positive, not {lease!r}")
         if not key_ttl > 0:
             raise ValueError(f"the key TTL must be positive, not {key_ttl!r}")
+        if not 0 <= clock_tolerance < float("inf"):
+            raise ValueError(f"the clock tolerance must be >= 0 seconds, not {clock_tolerance!r}")
         self.storage = storage
         self.clock = clock
         self.faults = faults
         self.externals = externals
         self.lease = lease
         self.key_ttl = key_ttl
+        self.clock_tolerance = clock_tolerance
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -177,6 +181,16 @@ class Core:
             result = self._dispatch(request, action)
         except Problem as problem:
             result = problem.response()
+        except RowHeld as held:
+            # Another server holds the key's row (frozen mid-transaction): nothing was
+            # done here; the client retries once its lock has had time to go.
+            result = Problem(
+                409,
+                "row-held",
+                "Request in progress elsewhere",
+                f"another transaction holds this key's row: {held}",
+                headers=(("retry-after", IN_FLIGHT_RETRY_AFTER),),
+            ).response()
         if isinstance(result, ServerResponse):
             if isinstance(action, Delay):
                 result = dataclasses.replace(result, delay=action.seconds)
@@ -502,9 +516,12 @@ class Core:
         resumed = finished = 0
         for client, key in candidates:
             owner = secrets.token_hex(8)
-            row = self.storage.take_over(
-                client=client, key=key, owner=owner, now=now, stale_before=stale_before
-            )
+            try:
+                row = self.storage.take_over(
+                    client=client, key=key, owner=owner, now=now, stale_before=stale_before
+                )
+            except RowHeld:
+                continue  # held since the sweep saw it: one held key never stops the sweep
             if row is None:
                 continue  # a client retry took it first: whoever wins, the outcome is the same
             resumed += 1
@@ -524,10 +541,16 @@ class Core:
         )
 
     def reap_once(self) -> int:
-        """Drop finished keys older than the TTL (on PostgreSQL: whole days of them, once
-        the whole day is older). Returns how many."""
+        """Drop finished keys older than the TTL plus the clock tolerance (on PostgreSQL:
+        whole days of them, once the whole day is older). Returns how many.
+
+        A key's age is read on this server's clock against the time a server (maybe
+        another, sharing the database) stamped it with: the tolerance is how far those
+        clocks may disagree, or step, before a key is dropped earlier than the TTL a
+        client counts on."""
         now = self.clock.time()
-        return self.storage.reap(created_before=now - self.key_ttl, now=now)
+        cutoff = now - self.key_ttl - self.clock_tolerance
+        return self.storage.reap(created_before=cutoff, now=now)
 
 
 def _kind_of(endpoint: str) -> str:

@@ -35,10 +35,18 @@ ranges merge into one holdover, so stuck keys never pin a day's worth of rows.
 
 Times are the server's injected clock: written with `to_timestamp(seconds)`, read back
 as epoch seconds, so leases expire when a test's clock says so. Commits run with
-`synchronous_commit = off`, the counterpart of the SQLite backend's
-`synchronous = NORMAL`: a commit survives the server process's crash (PostgreSQL
-holds it), and a crash of the database itself can lose only the last commits, a suffix
-the protocol absorbs by resuming one phase earlier.
+`synchronous_commit = on`: the server acts on a commit (calls an external system,
+answers 201) only once it is durable, so a crash of the database itself loses nothing
+the server acted on. (With it off, a database crash under load lost external systems'
+records and left keys stuck at a phase with no resource.)
+
+**No row is waited on for long.** Every connection has a `lock_timeout`
+(`LOCK_TIMEOUT`) and an `idle_in_transaction_session_timeout`
+(`IDLE_IN_TRANSACTION_TIMEOUT`): a server frozen inside a transaction (SIGSTOP) loses
+its session, and with it its locks, instead of blocking the others; a request that
+meets a row held longer is answered 409 with `Retry-After` (`RowHeld`), and the
+recovery sweep skips held rows (`FOR UPDATE SKIP LOCKED`) rather than queueing behind
+them.
 
 The phases, look-ups and outbox writes are `_transactions.Transactions`, shared with
 the SQLite backend, whose statements this module renders for PostgreSQL; what is its
@@ -64,7 +72,7 @@ from ..._db.dialect import POSTGRES
 from ..._db.postgres import display, open_then_pool
 from ..._db.versions import upgrade
 from ..._errors import ForeignStore, StoreError, StoreTooNew
-from .rows import KeyRow
+from .rows import KeyRow, RowHeld
 from .statements import Statements
 from .transactions import Transactions
 
@@ -199,6 +207,17 @@ _SQL = Statements(
 )
 #: The recovery sweep, answered from the partial index on unfinished keys.
 STALE = _SQL.stale
+#: The sweep as it runs here: rows another transaction holds are skipped, not awaited.
+_STALE_UNHELD = STALE.rstrip() + " FOR UPDATE SKIP LOCKED"
+
+
+@contextlib.contextmanager
+def _held_rows() -> Iterator[None]:
+    """A lock wait past `LOCK_TIMEOUT` as `RowHeld`: the caller answers 409, or skips."""
+    try:
+        yield
+    except errors.LockNotAvailable as exc:
+        raise RowHeld(str(exc).strip()) from exc
 
 
 def _epoch(column: str) -> str:
@@ -283,14 +302,21 @@ class PostgresStorage(Transactions):
     @contextlib.contextmanager
     def _autocommit(self) -> Iterator[Conn]:
         """A pooled connection in autocommit mode: each statement commits on its own."""
-        with self._pool.connection() as conn:
+        with _held_rows(), self._pool.connection() as conn:
             yield conn
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Conn]:
         """A pooled connection inside a transaction, committed when the block ends."""
-        with self._pool.connection() as conn, conn.transaction():
+        with _held_rows(), self._pool.connection() as conn, conn.transaction():
             yield conn
+
+    def stale_keys(self, *, stale_before: float, limit: int) -> list[tuple[str, str]]:
+        """Started rows whose lease expired or was released, oldest first; a row another
+        transaction holds (a frozen server's) is skipped, not waited for."""
+        with self._write() as conn:
+            rows = conn.execute(_STALE_UNHELD, (stale_before, limit)).fetchall()
+        return [(client, key) for client, key in rows]
 
     # Reads, and writes of one statement (the outbox's), need no transaction of their own.
     _read = _autocommit
@@ -461,12 +487,21 @@ class PostgresStorage(Transactions):
             )
 
 
+#: How long a statement waits for a row another transaction holds, in milliseconds.
+LOCK_TIMEOUT = 2000
+#: How long a transaction may sit idle before PostgreSQL ends its session, in ms.
+IDLE_IN_TRANSACTION_TIMEOUT = 10_000
+
+
 def _configure(conn: Conn) -> None:
-    """Set up a new pooled connection: our schema first, cheap commits (see above)."""
+    """Set up a new pooled connection: our schema first, durable commits, and bounded
+    waits for locks and idle transactions (see above)."""
     conn.execute(
         "SELECT set_config('search_path', %s, false),"
-        " set_config('synchronous_commit', 'off', false)",
-        (SCHEMA,),
+        " set_config('synchronous_commit', 'on', false),"
+        " set_config('lock_timeout', %s, false),"
+        " set_config('idle_in_transaction_session_timeout', %s, false)",
+        (SCHEMA, f"{LOCK_TIMEOUT}ms", f"{IDLE_IN_TRANSACTION_TIMEOUT}ms"),
     )
 
 

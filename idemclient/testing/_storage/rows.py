@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EventRow", "ExternalRecord", "KeyRow", "LedgerRow", "ResourceRow"]
+__all__ = ["EventRow", "ExternalRecord", "KeyRow", "LedgerRow", "ResourceRow", "RowHeld"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +81,8 @@ class ExternalRecord:
 #: A resource, its key's state and recovery point, its effect counts
 #: (E1 applied, E2 applied, E1 calls, E2 calls), and the handlers that ran for it.
 LedgerRow = tuple[ResourceRow, str | None, str | None, tuple[int, int, int, int], list[str]]
+
+
+class RowHeld(Exception):
+    """Another transaction (a frozen server's, say) holds the row past the lock
+    timeout: nothing was done, and the request may come again shortly."""

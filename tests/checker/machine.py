@@ -1,0 +1,565 @@
+"""The model-based checker: generated histories of a payment client, its store and the
+reference server, and one invariant over them.
+
+Each rule is one thing that happens to the system: an application process issues an
+operation (through `Client`, `AsyncClient`, `wrap()` or the batch API; by operation id
+or by a uuid5 identity), issues it again, resumes, reconciles; a process dies at its
+n-th event (a store write, a request leaving, an answer arriving); the disk fills up at
+the intent or the outcome commit; the server is told to misbehave on its next request
+(429/503 with Retry-After as seconds, a date, milliseconds or garbage; a 5xx outside
+the retry set; a 3xx; a 401 that an auth flow answers; apply-then-drop; an answer held
+past the attempt's timeout; a body that never finishes; an external system that times
+out, is down, applies then times out, or declines); the server crashes after any phase
+and its recovery worker runs; time passes (leases lapse, keys age); the client's and
+the server's clocks jump forward and back; the server reaps old keys; an operator
+purges finished operations from the client's store.
+
+Each application process is a new client on the same store file: nothing survives a
+process but the file. Everything runs in this thread (the async client's store calls
+in anyio's worker threads, one at a time), on one timeline (`world.World`), so a
+failing history shrinks and replays.
+
+The invariant, after every step, against the server's ledger and the store:
+
+1. no operation is ever applied more than once (one resource per reference, at most);
+2. `succeeded` means applied exactly once; `not_sent` means never applied; `failed`
+   means no payment went through (none, or one the external system declined);
+3. an operation keeps the key it was first recorded with;
+4. a stored final answer from the server equals the one the server keeps for the key;
+5. no secret (the bearer token) is ever in the store's bytes;
+
+and at the end of every history, once the faults stop and the server's recovery has
+run, `resume()` and then `reconcile()` settle every operation in agreement with the
+ledger: applied once and `succeeded`, or never applied and `not_sent`/`failed`.
+
+The assumptions it rests on (`Assumptions`): the server keeps keys for the retention
+it advertises (`RetryPolicy.key_retention` = the server's key TTL) on a clock within
+`CLOCK_SKEW` of true time; the client's clock is never more than `CLOCK_SKEW` slow
+(it may be fast by any amount, and jump back from fast); purging an operation is an
+operator's explicit act after which the application does not issue it again.
+Histories outside them (a server clock days fast that reaps early, a client clock days
+slow) are generated too: there, an operation may be left unsettled
+(`ReconcileRequired`), but never sent twice (rule 1 holds always).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from idemclient import (
+    AsyncClient,
+    Client,
+    IdemError,
+    Outcome,
+    RetryPolicy,
+    State,
+    key_from_identity,
+    outcome_of,
+    wrap,
+)
+from idemclient._call import CLOCK_SKEW
+from idemclient.batch import read_batch, submit
+from idemclient.store import SQLiteStore
+from idemclient.testing import LedgerEntry, Phase, ReferenceServer
+
+from .world import (
+    INTENT_WRITES,
+    OUTCOME_WRITES,
+    Clock,
+    Death,
+    Fate,
+    MortalStore,
+    RefreshingAuth,
+    Wire,
+    World,
+    store_bytes,
+)
+
+TOKEN = "sk_live_checker_secret_7d1f"
+BASE = "https://psp.test"
+LEASE = 30.0
+KEY_TTL = 24 * 3600.0
+DAY = 24 * 3600.0
+WAYS = ("client", "async", "wrap", "batch")
+PATHS = {"client": "/v1/payments", "async": "/v1/payments", "wrap": "/v1/payments"}
+BY_REFERENCE = "{path}?reference={reference}"
+BY_KEY = "{path}?idempotency_key={key}"
+
+#: Faults the server can be told to inject on its next request, by readable name.
+FAULTS = (
+    "429 retry-after 2s",
+    "503 retry-after 1s",
+    "503 retry-after date",
+    "503 retry-after past date",
+    "503 retry-after garbage",
+    "429 retry-after-ms 700",
+    "503 retry-after 3600s",
+    "500",
+    "501",
+    "520",
+    "524",
+    "301",
+    "307",
+    "401 auth refresh",
+    "400",
+    "409",
+    "apply then drop",
+    "held answer 60s",
+    "slow body",
+    "ext1 timeout",
+    "ext2 timeout",
+    "ext1 down",
+    "ext2 down",
+    "ext1 apply then timeout",
+    "ext2 apply then timeout x2",
+    "ext1 decline",
+    "ext2 decline",
+)
+FINISHED = (State.SUCCEEDED, State.FAILED, State.NOT_SENT)
+#: Where the client's clock may jump (seconds from true time): slow by up to half the
+#: client's CLOCK_SKEW, fast by any amount; and, outside the assumptions, days slow.
+CLIENT_OFFSETS = (0.0, -CLOCK_SKEW / 2 + 10, CLOCK_SKEW / 2 - 10, 3600.0, 30 * DAY, -2 * DAY)
+#: The server keeps keys this much longer than its TTL: its clocks may be this far off.
+SERVER_CLOCK_TOLERANCE = 3600.0
+#: Where the server's clock may jump: within its tolerance, less the client's slowness.
+#: A server clock further off reaps keys early where no client can see it (see
+#: docs/reliability.md), so that is not generated.
+SERVER_OFFSETS = (0.0, -CLOCK_SKEW / 2 + 10, CLOCK_SKEW / 2 - 10, -1790.0, 1790.0)
+
+
+@dataclass
+class Operation:
+    """One payment the application means to make exactly once."""
+
+    reference: str
+    way: str  # client, async, wrap, batch
+    by: str  # operation_id or identity
+    amount: int
+    first_key: str | None = None
+    retired: bool = False  # purged by the operator: never issued again
+
+    def __repr__(self) -> str:
+        return f"<{self.reference} via {self.way} by {self.by}>"
+
+    @property
+    def path(self) -> str:
+        return "/v1/payouts" if self.way == "batch" else "/v1/payments"
+
+    @property
+    def operation_id(self) -> str | None:
+        return f"op-{self.reference}" if self.by == "operation_id" else None
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return (self.reference, "charge")
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return {"amount": self.amount, "currency": "EUR", "reference": self.reference}
+
+
+@dataclass
+class Assumptions:
+    """Whether the history so far stays inside what the checker's promise rests on."""
+
+    broken: list[str] = field(default_factory=list)
+
+    @property
+    def hold(self) -> bool:
+        return not self.broken
+
+
+kills = st.one_of(st.none(), st.none(), st.integers(min_value=0, max_value=9))
+disks = st.sampled_from(
+    [frozenset(), frozenset(), frozenset(), INTENT_WRITES, OUTCOME_WRITES, frozenset({"finish"})]
+)
+
+
+class PaymentsMachine(RuleBasedStateMachine):
+    """See the module's docstring."""
+
+    operations = Bundle("operations")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.TemporaryDirectory(prefix="idemclient-checker-")
+        self.path = os.path.join(self.dir.name, "client.db")
+        self.world = World()
+        self.server_clock = Clock(self.world)
+        self.client_clock = Clock(self.world)
+        self.server = ReferenceServer(
+            clock=self.server_clock,
+            lease=LEASE,
+            key_ttl=KEY_TTL,
+            clock_tolerance=SERVER_CLOCK_TOLERANCE,
+        )
+        self.inspector = SQLiteStore(self.path)
+        self.ops: list[Operation] = []
+        self.slow_bodies = [0]
+        self.assumptions = Assumptions()
+        self.counter = 0
+        self.notes: list[str] = []
+        #: the server's ledger as the history ended (after `teardown`)
+        self.final_ledger: tuple[LedgerEntry, ...] = ()
+
+    # -- processes -----------------------------------------------------------------------
+
+    def _policy(self) -> RetryPolicy:
+        return RetryPolicy(max_attempts=4, deadline=60.0, key_retention=KEY_TTL)
+
+    def _process(
+        self, kill_at: int | None, disk_full: frozenset[str], act: Callable[..., Any], **kw: Any
+    ) -> Any:
+        """Run one application process: a fresh client on the store file; it may die."""
+        fate = Fate(kill_at=kill_at, disk_full=disk_full)
+        store = MortalStore(self.path, fate)
+        wire = Wire(self.server.transport, fate, self.slow_bodies)
+        try:
+            return act(store, wire, **kw)
+        except Death as death:
+            self.notes.append(str(death))
+            return death
+        finally:
+            store.close()
+
+    def _client(self, store: MortalStore, wire: Wire) -> Client:
+        return Client(
+            store=store,  # type: ignore[arg-type]
+            clock=self.client_clock,
+            policy=self._policy(),
+            transport=wire,
+            base_url=BASE,
+            auth=RefreshingAuth(TOKEN),
+        )
+
+    def _async_client(self, store: MortalStore, wire: Wire) -> AsyncClient:
+        return AsyncClient(
+            store=store,  # type: ignore[arg-type]
+            clock=self.client_clock,
+            policy=self._policy(),
+            transport=wire,
+            base_url=BASE,
+            auth=RefreshingAuth(TOKEN),
+        )
+
+    def _issue(self, store: MortalStore, wire: Wire, *, op: Operation, way: str) -> object:
+        kwargs: dict[str, Any] = {"json": op.body, "reference": op.reference}
+        if op.by == "operation_id":
+            kwargs["operation_id"] = op.operation_id
+        else:
+            kwargs["identity"] = op.identity
+        try:
+            if way == "client":
+                with self._client(store, wire) as client:
+                    return client.post(op.path, **kwargs)
+            if way == "async":
+
+                async def go() -> Outcome:
+                    async with self._async_client(store, wire) as client:
+                        return await client.post(op.path, **kwargs)
+
+                return asyncio.run(go())
+            if way == "wrap":
+                http = httpx.Client(transport=wire, base_url=BASE, auth=RefreshingAuth(TOKEN))
+                wrap(http, store=store, clock=self.client_clock, policy=self._policy())  # type: ignore[arg-type]
+                with http:
+                    key = key_from_identity(*op.identity)
+                    response = http.post(op.path, json=op.body, headers={"Idempotency-Key": key})
+                    return outcome_of(response)
+            return self._batch(store, wire, op)
+        except IdemError as error:
+            return error
+
+    def _batch(self, store: MortalStore, wire: Wire, op: Operation) -> object:
+        csv = os.path.join(self.dir.name, f"{op.reference}.csv")
+        with open(csv, "w") as out:
+            out.write("ref,amount,currency,value_date\n")
+            out.write(f"{op.reference},{op.amount},EUR,2026-12-01\n")
+        with self._client(store, wire) as client:
+            return submit(read_batch(csv), client, concurrency=1)
+
+    def _resume(self, store: MortalStore, wire: Wire, *, way: str) -> object:
+        try:
+            if way == "async":
+
+                async def go() -> list[Outcome]:
+                    async with self._async_client(store, wire) as client:
+                        return await client.resume()
+
+                return asyncio.run(go())
+            with self._client(store, wire) as client:
+                return client.resume()
+        except IdemError as error:
+            return error
+
+    def _reconcile(self, store: MortalStore, wire: Wire, *, op: Operation) -> object:
+        record = self._record(op)
+        if record is None or record.state in FINISHED:
+            return None
+        try:
+            with self._client(store, wire) as client:
+                lookup = BY_KEY if record.reference is None else BY_REFERENCE
+                return client.reconcile(
+                    record.operation_id, lookup=lookup.replace("{path}", op.path)
+                )
+        except IdemError as error:
+            return error
+
+    # -- what the store and the server hold ------------------------------------------------
+
+    def _record(self, op: Operation) -> Any:
+        for record in self.inspector.operations():
+            if record.reference == op.reference:
+                return record
+            if op.by == "identity" and record.key == key_from_identity(*op.identity):
+                return record
+        return None
+
+    def _resources(self, op: Operation) -> list[LedgerEntry]:
+        return [e for e in self.server.ledger() if e.reference == op.reference]
+
+    def final_resources(self, op: Operation) -> list[LedgerEntry]:
+        """What the server had applied for `op` when the history ended."""
+        return [e for e in self.final_ledger if e.reference == op.reference]
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        pass
+
+    @rule(
+        target=operations,
+        way=st.sampled_from(WAYS),
+        by=st.sampled_from(("operation_id", "identity")),
+        kill_at=kills,
+        disk_full=disks,
+    )
+    def issue_new(
+        self, way: str, by: str, kill_at: int | None, disk_full: frozenset[str]
+    ) -> Operation:
+        self.counter += 1
+        if way in ("wrap", "batch"):
+            by = "identity"
+        op = Operation(f"pay{self.counter}", way, by, amount=100 * self.counter)
+        self.ops.append(op)
+        self._process(kill_at, disk_full, self._issue, op=op, way=way)
+        return op
+
+    @rule(op=operations, kill_at=kills, disk_full=disks, other=st.booleans())
+    def issue_again(
+        self, op: Operation, kill_at: int | None, disk_full: frozenset[str], other: bool
+    ) -> None:
+        if op.retired:
+            return
+        way = op.way
+        if other and op.way in ("client", "async"):
+            way = "async" if op.way == "client" else "client"
+        self._process(kill_at, disk_full, self._issue, op=op, way=way)
+
+    @rule(kill_at=kills, disk_full=disks, way=st.sampled_from(("client", "async")))
+    def resume(self, kill_at: int | None, disk_full: frozenset[str], way: str) -> None:
+        self._process(kill_at, disk_full, self._resume, way=way)
+
+    @rule(op=operations, kill_at=kills)
+    def reconcile(self, op: Operation, kill_at: int | None) -> None:
+        self._process(kill_at, frozenset(), self._reconcile, op=op)
+
+    @rule(fault=st.sampled_from(FAULTS))
+    def server_fault(self, fault: str) -> None:
+        inject(self.server, fault, self.slow_bodies)
+
+    @rule(after=st.sampled_from(list(Phase)))
+    def server_crashes_after(self, after: Phase) -> None:
+        self.server.crash(after)
+
+    @rule()
+    def server_recovers(self) -> None:
+        self.server.recover()
+
+    @rule(
+        seconds=st.sampled_from([1.0, 5.0, LEASE + 1, 600.0, KEY_TTL - 3600, KEY_TTL + 1, 8 * DAY])
+    )
+    def time_passes(self, seconds: float) -> None:
+        self.world.advance(seconds)
+
+    @rule(offset=st.sampled_from(CLIENT_OFFSETS))
+    def client_clock_jumps(self, offset: float) -> None:
+        self.client_clock.offset = offset
+        if offset < -CLOCK_SKEW / 2:
+            self.assumptions.broken.append(f"client clock {offset:+.0f}s slow")
+
+    @rule(offset=st.sampled_from(SERVER_OFFSETS))
+    def server_clock_jumps(self, offset: float) -> None:
+        self.server_clock.offset = offset
+
+    @rule()
+    def server_reaps(self) -> None:
+        self.server.reap()
+
+    @precondition(lambda self: any(not op.retired for op in self.ops))
+    @rule(data=st.data())
+    def operator_purges(self, data: st.DataObject) -> None:
+        finished = [
+            op for op in self.ops if not op.retired and (r := self._record(op)) and r.state.finished
+        ]
+        if not finished:
+            return
+        op = data.draw(st.sampled_from(finished), label="purged")
+        record = self._record(op)
+        self.inspector.purge([record.operation_id])
+        op.retired = True
+
+    # -- the invariant -------------------------------------------------------------------
+
+    @invariant()
+    def never_twice_and_agreeing(self) -> None:
+        check_step(self)
+
+    def teardown(self) -> None:
+        try:
+            settle_everything(self)
+        finally:
+            self.final_ledger = self.server.ledger()
+            self.inspector.close()
+            self.server.close()
+            self.dir.cleanup()
+
+
+def inject(server: ReferenceServer, fault: str, slow_bodies: list[int]) -> None:
+    """Tell the server to misbehave on its next matching request, as named in FAULTS."""
+    path = None  # whichever request comes next, payments or payouts
+    words = fault.split()
+    if fault == "apply then drop":
+        server.drop()
+    elif fault == "held answer 60s":
+        server.delay(60.0)
+    elif fault == "slow body":
+        slow_bodies[0] += 1
+    elif words[0] in ("ext1", "ext2"):
+        system = int(words[0][-1])
+        times = 2 if fault.endswith("x2") else 1
+        mode = "_".join(w for w in words[1:] if w != "x2")
+        server.external_fault(system, mode, times=times)
+    elif fault.startswith("401"):
+        server.answer(401, path=path, headers={"www-authenticate": 'Bearer realm="psp"'})
+    elif words[0] in ("301", "307"):
+        server.answer(int(words[0]), path=path, headers={"location": f"{BASE}/v1/elsewhere"})
+    elif "retry-after-ms" in fault:
+        server.answer(int(words[0]), path=path, retry_after_ms=int(words[-1]))
+    elif fault.endswith("past date"):
+        server.answer(int(words[0]), path=path, retry_after_date_in=-30.0)
+    elif fault.endswith(" date"):
+        server.answer(int(words[0]), path=path, retry_after_date_in=2.0)
+    elif fault.endswith("garbage"):
+        server.answer(int(words[0]), path=path, retry_after="soon, maybe")
+    elif "retry-after" in fault:
+        server.answer(int(words[0]), path=path, retry_after=float(words[-1].rstrip("s")))
+    else:
+        server.answer(int(words[0]), path=path)
+
+
+def _json(body: bytes | str | None) -> object:
+    try:
+        return json.loads(body or b"null")
+    except ValueError:
+        return body
+
+
+def check_step(machine: PaymentsMachine) -> None:
+    """The invariant of every step (see the module's docstring)."""
+    assert TOKEN.encode() not in store_bytes(machine.path), "the bearer token is in the store"
+    for op in machine.ops:
+        resources = machine._resources(op)
+        assert len(resources) <= 1, f"{op} applied {len(resources)} times: {resources}"
+        record = machine._record(op)
+        if record is None:
+            if not op.retired:
+                assert not resources, f"{op} applied with no record in the store"
+            continue
+        if op.first_key is None:
+            op.first_key = record.key
+        assert record.key == op.first_key, f"{op} changed its key {op.first_key} -> {record.key}"
+        if record.state is State.SUCCEEDED:
+            assert [r.status for r in resources] == ["succeeded"], (
+                f"{op} is succeeded in the store but the ledger has {resources}"
+            )
+        elif record.state is State.NOT_SENT:
+            # Settled as never applied by a look-up while the server still held the key
+            # in flight (admitted, not yet begun: nothing to find), the server may finish
+            # it later; sent again with its key, it is that one payment. So at a step:
+            # nothing applied under another key; at the end (after resume): nothing.
+            assert all(r.idempotency_key == record.key for r in resources), (
+                f"{op} is not_sent in the store but applied under another key: {resources}"
+            )
+        elif record.state is State.FAILED:
+            assert all(r.status == "declined" for r in resources), (
+                f"{op} is failed in the store but the ledger has {resources}"
+            )
+        if record.state.finished and record.response is not None:
+            if "look-up" in record.evidence or "look up" in record.evidence:
+                continue
+            row = machine.server.key_record(TOKEN, record.key)
+            if (
+                row is not None
+                and row.state == "finished"
+                and record.response.status_code == row.response_code
+            ):
+                kept = (row.response_body or "").encode()
+                assert record.response.body_sha256 == hashlib.sha256(kept).hexdigest(), (
+                    f"{op}: the stored answer differs from the server's"
+                )
+
+
+def settle_everything(machine: PaymentsMachine) -> None:
+    """The end of a history: faults stop, the server recovers, the client resumes and
+    reconciles; then every operation agrees with the ledger."""
+    server = machine.server
+    server.clear_faults()
+    machine.slow_bodies[0] = 0
+    for _ in range(3):
+        machine.world.advance(3 * LEASE + 120.0)
+        server.recover()
+    machine._process(None, frozenset(), machine._resume, way="client")
+    for op in machine.ops:
+        machine._process(None, frozenset(), machine._reconcile, op=op)
+    check_step(machine)
+    if not machine.assumptions.hold:
+        return
+    for op in machine.ops:
+        record = machine._record(op)
+        resources = machine._resources(op)
+        if record is None:
+            continue
+        assert record.state in FINISHED, (
+            f"{op} still {record.state.value} after resume and reconcile: {record.evidence}"
+        )
+        if record.state is State.NOT_SENT:
+            assert not resources, f"{op} ends not_sent but was applied: {resources}"
+        if record.state is State.SUCCEEDED:
+            (entry,) = resources
+            assert (entry.ext1_applied, entry.ext2_applied) == (1, 1), entry
+            assert entry.journal == ("H1", "H2", "H3"), entry
+
+
+def new_namespace() -> uuid.UUID:
+    return uuid.uuid4()
