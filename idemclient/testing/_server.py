@@ -61,6 +61,10 @@ class ReferenceServer:
     stepped forward by that much) never drop a key before the TTL a client counts on.
     With the default, 0, what is tolerated is the client's own margin (300 s, for the
     client's and the server's clocks together); see docs/server.md.
+
+    `external_retention`: how long the two simulated external systems honour a derived
+    key (None, the default: for ever). Past it, a payment sent again after the server
+    forgot its key moves money again, and shows in the ledger as a second effect.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class ReferenceServer:
         lease: float = DEFAULT_LEASE,
         key_ttl: float = DEFAULT_KEY_TTL,
         clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
+        external_retention: float | None = None,
         sandbox: bool = True,
         webhook_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         webhook_timeout: float = 10.0,
@@ -81,11 +86,11 @@ class ReferenceServer:
             self._storage, self._clock, max_attempts=webhook_max_attempts, timeout=webhook_timeout
         )
         self._faults = FaultPlan()
-        self._externals = (
-            ExternalSystem(1, self._storage, self._clock),
-            ExternalSystem(2, self._storage, self._clock),
-        )
         try:
+            self._externals = (
+                ExternalSystem(1, self._storage, self._clock, retention=external_retention),
+                ExternalSystem(2, self._storage, self._clock, retention=external_retention),
+            )
             self._core = Core(
                 storage=self._storage,
                 clock=self._clock,

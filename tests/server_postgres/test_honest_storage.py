@@ -100,3 +100,20 @@ def test_the_recovery_sweep_skips_a_held_key(server: ReferenceServer, pg_db: str
     assert (report.examined, report.finished) == (1, 1)  # the free key; the held one skipped
     assert server.recover().finished == 1  # the held key, once free
     assert {e.status for e in server.ledger()} == {"succeeded"}
+
+
+def test_external_systems_forget_past_their_retention_on_postgresql(pg_db: str) -> None:
+    day = 24 * 3600.0
+    headers = {"Authorization": "Bearer shop-1", "Idempotency-Key": "k-forget"}
+    with (
+        ReferenceServer(
+            db=pg_db, clock=ManualClock(), key_ttl=day, external_retention=2 * day
+        ) as server,
+        httpx.Client(transport=server.transport, base_url="https://psp.test") as http,
+    ):
+        assert http.post("/v1/payments", json=PAYMENT, headers=headers).status_code == 201
+        server.advance(4 * day)
+        server.reap()
+        assert http.post("/v1/payments", json=PAYMENT, headers=headers).status_code == 201
+        effects = [(e.ext1_applied, e.ext2_applied) for e in server.ledger()]
+        assert effects == [(1, 1), (1, 1)]  # the second send moved money again, visibly

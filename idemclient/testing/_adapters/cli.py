@@ -21,7 +21,7 @@ from types import FrameType
 import click
 
 from ..._clock import SystemClock
-from .._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
+from .._server import DEFAULT_CLOCK_TOLERANCE, DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
 from .._storage.backend import is_postgres_url
 from .asgi import ReferenceApp
 
@@ -61,6 +61,20 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     default=DEFAULT_KEY_TTL,
     show_default=True,
     help="Seconds finished idempotency keys are kept before the reaper drops them.",
+)
+@click.option(
+    "--clock-tolerance",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_CLOCK_TOLERANCE,
+    show_default=True,
+    help="Seconds the clocks of servers sharing the database may disagree: keys are"
+    " kept this much longer than --key-ttl.",
+)
+@click.option(
+    "--external-retention",
+    type=_POSITIVE,
+    default=None,
+    help="Seconds the simulated external systems honour a key (default: for ever).",
 )
 @click.option(
     "--recovery-interval",
@@ -106,6 +120,8 @@ def server(
     db: str,
     lease: float,
     key_ttl: float,
+    clock_tolerance: float,
+    external_retention: float | None,
     recovery_interval: float,
     webhook_url: str | None,
     webhook_secrets: tuple[str, ...],
@@ -126,7 +142,13 @@ def server(
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     try:
         reference = ReferenceServer(
-            db=db, clock=SystemClock(), lease=lease, key_ttl=key_ttl, sandbox=sandbox
+            db=db,
+            clock=SystemClock(),
+            lease=lease,
+            key_ttl=key_ttl,
+            clock_tolerance=clock_tolerance,
+            external_retention=external_retention,
+            sandbox=sandbox,
         )
     except (sqlite3.Error, ValueError, OSError, ImportError) as exc:
         # OSError: a PostgreSQL database that cannot be reached or used (ConnectionError);

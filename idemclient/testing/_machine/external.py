@@ -58,10 +58,22 @@ class _Failure:
 class ExternalSystem:
     """One simulated external system. Thread-safe."""
 
-    def __init__(self, number: int, storage: StorageBackend, clock: ServerClock) -> None:
+    def __init__(
+        self,
+        number: int,
+        storage: StorageBackend,
+        clock: ServerClock,
+        *,
+        retention: float | None = None,
+    ) -> None:
+        if retention is not None and not retention > 0:
+            raise ValueError(f"an external retention must be positive, not {retention!r}")
         self.number = number
         self._storage = storage
         self._clock = clock
+        #: how long this system honours a key (None: for ever); past it, an instruction
+        #: under the same key is a new one, and applies again
+        self.retention = retention
         self._lock = threading.Lock()
         self._failures: deque[_Failure] = deque()
         self._declines = 0
@@ -124,6 +136,7 @@ class ExternalSystem:
         gate = self._take_gate()
         if gate is not None:
             gate.pass_through()
+        self._forget_expired(key)
         # Only a new instruction can be declined; look the key up only when a decline
         # is actually queued, so the common path stays one statement.
         declined = (
@@ -151,4 +164,10 @@ class ExternalSystem:
             raise ExternalDown(f"external system {self.number} refused the connection")
         if failure is not None:
             raise ExternalTimeout(f"external system {self.number} did not answer the probe")
+        self._forget_expired(key)
         return self._storage.external_lookup(system=self.number, key=key)
+
+    def _forget_expired(self, key: str) -> None:
+        if self.retention is not None:
+            before = self._clock.time() - self.retention
+            self._storage.external_forget(system=self.number, key=key, applied_before=before)

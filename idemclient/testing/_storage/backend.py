@@ -180,6 +180,11 @@ class StorageBackend(Protocol):
 
     def external_lookup(self, *, system: int, key: str) -> ExternalRecord | None: ...
 
+    def external_forget(self, *, system: int, key: str, applied_before: float) -> bool:
+        """Forget `key` at `system` if it was applied before `applied_before`: a later
+        instruction under it is a new one. Its effect stays counted on its resource."""
+        ...
+
     # -- inspection ------------------------------------------------------------------------
 
     def ledger_rows(self) -> list[LedgerRow]: ...

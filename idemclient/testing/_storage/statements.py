@@ -125,6 +125,11 @@ RETURNING outcome, reference, calls
 _EXTERNAL_LOOKUP = (
     "SELECT outcome, reference, calls FROM external_effects WHERE system = {p} AND key = {p}"
 )
+# An external system forgets a key past its own retention: the row stays (the ledger
+# still counts its effect on its resource) under a name no instruction will use again.
+_EXTERNAL_FORGET = (
+    "UPDATE external_effects SET key = {p} WHERE system = {p} AND key = {p} AND applied_at < {t}"
+)
 _INSERT_EVENT = (
     "INSERT INTO webhook_events (id, client, type, resource_id, body, created_at, state,"
     " next_attempt_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, 'pending', {p})"
@@ -204,6 +209,7 @@ class Statements:
         self.journal: Final = render(_JOURNAL)
         self.external_apply: Final = render(_EXTERNAL_APPLY)
         self.external_lookup: Final = render(_EXTERNAL_LOOKUP)
+        self.external_forget: Final = render(_EXTERNAL_FORGET)
         self.insert_event: Final = render(_INSERT_EVENT)
         self.due_events: Final = render(_DUE_EVENTS)
         self.claim_event: Final = render(_CLAIM_EVENT)

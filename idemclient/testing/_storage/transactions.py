@@ -303,6 +303,14 @@ class Transactions(ABC):
             row = conn.execute(self._sql.external_lookup, (system, key)).fetchone()
         return None if row is None else ExternalRecord(*row)
 
+    def external_forget(self, *, system: int, key: str, applied_before: float) -> bool:
+        forgotten = f"{key}@forgotten-{applied_before!r}"
+        with self._write() as conn:
+            cursor = conn.execute(
+                self._sql.external_forget, (forgotten, system, key, applied_before)
+            )
+            return bool(cursor.rowcount)
+
     # -- inspection --------------------------------------------------------------------
 
     def ledger_rows(self) -> list[LedgerRow]:
