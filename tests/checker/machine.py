@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ from idemclient import (
     wrap,
 )
 from idemclient._call import CLOCK_SKEW
+from idemclient._store import _owners
 from idemclient.batch import read_batch, submit
 from idemclient.store import SQLiteStore
 from idemclient.testing import LedgerEntry, Phase, ReferenceServer
@@ -138,6 +140,8 @@ FINISHED = (State.SUCCEEDED, State.FAILED, State.NOT_SENT)
 #: Where the client's clock may jump (seconds from true time): slow by up to half the
 #: client's CLOCK_SKEW, fast by any amount; and, outside the assumptions, days slow.
 CLIENT_OFFSETS = (0.0, -CLOCK_SKEW / 2 + 10, CLOCK_SKEW / 2 - 10, 3600.0, 30 * DAY, -2 * DAY)
+#: The external systems forget keys after this: a second send past it moves money again.
+EXTERNAL_RETENTION = 3 * 24 * 3600.0
 #: The server keeps keys this much longer than its TTL: its clocks may be this far off.
 SERVER_CLOCK_TOLERANCE = 3600.0
 #: Where the server's clock may jump: within its tolerance, less the client's slowness.
@@ -211,6 +215,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             lease=LEASE,
             key_ttl=KEY_TTL,
             clock_tolerance=SERVER_CLOCK_TOLERANCE,
+            external_retention=EXTERNAL_RETENTION,
         )
         self.inspector = SQLiteStore(self.path)
         self.ops: list[Operation] = []
@@ -227,16 +232,25 @@ class PaymentsMachine(RuleBasedStateMachine):
         return RetryPolicy(max_attempts=4, deadline=60.0, key_retention=KEY_TTL)
 
     def _process(
-        self, kill_at: int | None, disk_full: frozenset[str], act: Callable[..., Any], **kw: Any
+        self,
+        kill_at: int | None,
+        disk_full: frozenset[str],
+        act: Callable[..., Any],
+        fate: Fate | None = None,
+        **kw: Any,
     ) -> Any:
         """Run one application process: a fresh client on the store file; it may die."""
-        fate = Fate(kill_at=kill_at, disk_full=disk_full)
+        fate = fate or Fate(kill_at=kill_at, disk_full=disk_full)
         store = MortalStore(self.path, fate)
         wire = Wire(self.server.transport, fate, self.slow_bodies)
+        calls_before = set(_owners._live)
         try:
             return act(store, wire, **kw)
         except Death as death:
             self.notes.append(str(death))
+            # Its calls die with it: on this host a dead process's leases are seen to be
+            # dead (its pid is gone), as `_owners` checks for a real SIGKILL.
+            _owners._live.difference_update(set(_owners._live) - calls_before)
             return death
         finally:
             store.close()
@@ -375,6 +389,44 @@ class PaymentsMachine(RuleBasedStateMachine):
         if other and op.way in ("client", "async"):
             way = "async" if op.way == "client" else "client"
         self._process(kill_at, disk_full, self._issue, op=op, way=way)
+
+    @rule(
+        op=operations,
+        pause_at=st.integers(min_value=0, max_value=8),
+        seconds=st.sampled_from([5.0, LEASE + 1, 200.0]),
+        taker=st.sampled_from(("issue again", "resume", "reconcile")),
+    )
+    def owner_paused_then_taken_over(
+        self, op: Operation, pause_at: int, seconds: float, taker: str
+    ) -> None:
+        """A process stops (SIGSTOP, a GC pause) at its `pause_at`-th event; time passes,
+        its lease may lapse, and another process takes the operation on; then the first
+        one goes on. One thread at a time: the first is parked until the second is done."""
+        if op.retired:
+            return
+        fate = Fate(pause_at=pause_at)
+        first = threading.Thread(
+            target=self._process,
+            args=(None, frozenset(), self._issue),
+            kwargs={"fate": fate, "op": op, "way": op.way},
+            daemon=True,
+        )
+        first.start()
+        while not fate.paused.wait(timeout=0.01):
+            if not first.is_alive():
+                break
+        try:
+            self.world.advance(seconds)
+            if taker == "issue again":
+                self._process(None, frozenset(), self._issue, op=op, way=op.way)
+            elif taker == "resume":
+                self._process(None, frozenset(), self._resume, way="client")
+            else:
+                self._process(None, frozenset(), self._reconcile, op=op)
+        finally:
+            fate.go_on.set()
+            first.join(timeout=60)
+        assert not first.is_alive(), "the paused process never finished"
 
     @rule(kill_at=kills, disk_full=disks, way=st.sampled_from(("client", "async")))
     def resume(self, kill_at: int | None, disk_full: frozenset[str], way: str) -> None:
@@ -536,6 +588,9 @@ def settle_everything(machine: PaymentsMachine) -> None:
     server = machine.server
     server.clear_faults()
     machine.slow_bodies[0] = 0
+    # A server clock stepped back holds the leases it stamped before the step until it
+    # catches up (up to its tolerance): recovery is late then, never wrong.
+    machine.world.advance(SERVER_CLOCK_TOLERANCE)
     for _ in range(3):
         machine.world.advance(3 * LEASE + 120.0)
         server.recover()

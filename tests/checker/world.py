@@ -10,6 +10,7 @@ no `except` or `finally` records anything after the kill.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,8 +99,12 @@ class Fate:
 
     kill_at: int | None = None
     disk_full: frozenset[str] = frozenset()
+    #: the event at which the process stops (SIGSTOP) until `go_on` is set
+    pause_at: int | None = None
     events: list[str] = field(default_factory=list)
     dead: bool = False
+    paused: threading.Event = field(default_factory=threading.Event)
+    go_on: threading.Event = field(default_factory=threading.Event)
 
     def event(self, name: str) -> None:
         if self.dead:
@@ -108,6 +113,10 @@ class Fate:
         if self.kill_at is not None and len(self.events) > self.kill_at:
             self.dead = True
             raise Death(f"killed at {name} (event {self.kill_at})")
+        if self.pause_at is not None and len(self.events) == self.pause_at + 1:
+            self.paused.set()
+            if not self.go_on.wait(timeout=60):
+                raise AssertionError(f"paused at {name} and never let go on")
 
 
 class MortalStore:
