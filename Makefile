@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit httpx-releases docs demo bench bench-quick check-deep clean
+.PHONY: test lint typecheck unit httpx-releases docs demo bench bench-quick check-deep soak clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -60,6 +60,13 @@ MINUTES ?= 10
 SEED    ?=
 check-deep: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.checker.deep --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+
+# Real-process trials against `idemclient server` on loopback, SQLite and PostgreSQL,
+# each with faults and a SIGKILL of the client (and in a share, of a server); one table
+# at the end (tests/reliability/soak.py). `make soak TRIALS=200` for a shorter one.
+TRIALS ?= 1000
+soak: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.reliability.soak --trials $(TRIALS) $(if $(SEED),--seed $(SEED))
 
 # The demo needs only the package and the reference server's socket (uvicorn).
 DEMO_STAMP := $(VENV)/.demo-installed
