@@ -88,3 +88,20 @@ def test_thirty_days_fast_then_set_right_is_looked_up_not_sent() -> None:
     state.never_twice_and_agreeing()
     state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+def test_a_stranded_instruction_is_resumed_before_the_external_system_forgets_it() -> None:
+    # Found with the recovery worker asleep for eight days: past external system 1's
+    # retention its probe said "never received", the server called again, and the card
+    # was charged twice. The server now never calls past that retention (see
+    # tests/server/test_honest_server.py); with the worker sweeping as it does, the
+    # instruction is resumed in time and the payment made once.
+    state = PaymentsMachine()
+    state.server_crashes_after(after="EXT1_CALLED")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.never_twice_and_agreeing()
+    state.time_passes(seconds=8 * DAY)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    (entry,) = state.final_resources(op)
+    assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)

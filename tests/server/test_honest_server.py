@@ -80,3 +80,35 @@ def test_the_tolerance_is_a_number_of_seconds() -> None:
         ReferenceServer(clock_tolerance=-1.0)
     with pytest.raises(ValueError, match="external retention"):
         ReferenceServer(external_retention=0.0)
+
+
+def test_recovery_past_the_external_retention_never_applies_twice() -> None:
+    # Found by the checker: the server died after external system 1 applied the
+    # instruction; eight days later, past that system's retention, the recovery probe
+    # heard "never received" and called again: two charges. Now the row is left for an
+    # operator: one charge, the payment unresolved (202 to a retry), never "succeeded".
+    with ReferenceServer(clock=ManualClock(), lease=30.0, external_retention=3 * DAY) as server:
+        server.crash("EXT1_CALLED")
+        with pytest.raises(httpx.TransportError):
+            _pay(server)
+        server.advance(8 * DAY)
+        report = server.recover()
+        assert (report.resumed, report.finished) == (1, 0)
+        server.advance(60.0)  # past the lease the sweep took
+        assert _pay(server).status_code == 202
+        server.advance(60.0)
+        assert server.recover().finished == 0
+        (entry,) = server.ledger()
+        assert (entry.ext1_applied, entry.ext1_calls) == (1, 1)
+        assert entry.key_state == "started"
+
+
+def test_recovery_within_the_external_retention_finishes_once() -> None:
+    with ReferenceServer(clock=ManualClock(), lease=30.0, external_retention=3 * DAY) as server:
+        server.crash("EXT1_CALLED")
+        with pytest.raises(httpx.TransportError):
+            _pay(server)
+        server.advance(DAY)
+        assert server.recover().finished == 1
+        (entry,) = server.ledger()
+        assert (entry.ext1_applied, entry.ext2_applied, entry.status) == (1, 1, "succeeded")

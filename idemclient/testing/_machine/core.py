@@ -81,9 +81,11 @@ class _Crashed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Unresolved:
-    """An external step ended without an answer. `maybe_sent`: it may have applied."""
+    """An external step ended without an answer. `maybe_sent`: it may have applied.
+    `forgotten`: the external system may have forgotten it, so no probe can settle it."""
 
     maybe_sent: bool
+    forgotten: bool = False
 
 
 @dataclass(slots=True)
@@ -101,6 +103,9 @@ class _Work:
     crash: Phase | None
     #: resumed at an EXTn_SENT left by someone else: probe before calling
     probe_first: bool
+    #: when the instruction being resumed was last marked sent (the key row's last
+    #: attempt); an external system past its retention since then cannot say "never"
+    sent_at: float | None = None
 
 
 def _json_response(status: int, value: Any, *extra: tuple[str, str]) -> ServerResponse:
@@ -339,6 +344,7 @@ class Core:
             resource,
             crash,
             probe_first=True,
+            sent_at=row.last_attempt_at,
         )
 
     def _run(self, work: _Work) -> tuple[ServerResponse, bool]:
@@ -460,6 +466,11 @@ class Core:
             probed = _probe(external, derived)
             if probed is not None:
                 return probed
+            if self._forgotten(external, work.sent_at):
+                # The instruction may have been applied and forgotten since: "never
+                # received" proves nothing, and a call would apply it a second time.
+                # The row stays, for an operator to settle with the external system.
+                return _Unresolved(maybe_sent=True, forgotten=True)
             maybe_sent = False
         for _ in range(INLINE_CALLS):
             try:
@@ -480,15 +491,27 @@ class Core:
             maybe_sent = False
         return _Unresolved(maybe_sent)
 
+    def _forgotten(self, external: ExternalSystem, sent_at: float | None) -> bool:
+        """Whether `external` may have forgotten an instruction sent at `sent_at`."""
+        if external.retention is None:
+            return False
+        return sent_at is None or self.clock.time() - sent_at >= external.retention
+
     def _park(self, work: _Work, unresolved: _Unresolved) -> ServerResponse:
         """Leave the row at EXTn_SENT, release the lease, and say so (diagram 3)."""
         resource = work.resource
         assert resource is not None
+        location = _location(work.kind, resource.id)
+        if unresolved.forgotten:
+            # Not released: a release stamps a new attempt time, and the row must keep
+            # the time its instruction was sent. The lease lapses on its own.
+            return _json_response(
+                202, resource_json(resource), location, ("retry-after", IN_FLIGHT_RETRY_AFTER)
+            )
         if not self.storage.release(
             client=work.client, key=work.key, owner=work.owner, now=self.clock.time()
         ):
             return _in_flight(resource.id)
-        location = _location(work.kind, resource.id)
         if unresolved.maybe_sent:
             # Accepted, outcome unknown: never "failed", never "succeeded". The row is
             # the instruction to resume; a retry or the recovery worker finishes it.
