@@ -61,7 +61,6 @@ import json
 import os
 import tempfile
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -634,7 +633,3 @@ def settle_everything(machine: PaymentsMachine) -> None:
             (entry,) = resources
             assert (entry.ext1_applied, entry.ext2_applied) == (1, 1), entry
             assert entry.journal == ("H1", "H2", "H3"), entry
-
-
-def new_namespace() -> uuid.UUID:
-    return uuid.uuid4()

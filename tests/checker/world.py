@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,7 +229,3 @@ def store_bytes(path: str) -> bytes:
         except FileNotFoundError:
             pass
     return out
-
-
-def first(items: Iterable[Any]) -> Any:
-    return next(iter(items), None)
