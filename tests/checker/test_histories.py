@@ -105,3 +105,32 @@ def test_a_stranded_instruction_is_resumed_before_the_external_system_forgets_it
     state.teardown()
     (entry,) = state.final_resources(op)
     assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)
+
+
+def test_a_stranded_instruction_parked_by_a_failed_probe_is_never_called_twice() -> None:
+    # Found next: the sweep's probe timed out and parked the row; parking stamped a new
+    # attempt time, so after external system 1 forgot the key the server took "never
+    # received" at its word and called again. A parked row now keeps the time its
+    # instruction was sent.
+    state = PaymentsMachine()
+    state.server_crashes_after(after="EXT1_CALLED")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_clock_jumps(offset=-140.0)
+    state.server_fault(fault="ext1 timeout")
+    state.time_passes(seconds=8 * DAY)
+    state.never_twice_and_agreeing()
+    state.server_recovers()
+    state.never_twice_and_agreeing()
+    state.teardown()
+
+
+def test_a_server_clock_stepped_back_delays_the_sweep_but_not_past_the_external_retention() -> None:
+    state = PaymentsMachine()
+    state.server_crashes_after(after="EXT1_SENT")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_clock_jumps(offset=-140.0)
+    state.time_passes(seconds=8 * DAY)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    (entry,) = state.final_resources(op)
+    assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)

@@ -112,3 +112,19 @@ def test_recovery_within_the_external_retention_finishes_once() -> None:
         assert server.recover().finished == 1
         (entry,) = server.ledger()
         assert (entry.ext1_applied, entry.ext2_applied, entry.status) == (1, 1, "succeeded")
+
+
+def test_a_row_parked_by_a_failed_probe_keeps_the_time_its_instruction_was_sent() -> None:
+    with ReferenceServer(clock=ManualClock(), lease=30.0, external_retention=3 * DAY) as server:
+        server.crash("EXT1_CALLED")  # applied at external system 1, not recorded
+        with pytest.raises(httpx.TransportError):
+            _pay(server)
+        sent_at = server.key_record("shop-1", "k-1").last_attempt_at  # type: ignore[union-attr]
+        server.advance(8 * DAY)
+        server.external_fault(1, "timeout")  # the sweep's probe gets no answer: parked
+        assert server.recover().finished == 0
+        assert server.key_record("shop-1", "k-1").last_attempt_at == sent_at  # type: ignore[union-attr]
+        server.advance(60.0)
+        assert server.recover().finished == 0  # "never received" now proves nothing
+        (entry,) = server.ledger()
+        assert (entry.ext1_applied, entry.ext1_calls) == (1, 1)

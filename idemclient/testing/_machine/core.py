@@ -81,11 +81,9 @@ class _Crashed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Unresolved:
-    """An external step ended without an answer. `maybe_sent`: it may have applied.
-    `forgotten`: the external system may have forgotten it, so no probe can settle it."""
+    """An external step ended without an answer. `maybe_sent`: it may have applied."""
 
     maybe_sent: bool
-    forgotten: bool = False
 
 
 @dataclass(slots=True)
@@ -470,7 +468,7 @@ class Core:
                 # The instruction may have been applied and forgotten since: "never
                 # received" proves nothing, and a call would apply it a second time.
                 # The row stays, for an operator to settle with the external system.
-                return _Unresolved(maybe_sent=True, forgotten=True)
+                return _Unresolved(maybe_sent=True)
             maybe_sent = False
         for _ in range(INLINE_CALLS):
             try:
@@ -501,17 +499,11 @@ class Core:
         """Leave the row at EXTn_SENT, release the lease, and say so (diagram 3)."""
         resource = work.resource
         assert resource is not None
-        location = _location(work.kind, resource.id)
-        if unresolved.forgotten:
-            # Not released: a release stamps a new attempt time, and the row must keep
-            # the time its instruction was sent. The lease lapses on its own.
-            return _json_response(
-                202, resource_json(resource), location, ("retry-after", IN_FLIGHT_RETRY_AFTER)
-            )
         if not self.storage.release(
             client=work.client, key=work.key, owner=work.owner, now=self.clock.time()
         ):
             return _in_flight(resource.id)
+        location = _location(work.kind, resource.id)
         if unresolved.maybe_sent:
             # Accepted, outcome unknown: never "failed", never "succeeded". The row is
             # the instruction to resume; a retry or the recovery worker finishes it.

@@ -93,7 +93,7 @@ WHERE client = {p} AND key = {p} AND state = 'started' AND lease_owner = {p}
 RETURNING resource_id
 """
 _RELEASE = """
-UPDATE idempotency_keys SET locked_at = NULL, lease_owner = NULL, last_attempt_at = {t}
+UPDATE idempotency_keys SET locked_at = NULL, lease_owner = NULL
 WHERE client = {p} AND key = {p} AND state = 'started' AND lease_owner = {p}
 RETURNING resource_id
 """

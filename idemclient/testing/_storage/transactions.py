@@ -182,10 +182,12 @@ class Transactions(ABC):
         return True
 
     def release(self, *, client: str, key: str, owner: str, now: float) -> bool:
-        """Give the lease up without finishing, so the next actor may take over at once."""
+        """Give the lease up without finishing, so the next actor may take over at once.
+        `last_attempt_at` stays the time the instruction was last marked sent: a resumer
+        needs it to know whether an external system may have forgotten it since."""
         try:
             with self._write() as conn:
-                _fenced(conn, self._sql.release, (now, client, key, owner))
+                _fenced(conn, self._sql.release, (client, key, owner))
         except _LeaseLost:
             return False
         return True
