@@ -230,7 +230,8 @@ class _Telemetry:
 
     def store(self, event: StoreEvent) -> None:
         self.store_duration.record(
-            event.seconds, {"idemclient.store.call": event.call, "error": event.failed}
+            event.seconds,
+            {"idemclient.store.call": event.call, "idemclient.store.failed": event.failed},
         )
 
     # -- helpers -----------------------------------------------------------------------
