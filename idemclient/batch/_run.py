@@ -1177,6 +1177,31 @@ def make_run(
     **options: Unpack[SubmitOptions],
 ) -> _Run:
     """A run of `batch` through `client`; options not given are `submit`'s defaults."""
+    return run_on(
+        batch,
+        store=client.settings.store,
+        clock=client.settings.clock,
+        policy=client.policy,
+        http=client.http,
+        notify=notify,
+        metadata=metadata,
+        **options,
+    )
+
+
+def run_on(
+    batch: Batch,
+    *,
+    store: Store,
+    clock: Clock,
+    policy: RetryPolicy,
+    http: httpx.Client | httpx.AsyncClient,
+    notify: Callable[[str], None] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    **options: Unpack[SubmitOptions],
+) -> _Run:
+    """`make_run` from a client's parts: a store, its clock and policy, and the httpx
+    client rows would be sent through (a dry run plans on a store it only reads)."""
     given: dict[str, Any] = {**_defaults(submit), **options}
     path, operation = given["path"], given["operation"]
     namespace, concurrency = given["namespace"], given["concurrency"]
@@ -1187,10 +1212,10 @@ def make_run(
         raise ValueError(f"operation {operation!r} must be a non-empty name")
     return _Run(
         batch,
-        store=client.settings.store,
-        clock=client.settings.clock,
-        policy=client.policy,
-        http=client.http,
+        store=store,
+        clock=clock,
+        policy=policy,
+        http=http,
         target=_Target(
             path,
             operation,
