@@ -564,7 +564,7 @@ def _show_preview(shown: Preview, *, as_json: bool, verbose: bool) -> None:
             else "store: unknown"
         )
         sent = f"{row.method} {row.url}" if row.method else "nothing sent"
-        lookup = "; looked up first" if row.look_up else ""
+        lookup = "; would be looked up first" if row.look_up else ""
         click.echo(f"row {row.row} {row.reference}  {step} {known}; {sent}{lookup}")
         if verbose:
             click.echo(f"    {row.action}; key {row.key}")

@@ -66,10 +66,14 @@ class Preview:
     def summary(self) -> str:
         counts = self.counts()
         sent = sum(1 for row in self.rows if row.method is not None)
+        looked_up = sum(1 for row in self.rows if row.look_up)
         parts = ", ".join(f"{counts.get(s.value, 0)} {s.value}" for s in _WHAT)
+        lookups = (
+            f", {looked_up} looked up first (a payment found is not sent)" if looked_up else ""
+        )
         return (
-            f"dry run: {len(self.rows)} rows ({parts}); {sent} would be sent. Nothing was"
-            " looked up, recorded or sent."
+            f"dry run: {len(self.rows)} rows ({parts}); {sent} would be sent{lookups}."
+            " Nothing was looked up, recorded or sent."
         )
 
     def document(self) -> dict[str, Any]:
