@@ -3,9 +3,11 @@ in-memory span exporter and metric reader, against the reference server in proce
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,3 +287,66 @@ def test_the_module_imports_without_opentelemetry_and_names_the_extra() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert "pip install 'idemclient[otel]'" in done.stdout, done.stdout + done.stderr
+
+
+def _parented(spans: list[ReadableSpan], operations: set[str]) -> None:
+    """Every attempt span is a child of its own operation's span."""
+    by_span = {
+        s.context.span_id: s.attributes["idemclient.operation_id"]
+        for s in spans
+        if s.name == "idemclient POST" and s.context is not None
+    }
+    assert set(by_span.values()) == operations
+    attempts = [s for s in spans if s.name == "POST"]
+    assert len(attempts) == 2 * len(operations)  # one 503, then the answer
+    for attempt in attempts:
+        assert attempt.parent is not None
+        assert attempt.parent.span_id in by_span
+
+
+def test_threads_each_have_their_own_operation_span(
+    tmp_path: Path, server: ReferenceServer, telemetry: Telemetry
+) -> None:
+    ids = {f"order-{n}" for n in range(6)}
+    for operation_id in ids:
+        server.answer(503, times=1, key=f"key-{operation_id}")
+    with (
+        _client(Client, tmp_path, server, telemetry.hooks()) as client,
+        ThreadPoolExecutor(max_workers=3) as pool,
+    ):
+        outcomes = list(
+            pool.map(
+                lambda operation_id: client.post(
+                    "/v1/payments",
+                    json={**PAYMENT, "reference": operation_id},
+                    operation_id=operation_id,
+                    headers={"Idempotency-Key": f"key-{operation_id}"},
+                ),
+                sorted(ids),
+            )
+        )
+    assert {o.state for o in outcomes} == {State.SUCCEEDED}
+    _parented(telemetry.finished(), ids)
+
+
+@pytest.mark.anyio
+async def test_asyncio_tasks_each_have_their_own_operation_span(
+    tmp_path: Path, server: ReferenceServer, telemetry: Telemetry
+) -> None:
+    ids = {f"order-{n}" for n in range(6)}
+    for operation_id in ids:
+        server.answer(503, times=1, key=f"key-{operation_id}")
+    async with _client(AsyncClient, tmp_path, server, telemetry.hooks()) as client:
+        outcomes = await asyncio.gather(
+            *(
+                client.post(
+                    "/v1/payments",
+                    json={**PAYMENT, "reference": operation_id},
+                    operation_id=operation_id,
+                    headers={"Idempotency-Key": f"key-{operation_id}"},
+                )
+                for operation_id in sorted(ids)
+            )
+        )
+    assert {o.state for o in outcomes} == {State.SUCCEEDED}
+    _parented(telemetry.finished(), ids)
