@@ -9,8 +9,8 @@ module holding all of its topic (the everyday names of a topic are also here):
 `idemclient.errors` (the error tree), `idemclient.keys`, `idemclient.policy`,
 `idemclient.store`, `idemclient.hooks`, `idemclient.clock`, `idemclient.transport`,
 `idemclient.profiles` (each payment API's idempotency dialect),
-and the features `idemclient.batch`, `idemclient.inbox`, `idemclient.postgres` and
-`idemclient.testing`.
+`idemclient.otel` (OpenTelemetry, with the `otel` extra), and the features
+`idemclient.batch`, `idemclient.inbox`, `idemclient.postgres` and `idemclient.testing`.
 """
 
 import importlib
@@ -22,6 +22,7 @@ from . import clock as clock
 from . import errors as errors
 from . import hooks as hooks
 from . import keys as keys
+from . import otel as otel  # imports no OpenTelemetry until otel_hooks() is called
 from . import policy as policy
 from . import profiles as profiles
 from . import store as store

@@ -46,7 +46,7 @@ from ._errors import (
     StoreError,
 )
 from ._fingerprint import fingerprint
-from ._hooks import AttemptEvent, Hooks, RetryEvent
+from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent
 from ._keys import new_key
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide, retention_set
@@ -406,6 +406,11 @@ class Call:
         self._busy_poll = _BUSY_POLL_FIRST
         self.challenge: httpx.Response | None = None
         request.stream = httpx.ByteStream(body)
+        if continuation is None:
+            start = StartEvent(self.operation_id, self.key, request.method, str(request.url))
+            settings.hooks.start(start)
+            if self.call_hooks is not None:
+                self.call_hooks.start(start)
 
     # -- before sending ----------------------------------------------------------------
 
@@ -555,6 +560,18 @@ class Call:
             self._error = result
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind
+        event = AttemptEndEvent(
+            operation_id=self.operation_id,
+            key=self.key,
+            attempt=self.total_attempts,
+            status=result.status_code if isinstance(result, httpx.Response) else None,
+            classification=found.kind.value,
+            evidence=self.evidence,
+            maybe_applied=self.maybe_applied,
+        )
+        self.settings.hooks.attempt_end(event)
+        if self.call_hooks is not None:
+            self.call_hooks.attempt_end(event)
         return found
 
     def bound_body(self, response: httpx.Response) -> None:

@@ -129,7 +129,18 @@ def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
 
 def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
     """The outcome of an operation a resume refused to send: as the store has it."""
-    logger.warning("operation %r not resumed: %s", record.operation_id, reason)
+    logger.warning(
+        "operation %r not resumed: %s",
+        record.operation_id,
+        reason,
+        extra={
+            "event": "not_resumed",
+            "operation_id": record.operation_id,
+            "key": record.key,
+            "state": record.state.value,
+            "evidence": reason,
+        },
+    )
     return from_record(record, evidence=f"not resumed: {reason}")
 
 

@@ -11,10 +11,12 @@ effects, one in the calling thread, the other awaiting.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
-from collections.abc import Callable, Collection
+import time
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Generic, TypeVar, cast
 
 import anyio.to_thread
@@ -44,7 +46,7 @@ from ._flow import (
     drive,
     handle,
 )
-from ._hooks import Hooks
+from ._hooks import Hooks, StoreEvent
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._store import Store
@@ -144,6 +146,19 @@ def _settings(
     return settings
 
 
+@contextlib.contextmanager
+def _timed(hooks: Hooks, effect: StoreCall) -> Iterator[None]:
+    """Tell `hooks` how long a store call took (a client's `on_store`)."""
+    started = time.perf_counter()
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        name = getattr(effect.fn, "__name__", "store")
+        hooks.store(StoreEvent(name, time.perf_counter() - started, failed=failed))
+
+
 class _Wrapping(Generic[Inner]):
     """What both transports are: settings, and the inner transport they wrap. Each one
     drives the same flow (`_flow.handle`), one in the calling thread, one awaiting."""
@@ -181,7 +196,10 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
         if isinstance(effect, Shield):
             effect = effect.effect
         if isinstance(effect, StoreCall):
-            return effect.fn(**effect.kwargs)
+            if self.settings.hooks.on_store is None:
+                return effect.fn(**effect.kwargs)
+            with _timed(self.settings.hooks, effect):
+                return effect.fn(**effect.kwargs)
         if isinstance(effect, Send):
             return self.inner.handle_request(effect.request)
         if isinstance(effect, Read):
@@ -222,7 +240,11 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def _do(self, effect: Effect) -> Any:
         if isinstance(effect, StoreCall):
-            return await anyio.to_thread.run_sync(functools.partial(effect.fn, **effect.kwargs))
+            call = functools.partial(effect.fn, **effect.kwargs)
+            if self.settings.hooks.on_store is None:
+                return await anyio.to_thread.run_sync(call)
+            with _timed(self.settings.hooks, effect):
+                return await anyio.to_thread.run_sync(call)
         if isinstance(effect, Send):
             return await self.inner.handle_async_request(effect.request)
         if isinstance(effect, Read):

@@ -106,7 +106,15 @@ MODULES = {
     },
     "idemclient.policy": {"RetryBudget", "RetryPolicy", "parse_retry_after"},
     "idemclient.store": {"BodyEncryption", "Durability", "OperationRecord", "SQLiteStore", "Store"},
-    "idemclient.hooks": {"AttemptEvent", "Hooks", "RetryEvent"},
+    "idemclient.hooks": {
+        "AttemptEndEvent",
+        "AttemptEvent",
+        "Hooks",
+        "RetryEvent",
+        "StartEvent",
+        "StoreEvent",
+    },
+    "idemclient.otel": {"otel_hooks"},
     "idemclient.clock": {"Clock", "ManualClock", "SystemClock", "set_testing"},
     "idemclient.transport": {"AsyncIdempotentTransport", "IdempotentTransport"},
     "idemclient.profiles": {

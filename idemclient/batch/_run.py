@@ -63,8 +63,8 @@ from .._operations import (
 )
 from .._operations import run as run_op
 from .._outcome import Outcome, State
-from .._policy import RetryPolicy
-from .._profile import Resolved
+from .._policy import RetryPolicy, retention_set
+from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
 from .._store import Intent, OperationRecord, Store, StoredResponse
 from ..profiles import DEFAULT as DEFAULT_PROFILE
@@ -1196,6 +1196,34 @@ def make_run(
     **options: Unpack[SubmitOptions],
 ) -> _Run:
     """A run of `batch` through `client`; options not given are `submit`'s defaults."""
+    return run_on(
+        batch,
+        store=client.settings.store,
+        clock=client.settings.clock,
+        policy=client.policy,
+        http=client.http,
+        notify=notify,
+        metadata=metadata,
+        profile=client.settings.profile,
+        **options,
+    )
+
+
+def run_on(
+    batch: Batch,
+    *,
+    store: Store,
+    clock: Clock,
+    policy: RetryPolicy,
+    http: httpx.Client | httpx.AsyncClient,
+    notify: Callable[[str], None] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    profile: Profile = DEFAULT_PROFILE,
+    **options: Unpack[SubmitOptions],
+) -> _Run:
+    """`make_run` from a client's parts: a store, its clock, policy and server profile,
+    and the httpx client rows would be sent through (a dry run plans on a store it only
+    reads)."""
     given: dict[str, Any] = {**_defaults(submit), **options}
     path, operation = given["path"], given["operation"]
     namespace, concurrency = given["namespace"], given["concurrency"]
@@ -1204,16 +1232,15 @@ def make_run(
     new_payments = given["new_payments"]
     if not operation or "\x1f" in operation:
         raise ValueError(f"operation {operation!r} must be a non-empty name")
+    resolved = profile.resolve("POST", path, policy.methods)
     return _Run(
         batch,
-        store=client.settings.store,
-        clock=client.settings.clock,
-        policy=client.policy,
-        resolved=client.settings.profile.resolve("POST", path, client.settings.policy.methods),
-        retention=client.settings.retention(
-            client.settings.profile.resolve("POST", path, client.settings.policy.methods)
-        ),
-        http=client.http,
+        store=store,
+        clock=clock,
+        policy=policy,
+        resolved=resolved,
+        retention=policy.key_retention if retention_set(policy) else resolved.key_retention,
+        http=http,
         target=_Target(
             path,
             operation,

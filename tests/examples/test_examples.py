@@ -30,6 +30,16 @@ EXPECTED = {
         r"resumed order-99 -> succeeded replayed: True",
         r"payments on the server: 1$",
     ],
+    "opentelemetry_metrics.py": [
+        r"^outcome: succeeded after 3 attempts$",
+        r"^span idemclient POST: succeeded$",
+        r"^  span POST attempt 1: 503 throttled$",
+        r"^  span POST attempt 3: 201 succeeded$",
+        r"^idemclient_attempts_total\{.*server_address=\"psp.test\".*\} 3\.0$",
+        r"^idemclient_retries_total\{.*idemclient_reason=\"server_error\".*\} 1\.0$",
+        r"^idemclient_outcomes_total\{.*idemclient_state=\"succeeded\".*\} 1\.0$",
+        r"^idemclient_store_duration_seconds_count\{.*idemclient_store_call=\"finish\"",
+    ],
     "batch_from_python.py": [
         r"50 rows, 50 succeeded, 0 replayed",
         r"50 rows, 50 succeeded, 50 replayed",
