@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from idemclient.inbox import SQLiteInbox, WebhookEvent, WebhookReceiver
+from idemclient.inbox import SQLiteInbox, StandardWebhooks, WebhookEvent, WebhookReceiver
 
 
 def die() -> None:
@@ -42,7 +42,9 @@ def main(db: str, secret: str, mode: str) -> None:
         if mode == "before-commit":
             die()  # the effect is written, the id is recorded, nothing is committed
 
-    receiver = WebhookReceiver(SQLiteInbox(db), sender="psp", secrets=[secret], handler=handler)
+    receiver = WebhookReceiver(
+        SQLiteInbox(db), sender="psp", scheme=StandardWebhooks([secret]), handler=handler
+    )
     inner = receiver.wsgi_app()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
