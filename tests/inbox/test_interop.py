@@ -30,6 +30,7 @@ import stripe
 from idemclient import ManualClock
 from idemclient.inbox import (
     InvalidMessageId,
+    LegacySignature,
     SignatureInvalid,
     SQLiteInbox,
     StandardWebhooks,
@@ -378,12 +379,9 @@ def test_secrets_alone_is_deprecated_and_accepts_both_header_sets(
             inbox, sender=SENDER, secrets=[SECRET, legacy_secret], handler=record_effect
         )
     standard = their_headers(SECRET, "msg_1", clock.time(), BODY)
-    with pytest.warns(DeprecationWarning):
-        from idemclient.inbox import LegacySignature
-
-        legacy = LegacySignature([legacy_secret]).headers(
-            message_id="msg_2", timestamp=int(clock.time()), body=BODY
-        )
+    with pytest.warns(DeprecationWarning, match="LegacySignature"):
+        signer = LegacySignature([legacy_secret])
+    legacy = signer.headers(message_id="msg_2", timestamp=int(clock.time()), body=BODY)
     assert receiver.handle(standard, BODY).outcome == "processed"
     assert receiver.handle(legacy, BODY).outcome == "processed"
     assert receiver.handle({**standard, "webhook-id": "msg_3"}, BODY).status == 401
