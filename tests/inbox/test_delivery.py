@@ -560,3 +560,34 @@ def test_a_version_1_database_gains_the_webhook_table(tmp_path: Path) -> None:
         assert only_event(server).type == "payment.succeeded"
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+
+
+def test_the_earlier_headers_are_still_sent_on_request(server: ReferenceServer) -> None:
+    from idemclient.inbox import MESSAGE_ID_HEADER as LEGACY_ID
+    from idemclient.inbox import SIGNATURE_HEADER as LEGACY_SIGNATURE
+    from idemclient.inbox import verify_signature
+
+    recorder = Recorder()
+    raw = "an-old-raw-secret-0123456789"  # the earlier scheme's secrets are raw text
+    server.set_webhook_endpoint(
+        "https://m.test/h",
+        secrets=[raw],
+        scheme="idemclient-v1",
+        transport=httpx.MockTransport(recorder),
+    )
+    pay(server, "k-1")
+    server.deliver_webhooks()
+    [request] = recorder.received
+    assert "webhook-signature" not in request.headers
+    assert verify_signature(
+        request.headers[LEGACY_SIGNATURE],
+        secrets=[raw],
+        message_id=request.headers[LEGACY_ID],
+        body=request.content,
+        now=server.now(),
+    ) == int(server.now())
+
+
+def test_an_unknown_signature_scheme_is_refused(server: ReferenceServer) -> None:
+    with pytest.raises(ValueError, match="standard-webhooks, idemclient-v1"):
+        server.set_webhook_endpoint("https://m.test/h", scheme="hmac-of-my-own")
