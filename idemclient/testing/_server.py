@@ -31,7 +31,7 @@ from ._machine.records import (
     WebhookEventRecord,
     WebhookReport,
 )
-from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, Deliverer, WebhookFault
+from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, STANDARD_WEBHOOKS, Deliverer, WebhookFault
 from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol.rules import Phase
 from ._storage.backend import open_storage
@@ -83,6 +83,7 @@ class ReferenceServer:
                 externals=self._externals,
                 lease=lease,
                 key_ttl=key_ttl,
+                webhook_lifecycle=self._deliverer.lifecycle,
             )
         except BaseException:
             self._storage.close()
@@ -206,13 +207,19 @@ class ReferenceServer:
         secrets: Sequence[str] | None = None,
         client: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        scheme: str = STANDARD_WEBHOOKS,
+        lifecycle: bool = False,
     ) -> tuple[str, ...]:
         """Deliver `client`'s webhook events (every client's, for None) to `url`.
 
-        Signed with each of `secrets` (several during a rotation); one is generated
-        when none is given. Returns the secrets. `transport` delivers in-process (an
-        `httpx.WSGITransport`, a `MockTransport`) instead of over the network.
-        `url=None` removes the endpoint: events wait, pending, until there is one.
+        Signed as Standard Webhooks do (`scheme`; "idemclient-v1", the earlier headers,
+        is deprecated) with each of `secrets` (``whsec_`` + base64; several during a
+        rotation); one is generated when none is given. Returns the secrets.
+        `lifecycle=True` announces each resource's life, `<kind>.created` then its
+        final status, instead of the final status alone. `transport` delivers
+        in-process (an `httpx.WSGITransport`, a `MockTransport`) instead of over the
+        network. `url=None` removes the endpoint: events wait, pending, until there is
+        one.
         """
         if isinstance(secrets, str):
             raise TypeError("secrets is a list of secrets, not one secret")
@@ -221,6 +228,8 @@ class ReferenceServer:
             secrets_=None if secrets is None else tuple(secrets),
             client=client,
             transport=transport,
+            scheme=scheme,
+            lifecycle=lifecycle,
         )
 
     def deliver_webhooks(self, *, limit: int = 100) -> WebhookReport:
@@ -237,7 +246,8 @@ class ReferenceServer:
         """Misbehave on the next `times` deliveries: "duplicate" (sent twice),
         "lose_ack" (the 2xx is ignored, so it comes again), "delay" (held back
         `seconds`, so later events overtake it), "reorder" (the next `times` passes
-        send their batch shuffled)."""
+        send their batch shuffled), "reverse" (the next `times` passes send their
+        batch newest first: a resource's final status before its creation)."""
         self._deliverer.add_fault(mode, times=times, seconds=seconds)
 
     def webhook_events(self) -> tuple[WebhookEventRecord, ...]:

@@ -50,6 +50,12 @@ EXPECTED = {
         r"orders paid: 5 of 5; paid more than once: 0; ledger entries: 5$",
         r"^EVERY EVENT APPLIED EXACTLY ONCE$",
     ],
+    "webhook_ordering.py": [
+        r"delivered 6 events in 8 posts, newest first",
+        r"ignored as older than the state applied: (payment\.created(, )?){3}$",
+        r"payment statuses: succeeded, succeeded, succeeded$",
+        r"^EVERY PAYMENT ENDS SUCCEEDED$",
+    ],
     "demo.py": [
         r"SIGKILL sent with \d+ payouts applied on the server",
         r"payouts on the server: 300 for 300 rows",

@@ -78,7 +78,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     "--webhook-secret",
     "webhook_secrets",
     multiple=True,
-    help="A secret to sign webhooks with; repeat it during a rotation."
+    help="A secret to sign webhooks with (whsec_ and base64); repeat it during a rotation."
     " Without one, a secret is generated and printed to stderr.",
 )
 @click.option(

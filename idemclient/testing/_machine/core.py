@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -51,7 +52,7 @@ from .clock import ServerClock
 from .external import ExternalDown, ExternalSystem, ExternalTimeout
 from .faults import Action, Answer, Crash, Delay, FaultPlan
 from .records import RecoveryReport
-from .webhooks import event_for
+from .webhooks import events_for
 
 __all__ = ["Core"]
 
@@ -152,6 +153,7 @@ class Core:
         externals: tuple[ExternalSystem, ExternalSystem],
         lease: float,
         key_ttl: float,
+        webhook_lifecycle: Callable[[str], bool] = lambda client: False,
     ) -> None:
         if not lease > 0:
             raise ValueError(f"the lease must be positive, not {lease!r}")
@@ -163,6 +165,8 @@ class Core:
         self.externals = externals
         self.lease = lease
         self.key_ttl = key_ttl
+        #: whether `client`'s webhook endpoint wants each resource's whole lifecycle
+        self.webhook_lifecycle = webhook_lifecycle
 
     # -- entry point ---------------------------------------------------------------------
 
@@ -420,11 +424,20 @@ class Core:
             code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
         else:
             code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
-        # The webhook event is queued in the same transaction (an outbox): it exists if
-        # and only if the resource is final, and sending it is the deliverer's job.
-        event = event_for(final, resource_json(final), common["now"])
+        # The webhook events are queued in the same transaction (an outbox): they exist
+        # if and only if the resource is final, and sending them is the deliverer's job.
+        # With the lifecycle on, `<kind>.created` (the resource as it was made) comes
+        # first, then the final status.
+        events = events_for(
+            final,
+            resource_json(final),
+            common["now"],
+            created=resource_json(dataclasses.replace(final, status="pending"))
+            if self.webhook_lifecycle(final.client)
+            else None,
+        )
         if not self.storage.finish(
-            **common, status=final.status, response_code=code, response_body=body, event=event
+            **common, status=final.status, response_code=code, response_body=body, events=events
         ):
             return _in_flight(resource.id), False
         # Phase.FINISHED (apply-then-drop) is applied by `handle` to whatever is answered.
