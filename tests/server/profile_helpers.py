@@ -147,9 +147,9 @@ class Speaker:
         self.stack.close()
 
 
-def in_process(name: str, *, profile: Profile | None = None) -> Speaker:
+def in_process(name: str, *, profile: Profile | None = None, db: str = ":memory:") -> Speaker:
     """A server speaking `name` (or `profile`, sent to like `name`), in process."""
-    server = ReferenceServer(profile=profile or name)
+    server = ReferenceServer(profile=profile or name, db=db)
     client = httpx.Client(base_url="http://psp.test", transport=server.transport, headers=AUTH)
     speaker = Speaker(name, server, client)
     speaker.stack.callback(server.close)
