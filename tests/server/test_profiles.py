@@ -602,6 +602,40 @@ def test_a_profile_of_your_own_answers_as_its_fields_say() -> None:
         assert mine.mismatch[0].matches(400, reused.headers, codes)
 
 
+def test_a_profile_of_your_own_names_the_existing_resource_where_its_fields_say() -> None:
+    mine = profiles.gocardless.replace(name="gc-own")
+    with in_process("gocardless", profile=mine) as speaker:
+        first = speaker.post(KEY)
+        again = speaker.post(KEY)
+        assert again.status_code == 409
+        assert again.json() == {
+            "error": {
+                "errors": [
+                    {
+                        "reason": "idempotent_creation_conflict",
+                        "links": {"conflicting_resource_id": first.json()["id"]},
+                    }
+                ]
+            },
+            "detail": "already created",
+        }
+        assert mine.existing is not None
+        codes = codes_in(again.content, mine.code_paths)
+        assert mine.existing.match.matches(409, again.headers, codes)
+
+
+def test_a_profile_of_your_own_with_a_challenge_challenges_every_post() -> None:
+    mine = profiles.generic.replace(
+        name="sca", challenge=Match(frozenset({401}), header=("X-Challenge", "*"))
+    )
+    with in_process("generic", profile=mine) as speaker:
+        challenged = speaker.post(KEY)
+        assert challenged.status_code == 401
+        assert re.fullmatch(r"[0-9a-f]{32}", challenged.headers["x-challenge"])
+        assert speaker.server.ledger() == ()
+        assert speaker.post(KEY, headers={"X-Signature": "s"}).status_code == 201
+
+
 def test_an_unknown_profile_name_is_refused() -> None:
     with pytest.raises(ValueError, match="no profile named 'nope'"):
         ReferenceServer(profile="nope")

@@ -28,7 +28,7 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from ... import profiles as _builtins
 from ..._errors import InvalidKey
@@ -269,6 +269,19 @@ def _at(path: str, value: Any) -> Any:
     return value
 
 
+def _merge(first: Any, second: Any) -> Any:
+    """Two documents made by `_at` as one: objects merged by name, one-item lists item
+    by item (so a code and an id under the same list item stay together)."""
+    if isinstance(first, dict) and isinstance(second, dict):
+        merged = dict(first)
+        for name, value in second.items():
+            merged[name] = _merge(first[name], value) if name in first else value
+        return merged
+    if isinstance(first, list) and isinstance(second, list) and len(first) == len(second) == 1:
+        return [_merge(first[0], second[0])]
+    return second
+
+
 def _from_match(match: Match, code_paths: Sequence[str], detail: str) -> Body:
     """An answer a profile's own classifier reads as `match`: for a profile of your own."""
     headers: tuple[tuple[str, str], ...] = ()
@@ -484,13 +497,11 @@ class Dialect:
         status = min(existing.match.statuses)
         if self.family == "gocardless":
             return _render(status, _gocardless_existing(resource_id))
-        body = _from_match(existing.match, self.profile.code_paths, "already created")
-        value = body[1]
-        id_path = existing.id_path.split(".")
-        merged = _at(".".join(id_path), resource_id)
-        if isinstance(value, dict) and isinstance(merged, dict):
-            value = {**value, **merged}
-        return _render(status, (body[0], value, body[2]))
+        content_type, value, headers = _from_match(
+            existing.match, self.profile.code_paths, "already created"
+        )
+        value = _merge(value, _at(existing.id_path, resource_id))
+        return _render(status, (content_type, value, headers))
 
     def replay(
         self, status: int, body: bytes, headers: Sequence[tuple[str, str]]
@@ -529,26 +540,24 @@ class Dialect:
 
     def read_lookup(self, request: ServerRequest) -> tuple[str | None, str | None] | None:
         """(reference, key) asked for by a request to the look-up, or None if it is not
-        one. The template's query is matched by name; `{reference}` and `{key}` are
-        read from where they are in the value."""
+        one. `{reference}` and `{key}` are read from where the template puts them: in
+        the path (one segment), or in a query parameter's value (matched by name)."""
         lookup = self.profile.lookup
         if lookup is None or request.method != "GET":
             return None
         path, _, query = lookup.template.partition("?")
-        if request.path != path or self.collection(path) is not None:
+        if self.collection(path) is not None:
             return None  # a collection's own search answers it
-        asked = dict(parse_qsl(request.query, keep_blank_values=True))
         found: dict[str, str] = {}
-        for name, value in parse_qsl(
-            query.replace("{reference}", _SENTINEL + "r").replace("{key}", _SENTINEL + "k"),
-            keep_blank_values=True,
-        ):
+        in_path = _slots(path, "[^/]+").fullmatch(request.path)
+        if in_path is None:
+            return None
+        found.update({k: unquote(v) for k, v in in_path.groupdict().items()})
+        asked = dict(parse_qsl(request.query, keep_blank_values=True))
+        for name, value in parse_qsl(_marked(query), keep_blank_values=True):
             if name not in asked:
                 return None
-            pattern = re.escape(value)
-            for slot in ("r", "k"):
-                pattern = pattern.replace(re.escape(_SENTINEL + slot), f"(?P<{slot}>.+)")
-            matched = re.fullmatch(pattern, asked[name], re.DOTALL)
+            matched = _slots(value, ".+", marked=True).fullmatch(asked[name])
             if matched is None:
                 return None
             found.update(matched.groupdict())
@@ -572,6 +581,18 @@ class Dialect:
 def dialect_for(profile: str | Profile | None) -> Dialect:
     """The dialect of a built-in's name, a `Profile`, or None (the reference server's)."""
     return Dialect(_builtins.named(profile if profile is not None else "reference"))
+
+
+def _marked(template: str) -> str:
+    return template.replace("{reference}", _SENTINEL + "r").replace("{key}", _SENTINEL + "k")
+
+
+def _slots(template: str, slot: str, *, marked: bool = False) -> re.Pattern[str]:
+    """A pattern matching `template` with `{reference}` as group `r`, `{key}` as `k`."""
+    pattern = re.escape(template if marked else _marked(template))
+    for name in ("r", "k"):
+        pattern = pattern.replace(re.escape(_SENTINEL + name), f"(?P<{name}>{slot})", 1)
+    return re.compile(pattern, re.DOTALL)
 
 
 def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
