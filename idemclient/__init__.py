@@ -8,6 +8,7 @@ The top level holds what a caller uses every day. The rest lives by topic, each
 module holding all of its topic (the everyday names of a topic are also here):
 `idemclient.errors` (the error tree), `idemclient.keys`, `idemclient.policy`,
 `idemclient.store`, `idemclient.hooks`, `idemclient.clock`, `idemclient.transport`,
+`idemclient.profiles` (each payment API's idempotency dialect),
 and the features `idemclient.batch`, `idemclient.inbox`, `idemclient.postgres` and
 `idemclient.testing`.
 """
@@ -22,6 +23,7 @@ from . import errors as errors
 from . import hooks as hooks
 from . import keys as keys
 from . import policy as policy
+from . import profiles as profiles
 from . import store as store
 from . import transport as transport
 from ._client import AsyncClient, Client, aresume, resume, wrap

@@ -188,7 +188,7 @@ def classify_response(
         # The profile's reading wins over the caller's retry set: a status it gives
         # another meaning is not retried, and its "still running" is, except that the
         # caller's set still decides for 409 (leaving 409 out means "do not poll").
-        retry = kind is AttemptKind.IN_PROGRESS and (status in retry_statuses or status != 409)
+        retry = kind in _POLLED and (status in retry_statuses or status != 409)
     else:
         retry = kind is AttemptKind.ACCEPTED or status in retry_statuses
     hints = _hints(profile, follow_server_hints)
@@ -260,6 +260,7 @@ def classify_error(error: BaseException) -> Classification:
 
 
 _GENERIC_MEANINGS = frozenset({409, 422})
+_POLLED = frozenset({AttemptKind.IN_PROGRESS, AttemptKind.THROTTLED})
 _PROFILE_KINDS = frozenset({AttemptKind.EXISTING, AttemptKind.REPLAYED, AttemptKind.CHALLENGED})
 
 
@@ -280,6 +281,8 @@ def _profile_kind(
         return AttemptKind.KEY_CONFLICT, True
     if any(m.matches(status, headers, codes) for m in profile.in_progress):
         return AttemptKind.IN_PROGRESS, True
+    if any(m.matches(status, headers, codes) for m in profile.throttled):
+        return AttemptKind.THROTTLED, True
     if 400 <= status < 500 and status in profile.claimed:
         return AttemptKind.REJECTED, True  # claimed for a meaning this answer lacks
     if status in _GENERIC_MEANINGS:

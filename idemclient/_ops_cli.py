@@ -17,6 +17,7 @@ from ._outcome import State
 from ._reconcile import DEFAULT_STATUSES
 from ._store import AdminStore, OperationRecord
 from ._store._open import open_store
+from .profiles import BUILTIN, DEFAULT
 
 __all__ = ["ops"]
 
@@ -153,7 +154,17 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     help="Bearer token (never written to the store).",
 )
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Resume at most this many.")
-def resume_command(store: Path | str, token: str, limit: int | None) -> None:
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(BUILTIN)),
+    default=None,
+    help="Resume only the operations sent under this server profile (default: each under"
+    " the profile it was sent under).",
+)
+def resume_command(
+    store: Path | str, token: str, limit: int | None, profile_name: str | None
+) -> None:
     """Finish unfinished operations with their original keys, after a crash.
 
     Exit 0 when every one is settled now, 3 when some are still unsettled, 4 when some
@@ -162,15 +173,18 @@ def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     missing = describe_missing(store)
     if missing is not None:
         _fail(missing)
-    try:
-        client = Client(store=store, headers={"Authorization": f"Bearer {token}"})
-    except (StoreError, ImportError) as exc:
-        _fail(str(exc))
-    with client:
+    outcomes = []
+    for name in [profile_name] if profile_name else _profiles_unfinished(store):
         try:
-            outcomes = client.resume(limit=limit)
-        except StoreError as exc:
+            client = Client(store=store, headers={"Authorization": f"Bearer {token}"}, profile=name)
+        except (StoreError, ImportError, ValueError) as exc:
             _fail(str(exc))
+        with client:
+            try:
+                mine = {r.operation_id for r in client.store.unfinished() if _under(r, name)}
+                outcomes += [o for o in client.resume(limit=limit) if o.operation_id in mine]
+            except StoreError as exc:
+                _fail(str(exc))
     for outcome in outcomes:
         click.echo(f"{outcome.operation_id}  {outcome.state.value:<13} {outcome.evidence}")
     states = {o.state for o in outcomes}
@@ -208,6 +222,24 @@ RELIABLE_404_HELP = (
 )
 
 
+def _under(record: OperationRecord, profile: str) -> bool:
+    return (record.profile or DEFAULT.name) == profile
+
+
+def _profiles_unfinished(store: Path | str) -> list[str]:
+    """The built-in profiles the store's unfinished operations were sent under."""
+    with _open(store) as opened:
+        found = {record.profile or DEFAULT.name for record in opened.unfinished()}
+    unknown = sorted(found - set(BUILTIN))
+    if unknown:
+        _fail(
+            f"operations were sent under profiles of the application's own"
+            f" ({', '.join(unknown)}): resume them from the application"
+            " (client.resume()), or pass --profile for the built-in ones"
+        )
+    return sorted(found) or [DEFAULT.name]
+
+
 @ops.command("reconcile")
 @_STORE
 @click.argument("operation_id")
@@ -227,8 +259,9 @@ RELIABLE_404_HELP = (
 )
 @click.option(
     "--lookup",
-    required=True,
-    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}",
+    default=None,
+    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}"
+    " (default: the server profile's look-up, if it has one).",
 )
 @click.option("--status", "statuses", multiple=True, callback=parse_statuses, help=STATUS_HELP)
 @click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
@@ -237,7 +270,7 @@ def reconcile_command(
     operation_id: str,
     url: str,
     token: str,
-    lookup: str,
+    lookup: str | None,
     statuses: dict[str, State] | None,
     reliable_404: bool,
 ) -> None:
@@ -249,8 +282,16 @@ def reconcile_command(
     missing = describe_missing(store)
     if missing is not None:
         _fail(missing)
+    with _open(store) as opened:
+        known = opened.get(operation_id)
+    profile = (known.profile if known is not None else None) or DEFAULT.name
     try:
-        client = Client(store=store, base_url=url, headers={"Authorization": f"Bearer {token}"})
+        client = Client(
+            store=store,
+            base_url=url,
+            headers={"Authorization": f"Bearer {token}"},
+            profile=BUILTIN.get(profile, DEFAULT),
+        )
     except (StoreError, ImportError) as exc:
         _fail(str(exc))
     with client:

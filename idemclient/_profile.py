@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import quote
 
 from ._errors import InvalidKey
 from ._keys import validate_key
@@ -35,6 +36,7 @@ __all__ = [
     "Profile",
     "Resolved",
     "codes_in",
+    "existing_url",
 ]
 
 HOUR = 3600.0
@@ -230,12 +232,17 @@ class Profile:
     replay: Match | None = None
     #: "still running, try again later": retried with the same key
     in_progress: tuple[Match, ...] = (Match(frozenset({409})),)
+    #: "busy, nothing done, try again" (a lock not taken): retried, never applied
+    throttled: tuple[Match, ...] = ()
     #: "this key was used for another request": `KeyConflict`
     mismatch: tuple[Match, ...] = (Match(frozenset({422})),)
     #: "already done, here is the resource": succeeded, the resource fetched
     existing: Existing | None = None
     #: "sign this first" (Wise's strong customer authentication): state `challenged`
     challenge: Match | None = None
+    #: answers the server does not keep under the key, so that the same key sent again
+    #: runs the request again (Checkout.com keeps only 2xx): never retried
+    unstored: frozenset[int] = frozenset()
     #: headers by which the server says whether to retry, obeyed over the status
     hints: tuple[str, ...] = ()
     #: where a JSON error body keeps its codes and messages (dotted; ``*`` per item)
@@ -266,28 +273,54 @@ class Profile:
         """A copy with `changes` (validated like a new profile)."""
         return dataclasses.replace(self, **changes)
 
-    def resolve(self, method: str, path: str) -> Resolved:
+    def with_retention(self, seconds: float) -> Profile:
+        """A copy whose server keeps every key `seconds` (every endpoint's too): what
+        an operator who knows their provider's retention says."""
+        endpoints = tuple(dataclasses.replace(e, key_retention=None) for e in self.endpoints)
+        return self.replace(key_retention=seconds, endpoints=endpoints, retention_published=True)
+
+    def resolve(self, method: str, path: str, methods: frozenset[str]) -> Resolved:
         """The facts for a request to `path` with `method`: the first endpoint that
-        applies overrides the profile's own."""
-        key, key_format, retention, keyed = (
-            self.key,
-            self.key_format,
-            self.key_retention,
-            True,
-        )
+        applies overrides the profile's own. `methods` are the policy's unsafe methods,
+        which get a key unless the profile names its own."""
+        method = method.upper()
+        keyed = method in (self.methods if self.methods is not None else methods)
+        key, key_format, retention = self.key, self.key_format, self.key_retention
         for endpoint in self.endpoints:
-            if endpoint.applies(method.upper(), path):
+            if endpoint.applies(method, path):
                 key = endpoint.key or key
                 key_format = endpoint.key_format or key_format
                 retention = endpoint.key_retention or retention
-                keyed = endpoint.keyed
+                keyed = endpoint.keyed and (keyed or bool(endpoint.methods))
                 break
         return Resolved(self, keyed, key, key_format, retention)
+
+    def existing_id(self, status: int, headers: Mapping[str, str], body: bytes) -> str | None:
+        """The resource an "already done" answer names, if this is one."""
+        if self.existing is None or status not in self.existing.match.statuses:
+            return None
+        if not self.existing.match.matches(status, headers, codes_in(body, self.code_paths)):
+            return None
+        try:
+            document = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        for value in values_at(document, self.existing.id_path):
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+    def replayed(self, headers: Mapping[str, str]) -> bool:
+        """The answer is marked as a replay of the stored one."""
+        if self.replay_marker is None:
+            return False
+        name, value = self.replay_marker
+        return headers.get(name, "").strip().casefold() == value.casefold()
 
     @property
     def needs_codes(self) -> frozenset[int]:
         """Statuses whose meaning depends on the body's codes here."""
-        matches = [*self.in_progress, *self.mismatch]
+        matches = [*self.in_progress, *self.mismatch, *self.throttled]
         matches += [m for m in (self.replay, self.challenge) if m is not None]
         if self.existing is not None:
             matches.append(self.existing.match)
@@ -303,7 +336,7 @@ class Profile:
     def claimed(self) -> frozenset[int]:
         """Statuses this profile gives a meaning of its own (an answer with one of them
         that matches none of the profile's patterns is an ordinary refusal)."""
-        matches = [*self.in_progress, *self.mismatch]
+        matches = [*self.in_progress, *self.mismatch, *self.throttled]
         matches += [m for m in (self.replay, self.challenge) if m is not None]
         if self.existing is not None:
             matches.append(self.existing.match)
@@ -311,6 +344,14 @@ class Profile:
 
     def keys_method(self, method: str, policy_methods: frozenset[str]) -> bool:
         return method.upper() in (self.methods if self.methods is not None else policy_methods)
+
+
+def existing_url(request_url: Any, template: str, resource: str) -> str:
+    """Where to fetch the resource an "already done" answer names: `template` with
+    ``{path}`` the request's path and ``{id}`` the resource's id (URL-quoted)."""
+    path = str(request_url.path).rstrip("/")
+    base = str(request_url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+    return base + template.format(path=path, id=quote(resource, safe=""))
 
 
 def codes_in(body: bytes, paths: Iterable[str]) -> frozenset[str]:

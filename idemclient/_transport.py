@@ -46,8 +46,10 @@ from ._flow import (
 )
 from ._hooks import Hooks
 from ._policy import RetryPolicy
+from ._profile import Profile
 from ._store import Store
 from ._store._open import open_store
+from .profiles import named
 
 __all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "call_extensions", "make_settings"]
 
@@ -69,12 +71,14 @@ def make_settings(
     persist_headers: Collection[str] = (),
     deferred: bool = False,
     start: Callable[[Store, Clock], None] | None = None,
+    profile: str | Profile | None = None,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
     it is open (see `_client`). `deferred` (async) opens and starts the store at its
     first call, which an async client makes in a worker thread: nothing is opened now."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
+    chosen = named(profile)  # an unknown name fails before the store is opened
     clock = clock or SystemClock()
     owns_store = isinstance(store, str | os.PathLike)
     opening = functools.partial(
@@ -99,6 +103,7 @@ def make_settings(
         hooks=hooks or Hooks(),
         max_request_body=max_request_body,
         rng=rng or random.Random(),
+        profile=chosen,
     )
 
 

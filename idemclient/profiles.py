@@ -115,7 +115,7 @@ stripe = Profile(
     retention_published=True,
     replays_errors=True,
     in_progress=(Match(_statuses(409)),),
-    mismatch=(Match(_statuses(400), codes=frozenset({"idempotency_error"})),),
+    mismatch=(Match(_statuses(400, 404), codes=frozenset({"idempotency_error"})),),
     hints=("Stripe-Should-Retry",),
     code_paths=("error.type", "error.code"),
     endpoints=(Endpoint("/v2/*", methods=frozenset({"POST", "DELETE"}), key_retention=30 * DAY),),
@@ -142,8 +142,9 @@ adyen = Profile(
     hints=(),
     code_paths=("errorCode",),
     assumptions=(
-        "keys are kept at least 7 days (one page of Adyen's says 7, another 31: the"
-        " shorter is used); an answer to a key reused with another request is not"
+        "keys are kept at least 7 days (Adyen's current page says 31, an older one 7:"
+        " the shorter is used) and are not shared between regional endpoints (keep one"
+        " region per operation); an answer to a key reused with another request is not"
         " published, so none is read as one"
     ),
 )
@@ -184,6 +185,8 @@ square = Profile(
         Endpoint("/v2/payments", methods=frozenset({"POST"}), key_format=KeyFormat(1, 45)),
         Endpoint("/v2/orders", methods=frozenset({"POST"}), key_format=KeyFormat(1, 192)),
         Endpoint("/v2/refunds", methods=frozenset({"POST"}), key_format=KeyFormat(1, 45)),
+        Endpoint("/v2/terminals/*", key_format=KeyFormat(1, 64)),
+        Endpoint("/v2/bookings*", key_format=KeyFormat(1, 255)),
     ),
     assumptions=(
         "the key's length limit differs per endpoint (45 for payments, 192 for orders):"
@@ -219,9 +222,10 @@ checkout = Profile(
     replay_marker=None,
     in_progress=(Match(_statuses(409)),),
     mismatch=(),
+    unstored=_statuses(500, 502, 504),
     assumptions=(
         "keys are kept 24 hours (configurable in production: set yours); only 2xx"
-        " answers are replayed"
+        " answers are kept, so a 5xx is not retried under its key (it would run again)"
     ),
 )
 
@@ -266,10 +270,12 @@ razorpay = Profile(
     key_retention=7 * DAY,
     retention_published=True,
     replay_marker=None,
-    in_progress=(),
+    in_progress=(
+        Match(_statuses(500), codes=frozenset({"idempotency_key_in_use"})),
+        Match(_statuses(409)),
+    ),
     mismatch=(),
-    guards_in_flight=False,
-    code_paths=("error.code",),
+    code_paths=("error.code", "error.reason"),
     endpoints=(
         Endpoint(
             "*/transfers",
@@ -279,8 +285,9 @@ razorpay = Profile(
     ),
     assumptions=(
         "payout keys are kept 7 days; a failed payout stays failed under its key (a new"
-        " operation is a new key); transfers' retention is not published (1 hour assumed);"
-        " " + _UNGUARDED
+        " operation is a new key); a payout whose key is still running is answered HTTP"
+        " 500 with the reason idempotency_key_in_use, and polled; transfers' retention is"
+        " not published (1 hour assumed)"
     ),
 )
 
@@ -289,7 +296,8 @@ django_idempotency_key = Profile(
     key_retention=300.0,
     replay_marker=None,
     replay=Match(_statuses(409)),
-    in_progress=(Match(_statuses(423)),),
+    in_progress=(),
+    throttled=(Match(_statuses(423)),),
     mismatch=(),
     guards_in_flight=False,
     assumptions=(

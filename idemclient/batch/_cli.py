@@ -31,7 +31,9 @@ from .._keys import DEFAULT_NAMESPACE
 from .._ops_cli import RELIABLE_404_HELP, STATUS_HELP, parse_statuses
 from .._outcome import State
 from .._policy import RetryPolicy
+from .._profile import Profile
 from .._redaction import redact_url
+from ..profiles import BUILTIN, DEFAULT
 from ._lookup import DEFAULT_LOOKUP
 from ._progress import ProgressView
 from ._report import ExitCode, Report, check_report_path
@@ -98,7 +100,9 @@ _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)?")
 _UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
     match = _DURATION.fullmatch(value.strip().lower())
     seconds = float(match.group(1)) * _UNITS[match.group(2)] if match else 0.0
     if not match or seconds <= 0:
@@ -253,13 +257,28 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float
     " earlier version).",
 )
 @click.option(
-    "--key-retention",
-    default="24h",
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(BUILTIN)),
+    default=DEFAULT.name,
     show_default=True,
+    help="The server's idempotency dialect: where it reads the key, what its answers"
+    " mean, how long it keeps keys (see docs/profiles.md). A store's rows are never sent"
+    " on under another profile than the one they were first sent under.",
+)
+@click.option(
+    "--key-retention",
+    default=None,
     callback=_duration,
-    help="How long the server keeps idempotency keys (Stripe 24h, Mollie 1h, PayPal"
-    " orders 6h): a row recorded longer ago is looked up before it is sent again. 30m,"
-    " 6h, 7d, or seconds.",
+    help="How long the server keeps idempotency keys, if you know better than the"
+    " profile (Stripe 24h, Mollie 1h, PayPal orders 6h; default: the profile's): a row"
+    " recorded longer ago is looked up before it is sent again. 30m, 6h, 7d, or seconds.",
+)
+@click.option(
+    "--follow-server-hints",
+    is_flag=True,
+    help="Obey Stripe-Should-Retry and x-should-retry from any server (a profile whose"
+    " server sends one obeys it anyway).",
 )
 @click.option(
     "--lookup-status",
@@ -325,7 +344,9 @@ def submit_command(
     retry_budget: int,
     lookup: str,
     no_lookup: bool,
-    key_retention: float,
+    profile_name: str,
+    key_retention: float | None,
+    follow_server_hints: bool,
     statuses: dict[str, State] | None,
     reference_field: str,
     reliable_404: bool,
@@ -367,8 +388,13 @@ def submit_command(
                 deadline=deadline,
                 max_attempts=max_attempts,
                 attempt_timeout=attempt_timeout,
-                key_retention=key_retention,
                 server_replays=server_replays,
+                follow_server_hints=follow_server_hints,
+            ),
+            profile=(
+                BUILTIN[profile_name]
+                if key_retention is None
+                else BUILTIN[profile_name].with_retention(key_retention)
             ),
             retry_budget=retry_budget,
             lookup=None if no_lookup else lookup,
@@ -395,6 +421,7 @@ def _submit(
     read_options: dict[str, Any],
     concurrency: int,
     policy: RetryPolicy,
+    profile: Profile,
     retry_budget: int,
     lookup: str | None,
     statuses: dict[str, State] | None,
@@ -419,6 +446,7 @@ def _submit(
         client = Client(
             store=store,
             policy=policy,
+            profile=profile,
             budget=RetryBudget(retry_budget),
             base_url=url,
             headers={"Authorization": f"Bearer {token}"},
