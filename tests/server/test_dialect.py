@@ -26,7 +26,7 @@ MODES = {
     "checkout": (R, P, False, False),
     "wise": (N, P, True, False),
     "mollie": (R, A, True, False),
-    "razorpay": (N, A, True, False),
+    "razorpay": (R, A, True, False),
     "django-idempotency-key": (N, U, False, True),
     "drf-idempotency-key": (R, A, True, False),
 }

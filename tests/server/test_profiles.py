@@ -17,7 +17,7 @@ test_profiles_live.py runs the same answers over a real loopback socket and the
 | django-idempotency-key | runs again            | runs again           | 409 + stored (2xx only) |
 | paypal, wise           | runs again            | the first answer     | stored, no marker       |
 | square                 | runs again            | 400 IDEMPOTENCY_KEY_REUSED | stored, no marker |
-| razorpay               | runs again            | 400 BAD_REQUEST_ERROR| stored, no marker       |
+| razorpay               | 500 key in use; 409   | 400 BAD_REQUEST_ERROR| stored, no marker       |
 | gocardless             | 409 conflict + id     | 409 conflict + id    | 409 conflict + id       |
 """
 
@@ -88,6 +88,26 @@ SQUARE_REUSED = {
         }
     ]
 }
+RAZORPAY_IN_USE = {
+    "error": {
+        "code": "SERVER_ERROR",
+        "description": "A request with this idempotency key is still being processed.",
+        "source": "NA",
+        "step": "NA",
+        "reason": "idempotency_key_in_use",
+        "metadata": {},
+    }
+}
+RAZORPAY_TRANSFER_IN_USE = {
+    "error": {
+        "code": "BAD_REQUEST_ERROR",
+        "description": "A request with this idempotency key is still being processed.",
+        "source": "NA",
+        "step": "NA",
+        "reason": "NA",
+        "metadata": {},
+    }
+}
 RAZORPAY_REUSED = {
     "error": {
         "code": "BAD_REQUEST_ERROR",
@@ -100,7 +120,7 @@ RAZORPAY_REUSED = {
 }
 REFERENCE_LIKE = ("reference", "generic", "ietf")
 #: a second request while the first runs is run too: no in-flight guard
-RUNS_AGAIN = ("paypal", "square", "wise", "razorpay", "django-idempotency-key")
+RUNS_AGAIN = ("paypal", "square", "wise", "django-idempotency-key")
 #: the same key with another request gets the first request's answer: keyed by the key
 KEY_ONLY = ("adyen", "paypal", "checkout", "wise")
 MARKED = ("reference", "generic", "stripe", "mollie")
@@ -349,6 +369,8 @@ def test_a_key_still_running_gets_the_providers_answer(speaker: Speaker) -> None
     elif name == "gocardless":
         assert response.status_code == 409
         assert response.json() == gocardless_conflict(first.resource_id)
+    elif name == "razorpay":
+        assert (response.status_code, response.json()) == (500, RAZORPAY_IN_USE)
     else:
         # No in-flight guard: the duplicate runs too, and pays again.
         assert name in RUNS_AGAIN
@@ -358,6 +380,17 @@ def test_a_key_still_running_gets_the_providers_answer(speaker: Speaker) -> None
         assert len(speaker.server.ledger()) == 2
         return
     assert len(speaker.server.ledger()) == 1
+
+
+def test_a_razorpay_transfer_still_running_is_409() -> None:
+    at = ("header", "X-Transfer-Idempotency")
+    with in_process("razorpay") as speaker:
+        speaker.server.crash("H1_DONE")
+        with pytest.raises(httpx.RemoteProtocolError):
+            speaker.post(KEY, path="/v1/transfers", at=at)
+        response = speaker.post(KEY, path="/v1/transfers", at=at)
+        assert (response.status_code, response.json()) == (409, RAZORPAY_TRANSFER_IN_USE)
+        assert len(speaker.server.ledger()) == 1
 
 
 # -- same key, other request ------------------------------------------------------------

@@ -43,7 +43,7 @@ LIVE: dict[str, tuple[int | None, int]] = {
     "checkout": (409, 201),
     "wise": (None, 201),
     "mollie": (409, 400),
-    "razorpay": (None, 400),
+    "razorpay": (500, 400),
     "django-idempotency-key": (None, 201),
     "drf-idempotency-key": (409, 409),
 }

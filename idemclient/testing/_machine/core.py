@@ -352,12 +352,12 @@ class Core:
             if dialect.in_flight is InFlight.EXISTING and row.resource_id is not None:
                 return dialect.existing(row.resource_id)
             if dialect.in_flight is InFlight.ANSWER:
-                return self._busy(row.resource_id)
+                return self._busy(row.resource_id, request.path)
             # No guard for a request in flight: this one runs as well, beside it.
             again = f"{record}/run-{secrets.token_hex(6)}"
             owned, _ = admit(again)
             if not owned:  # pragma: no cover - a fresh random key is never taken
-                return self._busy(row.resource_id)
+                return self._busy(row.resource_id, request.path)
             work = _Work(
                 client, again, owner, kind, request.path, payment, None, None, crash, False
             )
@@ -366,9 +366,9 @@ class Core:
         except _Crashed as crashed:
             return DropConnection(f"injected crash after {crashed.point.value}")
 
-    def _busy(self, resource_id: str | None) -> ServerResponse:
-        """ "Still running" in the profile's words."""
-        return self.dialect.in_progress(resource_id, _in_flight(resource_id))
+    def _busy(self, resource_id: str | None, endpoint: str) -> ServerResponse:
+        """ "Still running" in the profile's words, for a request to `endpoint`."""
+        return self.dialect.in_progress(resource_id, endpoint, _in_flight(resource_id))
 
     def _replay(self, row: KeyRow) -> ServerResponse:
         assert row.response_code is not None
@@ -419,7 +419,7 @@ class Core:
             if step is Step.HANDLER1:
                 created = self._new_resource(work, now)
                 if not storage.handler1(**common, resource=created):
-                    return self._busy(None), False
+                    return self._busy(None, work.endpoint), False
                 work.resource, work.point = created, Phase.H1_DONE
                 _checkpoint(work, Phase.H1_DONE)
                 continue
@@ -449,7 +449,7 @@ class Core:
                 ok = storage.handler2(**common, status=status)
                 work.resource = dataclasses.replace(resource, status=status)
             if not ok:
-                return self._busy(resource.id), False
+                return self._busy(resource.id, work.endpoint), False
             work.point = point
             _checkpoint(work, point)
 
@@ -496,7 +496,7 @@ class Core:
         if not self.storage.finish(
             **common, status=final.status, response_code=code, response_body=body, event=event
         ):
-            return self._busy(resource.id), False
+            return self._busy(resource.id, work.endpoint), False
         if not self.dialect.stores(code):
             # This server keeps only some answers (Checkout: 2xx): the key stays unused.
             self.storage.forget(client=work.client, key=work.key, created_before=common["now"])
@@ -546,7 +546,7 @@ class Core:
         if not self.storage.release(
             client=work.client, key=work.key, owner=work.owner, now=self.clock.time()
         ):
-            return self._busy(resource.id)
+            return self._busy(resource.id, work.endpoint)
         location = _location(work.kind, resource.id)
         if unresolved.maybe_sent:
             # Accepted, outcome unknown: never "failed", never "succeeded". The row is

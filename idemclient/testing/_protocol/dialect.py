@@ -32,13 +32,15 @@ from urllib.parse import parse_qsl, unquote
 
 from ... import profiles as _builtins
 from ..._errors import InvalidKey
-from ..._profile import Match, Profile
+from ..._profile import Match, Profile, Resolved
 from .messages import ServerRequest, ServerResponse, json_bytes
 from .rules import JSON_CONTENT_TYPE, Problem, parse_idempotency_key
 
 __all__ = ["Dialect", "InFlight", "Mismatch", "Route", "dialect_for"]
 
 _SENTINEL = "\x00idemclient-lookup\x00"
+#: the methods the server takes keys on (it creates with POST only)
+_KEYED_METHODS = frozenset({"POST"})
 
 
 class InFlight(enum.Enum):
@@ -152,13 +154,13 @@ _OWN = _Family(required=None)
 Body = tuple[str, Any, tuple[tuple[str, str], ...]]
 
 
-def _stripe_in_progress(resource_id: str | None) -> Body:
+def _stripe_in_progress(resource_id: str | None, path: str) -> tuple[int, Body]:
     error = {
         "type": "idempotency_error",
         "code": "idempotency_key_in_use",
         "message": "A request with this idempotency key is still being processed; retry later.",
     }
-    return JSON_CONTENT_TYPE, {"error": error}, ()
+    return 409, (JSON_CONTENT_TYPE, {"error": error}, ())
 
 
 def _stripe_mismatch() -> Body:
@@ -169,14 +171,14 @@ def _stripe_mismatch() -> Body:
     return JSON_CONTENT_TYPE, {"error": error}, ()
 
 
-def _adyen_in_progress(resource_id: str | None) -> Body:
+def _adyen_in_progress(resource_id: str | None, path: str) -> tuple[int, Body]:
     body = {
         "status": 422,
         "errorCode": "704",
         "message": "request already processed or in progress",
         "errorType": "validation",
     }
-    return JSON_CONTENT_TYPE, body, (("transient-error", "true"),)
+    return 422, (JSON_CONTENT_TYPE, body, (("transient-error", "true"),))
 
 
 def _mollie(status: int, title: str, detail: str) -> Body:
@@ -184,8 +186,8 @@ def _mollie(status: int, title: str, detail: str) -> Body:
     return "application/hal+json", body, ()
 
 
-def _checkout_in_progress(resource_id: str | None) -> Body:
-    return JSON_CONTENT_TYPE, None, ()
+def _checkout_in_progress(resource_id: str | None, path: str) -> tuple[int, Body]:
+    return 409, (JSON_CONTENT_TYPE, None, ())
 
 
 def _square_mismatch() -> Body:
@@ -197,16 +199,30 @@ def _square_mismatch() -> Body:
     return JSON_CONTENT_TYPE, {"errors": [error]}, ()
 
 
-def _razorpay_mismatch() -> Body:
+def _razorpay_error(code: str, description: str, reason: str = "NA") -> Body:
     error = {
-        "code": "BAD_REQUEST_ERROR",
-        "description": "This idempotency key was already used with another request.",
+        "code": code,
+        "description": description,
         "source": "NA",
         "step": "NA",
-        "reason": "NA",
+        "reason": reason,
         "metadata": {},
     }
     return JSON_CONTENT_TYPE, {"error": error}, ()
+
+
+def _razorpay_mismatch() -> Body:
+    return _razorpay_error(
+        "BAD_REQUEST_ERROR", "This idempotency key was already used with another request."
+    )
+
+
+def _razorpay_in_progress(resource_id: str | None, path: str) -> tuple[int, Body]:
+    running = "A request with this idempotency key is still being processed."
+    if re.fullmatch(r".*/transfers", path):
+        return 409, _razorpay_error("BAD_REQUEST_ERROR", running)
+    # Payouts: a 500 whose reason says the key is in use.
+    return 500, _razorpay_error("SERVER_ERROR", running, "idempotency_key_in_use")
 
 
 def _gocardless_existing(resource_id: str) -> Body:
@@ -240,14 +256,16 @@ def _wise_challenge(path: str) -> Body:
     return JSON_CONTENT_TYPE, body, ()
 
 
-_IN_PROGRESS: Mapping[str, Callable[[str | None], Body]] = {
+_IN_PROGRESS: Mapping[str, Callable[[str | None, str], tuple[int, Body]]] = {
     "stripe": _stripe_in_progress,
     "adyen": _adyen_in_progress,
-    "mollie": lambda _: _mollie(
-        409, "Conflict", "A request with this idempotency key is still being processed."
+    "mollie": lambda _, __: (
+        409,
+        _mollie(409, "Conflict", "A request with this idempotency key is still being processed."),
     ),
     "checkout": _checkout_in_progress,
-    "drf-idempotency-key": lambda _: _detail("Request in progress"),
+    "razorpay": _razorpay_in_progress,
+    "drf-idempotency-key": lambda _, __: (409, _detail("Request in progress")),
 }
 _MISMATCH: Mapping[str, Callable[[], Body]] = {
     "stripe": _stripe_mismatch,
@@ -258,8 +276,6 @@ _MISMATCH: Mapping[str, Callable[[], Body]] = {
     "razorpay": _razorpay_mismatch,
     "drf-idempotency-key": lambda: _detail("Parameter mismatch"),
 }
-#: the status each provider's answer has (where its profile's match allows several)
-_STATUS = {("adyen", "in_progress"): 422}
 
 
 def _at(path: str, value: Any) -> Any:
@@ -359,11 +375,16 @@ class Dialect:
         found += [e.key_retention for e in self.profile.endpoints if e.key_retention]
         return max(found)
 
+    def _resolve(self, method: str, path: str) -> Resolved:
+        return self.profile.resolve(method, path, _KEYED_METHODS)
+
     def retention(self, method: str, path: str) -> float:
-        return self.profile.resolve(method, path).key_retention
+        return self._resolve(method, path).key_retention
 
     def stores(self, status: int) -> bool:
         """Whether a final answer with `status` is kept for the key."""
+        if status in self.profile.unstored:
+            return False
         only_2xx = self._family.only_2xx or (
             self.family is None and self.profile.replay is not None
         )
@@ -407,7 +428,7 @@ class Dialect:
     def read_key(self, request: ServerRequest) -> KeyRead:
         """The key where the profile puts it, checked against its format (a 400
         `Problem` otherwise), and the body without it when it is a body field."""
-        resolved = self.profile.resolve(request.method, request.path)
+        resolved = self._resolve(request.method, request.path)
         slot = resolved.key
         if not resolved.keyed:
             return KeyRead(None, request.body)
@@ -441,13 +462,13 @@ class Dialect:
             raise _bad_key(where, f"{where}: {exc}") from None
 
     def missing_key(self, path: str) -> Problem:
-        slot = self.profile.resolve("POST", path).key
+        slot = self._resolve("POST", path).key
         where = f"the {slot.header} header" if slot.header else f"the body field {slot.field!r}"
         return _bad_key(slot.header or slot.field or "key", f"{where} is required on this request")
 
     def key_hint(self, request: ServerRequest) -> str | None:
         """The key as sent, for matching fault scripts (validation happens later)."""
-        slot = self.profile.resolve(request.method, request.path).key
+        slot = self._resolve(request.method, request.path).key
         if slot.header is None:
             document = _json_object(request.body)
             value = None if document is None else document.get(slot.field or "")
@@ -460,20 +481,20 @@ class Dialect:
 
     # -- the answers ---------------------------------------------------------------------
 
-    def in_progress(self, resource_id: str | None, reference: ServerResponse) -> ServerResponse:
-        """ "Still running": the provider's answer (`reference`: the reference server's)."""
+    def in_progress(
+        self, resource_id: str | None, path: str, reference: ServerResponse
+    ) -> ServerResponse:
+        """ "Still running" for a request to `path`: the provider's answer
+        (`reference`: the reference server's)."""
         profile = self.profile
         if self.family in ("reference", "generic", "ietf") or not profile.in_progress:
             return reference
-        match = profile.in_progress[0]
-        status = _STATUS.get((self.family or "", "in_progress"), min(match.statuses))
         builder = _IN_PROGRESS.get(self.family or "")
-        body = (
-            builder(resource_id)
-            if builder is not None
-            else _from_match(match, profile.code_paths, "request in progress")
-        )
-        return _render(status, body)
+        if builder is not None:
+            return _render(*builder(resource_id, path))
+        match = profile.in_progress[0]
+        body = _from_match(match, profile.code_paths, "request in progress")
+        return _render(min(match.statuses), body)
 
     def mismatch(self, reference: ServerResponse) -> ServerResponse:
         """ "Same key, other request": the provider's answer."""
