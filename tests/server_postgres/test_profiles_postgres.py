@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.pgcluster import Cluster
 
-from ..server.profile_helpers import BODY, Speaker, in_process, uuid_key
+from ..profiles.server_speakers import BODY, Speaker, in_process, uuid_key
 
 KEY = uuid_key(21)
 

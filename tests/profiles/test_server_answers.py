@@ -1,8 +1,8 @@
 """The reference server speaks every server profile (`ReferenceServer(profile=...)`).
 
 Each answer is asserted with the literal status, headers and body that provider gives
-(see tests/server/profile_helpers.py for where each puts the key), in process here;
-test_profiles_live.py runs the same answers over a real loopback socket and the
+(see tests/profiles/server_speakers.py for where each puts the key), in process here;
+test_server_live.py runs the same answers over a real loopback socket and the
 `idemclient server --profile` command.
 
 | profile                | still running         | other request        | replay                  |
@@ -33,7 +33,7 @@ from idemclient import profiles
 from idemclient._profile import Match, codes_in
 from idemclient.testing import ReferenceServer
 
-from .profile_helpers import (
+from .server_speakers import (
     ALL,
     BODY,
     JSON,

@@ -1,6 +1,6 @@
 """A profile's dialect, pure: what the reference server decides for each built-in, one
 table row at a time (no storage, no socket). The literal expectations are the
-providers' facts; test_profiles.py checks the answers they lead to."""
+providers' facts; test_server_answers.py checks the answers they lead to."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Every server profile over a real loopback socket: uvicorn in a thread (`serve`), faults
 through the `/_sandbox/` endpoints, and `idemclient server --profile` as a child process.
 
-The answers are the ones test_profiles.py pins in process; here each profile's new key,
+The answers are the ones test_server_answers.py pins in process; here each profile's new key,
 replay, key reuse, a request still running and apply-then-drop go through a socket.
 """
 
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from idemclient.cli import main
 from idemclient.testing import ReferenceServer, SandboxClient, serve, spawn
 
-from .profile_helpers import (
+from .server_speakers import (
     ALL,
     AUTH,
     BODY,
