@@ -94,6 +94,7 @@ ietf = Profile(
     name="ietf",
     key=KeySlot("Idempotency-Key", quoted=True),
     methods=frozenset({"POST", "PATCH"}),
+    replay_marker=None,
     replays_errors=True,
     assumptions="the key retention is the server's to publish: 24 hours is assumed",
 )

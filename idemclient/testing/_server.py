@@ -18,6 +18,7 @@ from types import TracebackType
 import httpx
 
 from .._clock import ManualClock
+from .._profile import Profile
 from ._adapters.transport import ReferenceTransport
 from ._machine.clock import ServerClock
 from ._machine.control import handle_control
@@ -32,6 +33,7 @@ from ._machine.records import (
     WebhookReport,
 )
 from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, STANDARD_WEBHOOKS, Deliverer, WebhookFault
+from ._protocol.dialect import Dialect, dialect_for
 from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol.rules import Phase
 from ._storage.backend import open_storage
@@ -40,7 +42,7 @@ __all__ = ["DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
 
 #: How long an attempt may go silent before another actor may take its request over.
 DEFAULT_LEASE = 30.0
-#: How long finished keys are kept: Stripe's 24 hours.
+#: How long finished keys are kept under the `reference` profile: Stripe's 24 hours.
 DEFAULT_KEY_TTL = 24 * 3600.0
 
 
@@ -52,6 +54,14 @@ class ReferenceServer:
     `ManualClock`, so leases and TTLs expire only when a test advances it. With
     `sandbox=False` the `/_sandbox/` endpoints answer 404 (the Python API below still
     works).
+
+    `profile` is the server profile it speaks (a built-in's name, or a `Profile`; see
+    `idemclient.profiles`): where it reads the key, what a key may be, and how it
+    answers a replay, a request still running, a key reused with another request, and
+    a key used before, as that provider does. The default, `reference`, is this
+    server's own protocol. `key_ttl` is when the reaper deletes finished keys: by
+    default the profile's longest key retention (a profile forgets a key past its
+    endpoint's retention when the key comes again, reaped or not).
     """
 
     def __init__(
@@ -60,11 +70,15 @@ class ReferenceServer:
         db: str | os.PathLike[str] = ":memory:",
         clock: ServerClock | None = None,
         lease: float = DEFAULT_LEASE,
-        key_ttl: float = DEFAULT_KEY_TTL,
+        key_ttl: float | None = None,
         sandbox: bool = True,
         webhook_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         webhook_timeout: float = 10.0,
+        profile: str | Profile = "reference",
     ) -> None:
+        self._dialect: Dialect = dialect_for(profile)
+        if key_ttl is None:
+            key_ttl = self._dialect.longest_retention
         self._clock: ServerClock = clock if clock is not None else ManualClock()
         self._storage = open_storage(db)
         self._deliverer = Deliverer(
@@ -83,6 +97,7 @@ class ReferenceServer:
                 externals=self._externals,
                 lease=lease,
                 key_ttl=key_ttl,
+                dialect=self._dialect,
                 webhook_lifecycle=self._deliverer.lifecycle,
             )
         except BaseException:
@@ -97,6 +112,11 @@ class ReferenceServer:
     @property
     def clock(self) -> ServerClock:
         return self._clock
+
+    @property
+    def profile(self) -> Profile:
+        """The server profile this server speaks."""
+        return self._dialect.profile
 
     @property
     def lease(self) -> float:
@@ -370,5 +390,6 @@ class ReferenceServer:
 
     def __repr__(self) -> str:
         return (
-            f"ReferenceServer(db={self._storage.path!r}, lease={self.lease}, clock={self._clock!r})"
+            f"ReferenceServer(db={self._storage.path!r}, profile={self.profile.name!r},"
+            f" lease={self.lease}, clock={self._clock!r})"
         )

@@ -21,6 +21,7 @@ from types import FrameType
 import click
 
 from ..._clock import SystemClock
+from ...profiles import BUILTIN
 from .._server import DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
 from .._storage.backend import is_postgres_url
 from .asgi import ReferenceApp
@@ -58,9 +59,18 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--key-ttl",
     type=_POSITIVE,
-    default=DEFAULT_KEY_TTL,
+    default=None,
+    help="Seconds finished idempotency keys are kept before the reaper drops them"
+    f" [default: the profile's longest key retention; {DEFAULT_KEY_TTL:.0f} for reference].",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(BUILTIN)),
+    default="reference",
     show_default=True,
-    help="Seconds finished idempotency keys are kept before the reaper drops them.",
+    help="The server profile to speak: where the key goes, and each answer, as that"
+    " provider gives it.",
 )
 @click.option(
     "--recovery-interval",
@@ -105,7 +115,8 @@ def server(
     port: int,
     db: str,
     lease: float,
-    key_ttl: float,
+    key_ttl: float | None,
+    profile_name: str,
     recovery_interval: float,
     webhook_url: str | None,
     webhook_secrets: tuple[str, ...],
@@ -126,7 +137,12 @@ def server(
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     try:
         reference = ReferenceServer(
-            db=db, clock=SystemClock(), lease=lease, key_ttl=key_ttl, sandbox=sandbox
+            db=db,
+            clock=SystemClock(),
+            lease=lease,
+            key_ttl=key_ttl,
+            sandbox=sandbox,
+            profile=profile_name,
         )
     except (sqlite3.Error, ValueError, OSError, ImportError) as exc:
         # OSError: a PostgreSQL database that cannot be reached or used (ConnectionError);

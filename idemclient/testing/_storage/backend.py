@@ -105,6 +105,11 @@ class StorageBackend(Protocol):
 
     def release(self, *, client: str, key: str, owner: str, now: float) -> bool: ...
 
+    def forget(self, *, client: str, key: str, created_before: float) -> bool:
+        """Delete the finished key (client, key) if it was created at or before
+        `created_before`; never a started one. Whether a row went."""
+        ...
+
     # -- reads and maintenance -------------------------------------------------------------
 
     def key_row(self, client: str, key: str) -> KeyRow | None: ...

@@ -191,6 +191,14 @@ class Transactions(ABC):
             return False
         return True
 
+    def forget(self, *, client: str, key: str, created_before: float) -> bool:
+        """Delete a finished key created at or before `created_before` (never a started
+        one): a server profile's retention, applied when the key comes again, or an
+        answer its provider does not keep. Whether a row went."""
+        with self._write() as conn:
+            cursor = conn.execute(self._sql.forget, (client, key, created_before))
+            return bool(cursor.rowcount)
+
     # -- reads -------------------------------------------------------------------------
 
     def key_row(self, client: str, key: str) -> KeyRow | None:
