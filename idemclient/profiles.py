@@ -265,7 +265,7 @@ mollie = Profile(
 razorpay = Profile(
     name="razorpay",
     key=KeySlot("X-Payout-Idempotency"),
-    key_format=KeyFormat(4, 36, pattern=r"[A-Za-z0-9_\- ]+", described="4-36 of A-Z a-z 0-9 _ -"),
+    key_format=KeyFormat(4, 36, pattern=r"[A-Za-z0-9_\-]+", described="4-36 of A-Z a-z 0-9 _ -"),
     methods=frozenset({"POST"}),
     key_retention=7 * DAY,
     retention_published=True,
