@@ -16,10 +16,10 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import httpx
 
 from idemclient import ManualClock
-from idemclient.inbox import SQLiteInbox, WebhookEvent, WebhookReceiver
+from idemclient.inbox import SQLiteInbox, StandardWebhooks, WebhookEvent, WebhookReceiver
 from idemclient.testing import ReferenceServer
 
-SECRET = "whsec_example_0123456789abcdef0123"  # in production: from your secret store
+SECRET = StandardWebhooks.generate_secret()  # in production: from your secret store
 
 # -- the merchant application ---------------------------------------------------------
 
@@ -44,7 +44,7 @@ def on_event(event: WebhookEvent, tx: sqlite3.Connection) -> None:
 
 clock = ManualClock()  # shared with the PSP below, so retries come due without waiting
 inbox = SQLiteInbox("shop.db", clock=clock)  # the application's own database file
-receiver = WebhookReceiver(inbox, sender="psp", secrets=[SECRET], handler=on_event)
+receiver = WebhookReceiver(inbox, sender="psp", scheme=StandardWebhooks([SECRET]), handler=on_event)
 
 
 class QuietHandler(WSGIRequestHandler):

@@ -8,8 +8,9 @@ The top level holds what a caller uses every day. The rest lives by topic, each
 module holding all of its topic (the everyday names of a topic are also here):
 `idemclient.errors` (the error tree), `idemclient.keys`, `idemclient.policy`,
 `idemclient.store`, `idemclient.hooks`, `idemclient.clock`, `idemclient.transport`,
-and the features `idemclient.batch`, `idemclient.inbox`, `idemclient.postgres` and
-`idemclient.testing`.
+`idemclient.profiles` (each payment API's idempotency dialect),
+`idemclient.otel` (OpenTelemetry, with the `otel` extra), and the features
+`idemclient.batch`, `idemclient.inbox`, `idemclient.postgres` and `idemclient.testing`.
 """
 
 import importlib
@@ -21,7 +22,9 @@ from . import clock as clock
 from . import errors as errors
 from . import hooks as hooks
 from . import keys as keys
+from . import otel as otel  # imports no OpenTelemetry until otel_hooks() is called
 from . import policy as policy
+from . import profiles as profiles
 from . import store as store
 from . import transport as transport
 from ._client import AsyncClient, Client, aresume, resume, wrap

@@ -15,6 +15,8 @@ The transports do the I/O (store, network, sleep); this module decides. A call:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ import httpx
 from ._answer import AnswerWithoutBody, stored_response
 from ._budget import RetryBudget
 from ._classify import (
+    SUCCESSES,
     AttemptKind,
     Classification,
     after_maybe_applied,
@@ -32,8 +35,10 @@ from ._classify import (
 )
 from ._clock import Clock
 from ._errors import (
+    ChallengeRequired,
     Indeterminate,
     InvalidKey,
+    MissingKey,
     NotSent,
     OutcomeError,
     ReconcileRequired,
@@ -41,13 +46,15 @@ from ._errors import (
     StoreError,
 )
 from ._fingerprint import fingerprint
-from ._hooks import AttemptEvent, Hooks, RetryEvent
-from ._keys import new_key, validate_key
+from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent
+from ._keys import new_key
 from ._outcome import OUTCOME, Outcome, State, from_record
-from ._policy import Decision, RetryPolicy, decide
+from ._policy import Decision, RetryPolicy, decide, retention_set
+from ._profile import Profile, Resolved, codes_in
 from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
 from ._store import Intent, OperationRecord, Progress, Store
+from .profiles import DEFAULT as DEFAULT_PROFILE
 
 __all__ = [
     "CALL_OPTIONS",
@@ -101,6 +108,29 @@ class Settings:
     #: the store was opened from a path or URL for these settings, so closing the
     #: transports closes it too; a `Store` object passed in stays the caller's
     owns_store: bool = False
+    #: what the server means by its answers (see `idemclient.profiles`)
+    profile: Profile = DEFAULT_PROFILE
+
+    def resolve(self, request: httpx.Request) -> Resolved:
+        """The profile's facts for `request` (its endpoint's, where they differ)."""
+        return self.profile.resolve(request.method, request.url.path, self.policy.methods)
+
+    @property
+    def methods(self) -> frozenset[str]:
+        """The methods that get a key: the profile's, where it names them, else the
+        policy's."""
+        return self.profile.methods if self.profile.methods is not None else self.policy.methods
+
+    def keyed(self, request: httpx.Request) -> bool:
+        """`request` is an operation: it gets a key, a record and retries."""
+        return self.resolve(request).keyed
+
+    def retention(self, resolved: Resolved) -> float:
+        """How long the server keeps this request's key: the policy's, if the caller
+        set it (deprecated), else the profile's."""
+        if retention_set(self.policy):
+            return self.policy.key_retention
+        return resolved.key_retention
 
 
 #: What reading a caller's body can raise: a file opened write-only or in text mode, a
@@ -183,14 +213,25 @@ def buffered_body(request: httpx.Request, limit: int) -> bytes | None:
     return body_from_chunks((content,), limit)
 
 
-def intent_for(request: httpx.Request, body: bytes) -> Intent:
+def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = None) -> Intent:
     """The intent a request stands for. A caller that registers operations ahead of
-    sending them (a batch) builds them here too, so the fingerprints agree."""
+    sending them (a batch) builds them here too, so the fingerprints agree. `resolved`:
+    the profile's facts for it (where its key is, what a key may be); the generic
+    profile's when not given."""
     options = request.extensions.get(CALL_OPTIONS)
     if options is not None and not isinstance(options, CallOptions):
         raise TypeError(f"request extension {CALL_OPTIONS!r} must be CallOptions")
-    given = request.headers.get(KEY_HEADER)
-    key = validate_key(given) if given is not None else new_key()
+    if resolved is None:
+        resolved = DEFAULT_PROFILE.resolve(request.method, request.url.path, frozenset())
+    given = key_in(request, body, resolved)
+    key = resolved.check_key(given) if given is not None else resolved.check_key(new_key())
+    if given is None and resolved.key.header is None:
+        raise MissingKey(
+            None,
+            f"the {resolved.profile.name} profile's server reads the key from the"
+            f" {resolved.key.where}, and this request's body has none: put it there"
+            " (idemclient's Client does, from key= or a new one)",
+        )
     operation_id = (options.operation_id if options else None) or key
     if not operation_id or len(operation_id) > 1024:
         raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
@@ -207,7 +248,34 @@ def intent_for(request: httpx.Request, body: bytes) -> Intent:
         body=body,
         fingerprint=fingerprint(request.method, url, body),
         reference=options.reference if options else None,
+        profile=resolved.profile.name,
     )
+
+
+def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:
+    """The key `request` carries where its profile's server reads it, or None."""
+    slot = resolved.key
+    if slot.header is not None:
+        given = request.headers.get(slot.header)
+        return None if given is None else slot.key_from_header(given)
+    assert slot.field is not None
+    try:
+        document = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        document = None
+    if not isinstance(document, dict):
+        raise MissingKey(
+            None,
+            f"the {resolved.profile.name} profile's server reads the key from the"
+            f" {slot.where}, and this request's body is not a JSON object: nothing was"
+            " recorded or sent",
+        )
+    value = document.get(slot.field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidKey(value, f"the body's {slot.field!r} must be a string")
+    return value
 
 
 def unsettled_error(
@@ -224,6 +292,14 @@ def unsettled_error(
             text + f". This call's lease lapsed and {lost_to} took the operation over: it"
             " is sending it now, with the same key. It may have been applied: look at it"
             " again later (re-issue it, or resume), never under a new key.",
+            outcome,
+        )
+    if outcome.state is State.CHALLENGED:
+        return ChallengeRequired(
+            text + ". Nothing was applied. The server asks for the request to be signed"
+            " (strong customer authentication): clear the challenge of the one-time token"
+            " in the answer's x-2fa-approval header (outcome.response), then issue the"
+            " same operation again with that header; the key stays the same.",
             outcome,
         )
     if outcome.state is State.NOT_SENT and not outcome.maybe_applied:
@@ -300,9 +376,11 @@ class Call:
         options = request.extensions.get(CALL_OPTIONS)
         self.call_hooks = options.hooks if isinstance(options, CallOptions) else None
         self.continuation = continuation
+        self.resolved = settings.resolve(request)
+        self.profile = settings.profile
         self.intent: Intent | None
         if continuation is None:
-            self.intent = intent_for(request, body)
+            self.intent = intent_for(request, body, self.resolved)
             self.operation_id = self.intent.operation_id
             self.key = self.intent.key
             self.deadline = self.started + self.policy.deadline
@@ -314,6 +392,7 @@ class Call:
             self.deadline = continuation.deadline
             self.attempts_here = continuation.attempts
         self.last_status: int | None = None
+        self.last_kind: AttemptKind | None = None
         self.total_attempts = 0
         self.maybe_applied = False
         self.evidence = ""
@@ -325,7 +404,13 @@ class Call:
         self._reconcile = False
         self._error: BaseException | None = None
         self._busy_poll = _BUSY_POLL_FIRST
+        self.challenge: httpx.Response | None = None
         request.stream = httpx.ByteStream(body)
+        if continuation is None:
+            start = StartEvent(self.operation_id, self.key, request.method, str(request.url))
+            settings.hooks.start(start)
+            if self.call_hooks is not None:
+                self.call_hooks.start(start)
 
     # -- before sending ----------------------------------------------------------------
 
@@ -341,7 +426,9 @@ class Call:
     def adopt(self, record: OperationRecord) -> None:
         """Continue from what the store knows (earlier calls, earlier processes)."""
         self.key = record.key
-        self.request.headers[KEY_HEADER] = record.key
+        slot = self.resolved.key
+        if slot.header is not None:
+            self.request.headers[slot.header] = slot.header_value(record.key)
         self.total_attempts = record.attempts
         self.maybe_applied = record.maybe_applied
         self.evidence = record.evidence
@@ -360,17 +447,18 @@ class Call:
     def gate(self) -> float | Decision:
         """Before the first attempt: seconds to wait first (0.0 for none), or a stop."""
         now = self.clock.time()
+        retention = self.settings.retention(self.resolved)
         if self.maybe_applied:
             age = now - self.created_at
             # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
             # be that much more than it looks.
-            if age + CLOCK_SKEW > self.policy.key_retention:
+            if age + CLOCK_SKEW > retention:
                 self._reconcile = True
                 return Decision(
                     "stop",
                     reason=(
                         f"maybe applied and {age:.0f}s old, past the server's key retention"
-                        f" ({self.policy.key_retention:.0f}s): look it up instead"
+                        f" ({retention:.0f}s, {self.profile.name} profile): look it up instead"
                     ),
                 )
             if age < -CLOCK_SKEW:
@@ -425,20 +513,32 @@ class Call:
             self.call_hooks.attempt(event, log=False)
         return timeout
 
+    def reads_first(self, response: httpx.Response) -> bool:
+        """The answer's body must be read before it can be classified: its status
+        alone does not say what it means under this profile (an error code)."""
+        return response.status_code in self.profile.needs_codes
+
     def observe(self, result: httpx.Response | Exception) -> Classification:
         self._sending = False
         if isinstance(result, httpx.Response):
+            codes = (
+                codes_in(result.content, self.profile.code_paths)
+                if self.reads_first(result)
+                else frozenset()
+            )
             found = classify_response(
                 result,
                 retry_statuses=self.policy.retry_statuses,
                 follow_server_hints=self.policy.follow_server_hints,
+                profile=self.profile,
+                codes=codes,
             )
             if self.maybe_applied:
                 found = after_maybe_applied(
                     found,
                     status=result.status_code,
-                    replayed=_replayed(result),
-                    server_replays=self.policy.server_replays,
+                    replayed=self.profile.replayed(result.headers),
+                    server_replays=self.policy.server_replays or self.profile.replays_errors,
                 )
             self.evidence = f"HTTP {result.status_code} {result.reason_phrase}".rstrip()
             if found.kind is AttemptKind.REDIRECT and "location" in result.headers:
@@ -449,11 +549,29 @@ class Call:
                     " refusing a duplicate)"
                 )
             self.last_status = result.status_code
+            if found.kind is AttemptKind.CHALLENGED:
+                self.evidence += (
+                    " (the server asks for the request to be signed first: x-2fa-approval)"
+                )
+                self.challenge = result
         else:
             found = classify_error(result)
             self.evidence = f"{type(result).__name__}: {result}".rstrip(": ")
             self._error = result
         self.maybe_applied = self.maybe_applied or found.maybe_applied
+        self.last_kind = found.kind
+        event = AttemptEndEvent(
+            operation_id=self.operation_id,
+            key=self.key,
+            attempt=self.total_attempts,
+            status=result.status_code if isinstance(result, httpx.Response) else None,
+            classification=found.kind.value,
+            evidence=self.evidence,
+            maybe_applied=self.maybe_applied,
+        )
+        self.settings.hooks.attempt_end(event)
+        if self.call_hooks is not None:
+            self.call_hooks.attempt_end(event)
         return found
 
     def bound_body(self, response: httpx.Response) -> None:
@@ -461,6 +579,25 @@ class Call:
         bound_body(response, self.remaining)
 
     def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
+        if found.retry and self.maybe_applied and not self.profile.guards_in_flight:
+            return Decision(
+                "stop",
+                reason=(
+                    f"the {self.profile.name} profile's server is not known to refuse a"
+                    " second request while the first runs, so an attempt that may have"
+                    " been applied is not followed by another; look it up"
+                    " (Client.reconcile), or resume it once the first has surely ended"
+                ),
+            )
+        if found.retry and response is not None and response.status_code in self.profile.unstored:
+            return Decision(
+                "stop",
+                reason=(
+                    f"the {self.profile.name} profile's server does not keep an HTTP"
+                    f" {response.status_code} answer under its key, so the same key sent"
+                    " again would run the request again; look it up (Client.reconcile)"
+                ),
+            )
         now = self.clock.time()
         server_wait = None if response is None else parse_retry_after(response.headers, now)
         decision = decide(
@@ -494,6 +631,7 @@ class Call:
     # -- the end -------------------------------------------------------------------------
 
     def unsettled_state(self) -> State:
+        """As the store records it (a challenge is `not_sent`: nothing was applied)."""
         return State.INDETERMINATE if self.maybe_applied else State.NOT_SENT
 
     def interrupted(self, error: BaseException) -> None:
@@ -515,7 +653,7 @@ class Call:
         )
 
     def final_state(self, found: Classification) -> State:
-        return State.SUCCEEDED if found.kind is AttemptKind.SUCCEEDED else State.FAILED
+        return State.SUCCEEDED if found.kind in SUCCESSES else State.FAILED
 
     def outcome(
         self,
@@ -525,14 +663,26 @@ class Call:
         from_store: bool = False,
         tell: bool = True,
     ) -> Outcome:
+        replayed = response is not None and (
+            self.profile.replayed(response.headers)
+            or (not from_store and self.last_kind is AttemptKind.REPLAYED)
+        )
         outcome = from_record(
             record,
             response=response,
-            replayed=response is not None and _replayed(response),
+            replayed=replayed,
             from_store=from_store,
             last_status=response.status_code if response is not None else self.last_status,
             body_omitted=isinstance(response, AnswerWithoutBody),
+            existing=self._existing(record, response),
+            key_conflict=self._conflict(record, response),
         )
+        if (
+            self.challenge is not None
+            and record.state is State.NOT_SENT
+            and not record.maybe_applied
+        ):
+            outcome = dataclasses.replace(outcome, state=State.CHALLENGED, response=self.challenge)
         if response is not None:
             response.extensions[OUTCOME] = outcome
         if outcome.state is State.SUCCEEDED and not from_store:
@@ -573,6 +723,26 @@ class Call:
         )
         self.request.extensions[CONTINUATION] = continuation
         return continuation
+
+    def _existing(self, record: OperationRecord, response: httpx.Response | None) -> str | None:
+        """The resource an "already done, here it is" answer names, if this is one."""
+        if response is None or record.state is not State.SUCCEEDED or self.profile.existing is None:
+            return None
+        if isinstance(response, AnswerWithoutBody):
+            return None
+        return self.profile.existing_id(response.status_code, response.headers, response.content)
+
+    def _conflict(self, record: OperationRecord, response: httpx.Response | None) -> bool:
+        """The final answer says the key was used for another request."""
+        if response is None or record.state is not State.FAILED:
+            return False
+        codes: frozenset[str] = frozenset()
+        if response.status_code in self.profile.needs_codes and not isinstance(
+            response, AnswerWithoutBody
+        ):
+            codes = codes_in(response.content, self.profile.code_paths)
+        found = classify_response(response, retry_statuses=(), profile=self.profile, codes=codes)
+        return found.kind is AttemptKind.KEY_CONFLICT
 
     def error(self, outcome: Outcome, reason: str) -> OutcomeError:
         """The exception for an operation that ended without a final answer."""
@@ -638,11 +808,6 @@ CLOCK_SKEW = 300.0
 #: Appended to the evidence of an operation the retry budget stopped.
 BUDGET_STOP = "; stopped by the client's retry budget"
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})
-
-
-def _replayed(response: httpx.Response) -> bool:
-    marker: str = response.headers.get("idempotent-replayed", "")
-    return marker.strip().lower() == "true"
 
 
 def bound_body(response: httpx.Response, remaining: Callable[[], float]) -> None:

@@ -10,6 +10,9 @@
 | 500, 502, 504                                 | SERVER_ERROR    | yes   | yes           | no    |
 | any other 5xx (501, 520, 524...)              | SERVER_ERROR    | no    | yes           | no    |
 | 422                                           | KEY_CONFLICT    | no    | no            | yes   |
+| the profile's "already done, here it is"      | EXISTING        | no    | yes           | yes   |
+| the profile's replay given another status     | REPLAYED        | no    | yes           | yes   |
+| the profile's "sign this first"               | CHALLENGED      | no    | no            | no    |
 | 401, 407                                      | UNAUTHENTICATED | no    | no            | no    |
 | any other 4xx                                 | REJECTED        | no    | no            | yes   |
 | any other status (1xx, 6xx...)                | UNKNOWN         | no    | yes           | no    |
@@ -18,6 +21,14 @@
 |   request httpx could not write at all        | UNSENDABLE      | no    | no            | no    |
 | write/read error or timeout, peer dropped     | MAYBE_APPLIED   | yes   | yes           | no    |
 | anything else raised by the transport         | UNKNOWN         | no    | yes           | no    |
+
+That table is the generic profile's. A server profile (`_profile.Profile`) gives some
+answers meanings of their own, by status, header and the error codes in the body:
+"still running" (IN_PROGRESS), "same key, other request" (KEY_CONFLICT), "already done,
+here is the resource" (EXISTING), a replay of the stored success under another status
+(REPLAYED), "sign this first" (CHALLENGED). A status the profile claims for one of
+those that matches none of them is an ordinary refusal there (a GoCardless 409 that is
+not its creation conflict), not the generic row.
 
 Only a 2xx is a success and only a 4xx is a refusal: those are *final*, stored as the
 operation's answer. Everything else that ends a call without a retry leaves the
@@ -50,8 +61,11 @@ from dataclasses import dataclass
 
 import httpx
 
+from ._profile import Profile
+
 __all__ = [
     "EDGE_REFUSALS",
+    "SUCCESSES",
     "AttemptKind",
     "Classification",
     "after_maybe_applied",
@@ -74,6 +88,9 @@ class AttemptKind(enum.StrEnum):
     UNSENDABLE = "unsendable"
     MAYBE_APPLIED = "maybe_applied"
     UNKNOWN = "unknown"
+    EXISTING = "existing"
+    REPLAYED = "replayed"
+    CHALLENGED = "challenged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +132,16 @@ _BY_KIND = dict(
         _row(AttemptKind.UNSENDABLE, retry=False, maybe_applied=False),
         _row(AttemptKind.MAYBE_APPLIED, retry=True, maybe_applied=True),
         _row(AttemptKind.UNKNOWN, retry=False, maybe_applied=True),
+        _row(AttemptKind.EXISTING, retry=False, maybe_applied=True, final=True),
+        _row(AttemptKind.REPLAYED, retry=False, maybe_applied=True, final=True),
+        _row(AttemptKind.CHALLENGED, retry=False, maybe_applied=False),
     ]
 )
 
 _HANDOFFS = frozenset({AttemptKind.UNAUTHENTICATED, AttemptKind.REDIRECT})
 _HINT_HEADERS = ("stripe-should-retry", "x-should-retry")
+#: The kinds that say a response is the answer to the operation, whatever came before.
+SUCCESSES = frozenset({AttemptKind.SUCCEEDED, AttemptKind.EXISTING, AttemptKind.REPLAYED})
 
 
 def classify_response(
@@ -127,10 +149,19 @@ def classify_response(
     *,
     retry_statuses: Collection[int],
     follow_server_hints: bool = False,
+    profile: Profile | None = None,
+    codes: frozenset[str] = frozenset(),
 ) -> Classification:
-    """Classify a response by its status (and, if asked, the server's retry hint)."""
+    """Classify a response by its status (and, if asked, the server's retry hint), as
+    `profile` reads it (its error `codes` from the body, see `_profile.codes_in`)."""
     status = response.status_code
-    if status == 202:
+    kind: AttemptKind | None = None
+    from_profile = False
+    if profile is not None and not 200 <= status < 300:
+        kind, from_profile = _profile_kind(profile, status, response.headers, codes)
+    if kind is not None:
+        pass
+    elif status == 202:
         kind = AttemptKind.ACCEPTED
     elif 200 <= status < 300:
         return _BY_KIND[AttemptKind.SUCCEEDED]  # a final success is never second-guessed
@@ -151,9 +182,18 @@ def classify_response(
     else:
         kind = AttemptKind.UNKNOWN
     result = _BY_KIND[kind]
-    retry = kind is AttemptKind.ACCEPTED or status in retry_statuses
-    if follow_server_hints:
-        hint = _server_hint(response.headers)
+    if kind in _PROFILE_KINDS:
+        return result  # what the server said in its own dialect: no status set or hint
+    if from_profile:
+        # The profile's reading wins over the caller's retry set: a status it gives
+        # another meaning is not retried, and its "still running" is, except that the
+        # caller's set still decides for 409 (leaving 409 out means "do not poll").
+        retry = kind in _POLLED and (status in retry_statuses or status != 409)
+    else:
+        retry = kind is AttemptKind.ACCEPTED or status in retry_statuses
+    hints = _hints(profile, follow_server_hints)
+    if hints and kind is not AttemptKind.KEY_CONFLICT:
+        hint = _server_hint(response.headers, hints)
         if hint is not None:
             retry = hint
     if retry != result.retry:
@@ -189,7 +229,7 @@ def after_maybe_applied(
     of the server may have given. Otherwise it may be the server refusing a duplicate
     of a payment it already made (a reference that already exists): indeterminate.
     """
-    if not found.final or found.kind is AttemptKind.SUCCEEDED or replayed:
+    if not found.final or found.kind in SUCCESSES or replayed:
         return found
     if server_replays and status not in EDGE_REFUSALS:
         return found
@@ -219,8 +259,48 @@ def classify_error(error: BaseException) -> Classification:
     return _BY_KIND[AttemptKind.UNKNOWN]
 
 
-def _server_hint(headers: httpx.Headers) -> bool | None:
-    for name in _HINT_HEADERS:
+_GENERIC_MEANINGS = frozenset({409, 422})
+_POLLED = frozenset({AttemptKind.IN_PROGRESS, AttemptKind.THROTTLED})
+_PROFILE_KINDS = frozenset({AttemptKind.EXISTING, AttemptKind.REPLAYED, AttemptKind.CHALLENGED})
+
+
+def _profile_kind(
+    profile: Profile, status: int, headers: httpx.Headers, codes: frozenset[str]
+) -> tuple[AttemptKind | None, bool]:
+    """What `profile` says a non-2xx answer means (and True), or (None, False) for the
+    generic table. An ordinary refusal in the profile's reading comes as (REJECTED,
+    True) when the profile claims its status for another meaning, else (REJECTED,
+    False): the caller's retry set still decides for it."""
+    if profile.challenge is not None and profile.challenge.matches(status, headers, codes):
+        return AttemptKind.CHALLENGED, True
+    if profile.existing is not None and profile.existing.match.matches(status, headers, codes):
+        return AttemptKind.EXISTING, True
+    if profile.replay is not None and profile.replay.matches(status, headers, codes):
+        return AttemptKind.REPLAYED, True
+    if any(m.matches(status, headers, codes) for m in profile.mismatch):
+        return AttemptKind.KEY_CONFLICT, True
+    if any(m.matches(status, headers, codes) for m in profile.in_progress):
+        return AttemptKind.IN_PROGRESS, True
+    if any(m.matches(status, headers, codes) for m in profile.throttled):
+        return AttemptKind.THROTTLED, True
+    if 400 <= status < 500 and status in profile.claimed:
+        return AttemptKind.REJECTED, True  # claimed for a meaning this answer lacks
+    if status in _GENERIC_MEANINGS:
+        # 409 "still running" and 422 "other request" are the IETF draft's: a profile
+        # that gives them no such meaning reads them as ordinary refusals.
+        return AttemptKind.REJECTED, False
+    return None, False
+
+
+def _hints(profile: Profile | None, follow_server_hints: bool) -> tuple[str, ...]:
+    names = tuple(h.lower() for h in profile.hints) if profile is not None else ()
+    if follow_server_hints:
+        names += tuple(h for h in _HINT_HEADERS if h not in names)
+    return names
+
+
+def _server_hint(headers: httpx.Headers, names: tuple[str, ...] = _HINT_HEADERS) -> bool | None:
+    for name in names:
         value = headers.get(name)
         if value is not None:
             value = value.strip().lower()

@@ -9,6 +9,7 @@ comes back as an `Outcome` in state `failed`, like an httpx response with that s
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -34,6 +35,7 @@ from ._operations import (
     Op,
     arun,
     check_method,
+    key_in_json,
     request_options,
     run,
     send_registered,
@@ -43,6 +45,7 @@ from ._operations import (
 )
 from ._outcome import Outcome, State, from_record
 from ._policy import RetryPolicy
+from ._profile import Profile, existing_url
 from ._redaction import origin_of
 from ._retrofit import replace_transports, transport_of
 from ._store import OperationRecord, Store
@@ -74,6 +77,7 @@ def wrap(
     rng: random.Random | None = None,
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
+    profile: str | Profile | None = None,
 ) -> HttpxClient:
     """Give an existing httpx client safe retries, in place, and return it.
 
@@ -83,10 +87,16 @@ def wrap(
 
     `secret_headers` and `persist_headers` add header names to the store's rule (see
     `SQLiteStore`) when `store` is a path or URL; a `Store` you built has its own.
+
+    `profile` says what the server means by its idempotency answers and where it reads
+    the key (``"stripe"``, ``"adyen"``..., see `idemclient.profiles`; the generic one by
+    default). Where its server reads the key from the JSON body, the body is already
+    built here: put the key in it yourself, or the call is refused (`MissingKey`).
     """
     settings = make_settings(
         store,
         policy=policy,
+        profile=profile,
         clock=clock,
         budget=budget,
         hooks=hooks,
@@ -119,7 +129,18 @@ def _wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> 
 
 def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
     """The outcome of an operation a resume refused to send: as the store has it."""
-    logger.warning("operation %r not resumed: %s", record.operation_id, reason)
+    logger.warning(
+        "operation %r not resumed: %s",
+        record.operation_id,
+        reason,
+        extra={
+            "event": "not_resumed",
+            "operation_id": record.operation_id,
+            "key": record.key,
+            "state": record.state.value,
+            "evidence": reason,
+        },
+    )
     return from_record(record, evidence=f"not resumed: {reason}")
 
 
@@ -314,11 +335,13 @@ class _Common(Generic[HttpxClient]):
         http: HttpxClient | None = None,
         secret_headers: Collection[str] = (),
         persist_headers: Collection[str] = (),
+        profile: str | Profile | None = None,
         **httpx_options: Any,
     ) -> None:
         self.settings = make_settings(
             store,
             policy=policy,
+            profile=profile,
             clock=clock,
             budget=budget,
             hooks=hooks,
@@ -387,17 +410,51 @@ class _Common(Generic[HttpxClient]):
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
         self._check_method(method)
-        merged, extended = request_options(
-            key, operation_id, identity, reference, hooks, headers, extensions
+        profile = self.settings.profile
+        # The request's path matters only to a profile with facts per endpoint.
+        path = self.http.build_request(method, url).url.path if profile.endpoints else ""
+        resolved = profile.resolve(method, path, self.settings.policy.methods)
+        merged, extended, chosen = request_options(
+            key, operation_id, identity, reference, hooks, headers, extensions, resolved.key
         )
-        options = {"headers": merged, "extensions": extended, **kwargs}
         if unopened(self.settings.store):
             # Opened (an async client's in a worker thread) before httpx sees the
             # request: a store that cannot be opened fails before any hook of httpx's
             # says a request is going out.
             yield Blocking(opened, (self.settings.store,))
+        if resolved.key.field is not None:
+            # The key goes in the body, before the request is built (an auth flow that
+            # signs the body signs the key too); a re-issued operation's is its own.
+            known = None
+            if operation_id is not None and chosen is None:
+                records = yield Blocking(
+                    self.settings.store.find, kwargs={"operation_ids": [operation_id]}
+                )
+                known = records[0].key if records else None
+            kwargs = key_in_json(resolved, chosen, known, kwargs)
+        options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
-        return settle(sent)
+        outcome = settle(sent)
+        if outcome.existing is not None and resolved.profile.existing is not None:
+            # "Already done, here it is": fetched through this client, with its auth.
+            where = existing_url(
+                self.http.build_request(method, url).url,
+                resolved.profile.existing.fetch,
+                outcome.existing,
+            )
+            fetched: httpx.Response = yield Http("get", (where,))
+            if fetched.is_success:
+                outcome = dataclasses.replace(outcome, response=fetched)
+            else:
+                logger.warning(
+                    "operation %r: the server says it made %s already, and fetching it"
+                    " from %s answered HTTP %s; the outcome keeps the server's answer",
+                    outcome.operation_id,
+                    outcome.existing,
+                    where,
+                    fetched.status_code,
+                )
+        return outcome
 
     @_verb("POST")
     def post(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
@@ -437,9 +494,9 @@ class _Common(Generic[HttpxClient]):
         /,
         operation_id: str,
         *,
-        lookup: str,
+        lookup: str | None = None,
         statuses: Mapping[str, State] | None = None,
-        status_field: str = "status",
+        status_field: str | None = None,
         reliable_404: bool = False,
         found: Callable[[httpx.Response], bool] | None = None,
     ) -> Op[Outcome]:
@@ -461,8 +518,25 @@ class _Common(Generic[HttpxClient]):
           operation stays unsettled (and "maybe applied" once the server holds it).
 
         `found` (deprecated): your own judge; True counts as found and succeeded.
+
+        Without `lookup`, the server profile's look-up is used (its template, status
+        field and final statuses), if it has one; else a ValueError asks for one.
         """
-        judgement = _judgement(found, statuses, status_field, reliable_404)
+        profiled = self.settings.profile.lookup
+        if lookup is None:
+            if profiled is None:
+                raise ValueError(
+                    f"the {self.settings.profile.name} profile knows no look-up: pass"
+                    " lookup= (a URL template with {reference} or {key})"
+                )
+            lookup = profiled.template
+            if statuses is None:
+                statuses = {
+                    **dict.fromkeys(profiled.succeeded, State.SUCCEEDED),
+                    **dict.fromkeys(profiled.failed, State.FAILED),
+                }
+            status_field = status_field or profiled.status_field
+        judgement = _judgement(found, statuses, status_field or "status", reliable_404)
         taken = yield Blocking(self._lookup_of, (operation_id, lookup))
         if isinstance(taken, Outcome):
             return taken

@@ -3,7 +3,8 @@
 ```
 IdemError
 ├── InvalidKey                 (also ValueError) a key outside 1..255 of A-Z a-z 0-9 - _ . : ~
-│   └── InvalidMessageId  [i]  a webhook message id (or sender) breaking the same rule
+│   ├── InvalidMessageId  [i]  a webhook message id (or sender) breaking the same rule
+│   └── MissingKey             no key where the server profile reads it (a JSON body field)
 ├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
 ├── OperationMismatch          (also ValueError) same operation, different request
 ├── BatchInvalid          [b]  (also ValueError) a batch file with problems; nothing sent
@@ -18,6 +19,7 @@ IdemError
     ├── Rejected          [d]  deprecated, never raised: the base of KeyConflict, for now
     │   └── KeyConflict   [*]  HTTP 422: the key was used with a different request
     ├── NotSent           [*]  no attempt reached the server: safe to retry with the same key
+    │   └── ChallengeRequired  the server asks for the request to be signed first (Wise SCA)
     └── Indeterminate     [*]  maybe applied, no final answer: never treat as failed
         └── ReconcileRequired  [*]  maybe applied and older than the server's key retention
 ```
@@ -47,12 +49,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AnswerNotKept",
     "BatchInvalid",
+    "ChallengeRequired",
     "ForeignStore",
     "IdemError",
     "Indeterminate",
     "InvalidKey",
     "InvalidMessageId",
     "KeyConflict",
+    "MissingKey",
     "NotSent",
     "OperationMismatch",
     "OutcomeError",
@@ -99,6 +103,12 @@ class InvalidMessageId(InvalidKey):
     def __init__(self, value: object, reason: str, *, what: str = "message id") -> None:
         self.what = what  # "message id" or "sender": both are scopes of a dedupe record
         super().__init__(value, reason)
+
+
+class MissingKey(InvalidKey):
+    """A request with no key where its server profile's server reads it (a field of
+    the JSON body, under `wrap()`), or whose body is not JSON there. Raised before
+    anything is recorded or sent."""
 
 
 class RequestNotReplayable(IdemError, ValueError):
@@ -245,6 +255,13 @@ class KeyConflict(Rejected):
 
 class NotSent(OutcomeError):
     """No attempt reached the server. Safe to send again later with the same key."""
+
+
+class ChallengeRequired(NotSent):
+    """The server asks for the request to be signed before it acts (Wise's strong
+    customer authentication: HTTP 403 with a one-time token in ``x-2fa-approval``).
+    Nothing was applied. Sign the token and issue the same operation again with the
+    signature's headers; `outcome.response` holds the challenge."""
 
 
 class Indeterminate(OutcomeError):

@@ -50,6 +50,8 @@ class Exchange:
     #: the operation's key and body, once the transport has started it
     key: str | None = None
     body: bytes | None = None
+    #: the header the key goes in (None: in the body) and whether it is quoted
+    key_header: tuple[str | None, bool] = (KEY_HEADER, False)
 
     def is_operation(self, request: httpx.Request) -> bool:
         """The caller's request, or one an auth flow rebuilt from it: the same method,
@@ -73,9 +75,14 @@ class Exchange:
         options = self.request.extensions.get(CALL_OPTIONS)
         if options is not None and CALL_OPTIONS not in request.extensions:
             request.extensions[CALL_OPTIONS] = options
-        key = self.key or self.request.headers.get(KEY_HEADER)
-        if key is not None and KEY_HEADER not in request.headers:
-            request.headers[KEY_HEADER] = key
+        header, quoted = self.key_header
+        if header is None:
+            return  # the key is in the body, which a rebuilt request carries as it was
+        key = self.key
+        if key is not None and header not in request.headers:
+            request.headers[header] = f'"{key}"' if quoted else key
+        elif key is None and header in self.request.headers and header not in request.headers:
+            request.headers[header] = self.request.headers[header]
 
 
 def _content(request: httpx.Request) -> bytes | None:
@@ -113,7 +120,7 @@ def current(owner: object) -> Exchange | None:
     return exchange if exchange is not None and exchange.owner is owner else None
 
 
-def route(owner: object, request: httpx.Request, methods: frozenset[str]) -> Route:
+def route(owner: object, request: httpx.Request, keyed: Callable[[httpx.Request], bool]) -> Route:
     """What `request` is, for the transports of the client whose settings are `owner`."""
     exchange = current(owner)
     continuation = request.extensions.get(CONTINUATION)
@@ -138,7 +145,7 @@ def route(owner: object, request: httpx.Request, methods: frozenset[str]) -> Rou
         if not exchange.is_operation(request):
             return _PASS  # the auth flow's own request (a token, say): not an operation
         exchange.adopt(request)
-    if request.method not in methods:
+    if not keyed(request):
         return _PASS
     return _OPERATION
 

@@ -34,7 +34,6 @@ import httpx
 from . import _reconcile
 from ._call import (
     CONTINUATION,
-    KEY_HEADER,
     LEASE_MARGIN,
     Call,
     Continuation,
@@ -168,7 +167,7 @@ async def adrive(flow: Generator[Any, Any, Any], do: Callable[[Any], Awaitable[A
 def handle(settings: Settings, request: httpx.Request) -> Flow:
     """Everything a transport does with one request: pass it on, refuse it, follow an
     operation's redirect, or run an operation."""
-    where = route(settings, request, settings.policy.methods)
+    where = route(settings, request, settings.keyed)
     if where.action == "pass":
         response: httpx.Response = yield Send(request)
         return response
@@ -212,6 +211,7 @@ def operation(
         if exchange is not None:
             # What an auth flow's rebuilt request of this call must carry.
             exchange.key, exchange.body = begin.record.key, body
+            exchange.key_header = call.resolved.key.header, call.resolved.key.quoted
         if begin.claim is Claim.FINISHED:
             return call.stored_answer(begin.record)
         call.adopt(begin.record)
@@ -319,6 +319,9 @@ def _attempts(call: Call, owner: str) -> Flow:
         response: httpx.Response | None = None
         try:
             response = yield Send(call.request)
+            if call.reads_first(response):
+                call.bound_body(response)
+                yield Read(response)
             found = call.observe(response)
             if found.final:
                 call.bound_body(response)
@@ -452,7 +455,9 @@ def follow(settings: Settings, request: httpx.Request, continuation: Continuatio
     (it carries no key), but after a 303 See Other it is where the server says the
     result of the request is, and an answer that says what the payment came to settles
     it (see `_settle`). Within the operation's deadline, like every attempt."""
-    request.headers.pop(KEY_HEADER, None)
+    slot = settings.resolve(request).key
+    if slot.header is not None:
+        request.headers.pop(slot.header, None)
     remaining = _remaining(settings, continuation)
     if remaining() <= 0:
         raise unsettled_error(

@@ -1,9 +1,11 @@
-"""Hooks and logging: every attempt, retry and outcome, told to the caller.
+"""Hooks and logging: every operation, attempt, retry and outcome, told to the caller.
 
 Hooks are plain callables; an exception raised by a hook propagates (a hook is the
 caller's code, and hiding its failure would hide a bug). Log records go to the
 `idemclient` logger: DEBUG for attempts, INFO for retries and outcomes, WARNING for
-indeterminate and not-sent outcomes.
+indeterminate and not-sent outcomes. Each record carries its facts as attributes too
+(`extra=`: `event`, `operation_id`, `key`, `attempt`, `wait`, `state`, `evidence`...), so
+that a JSON formatter or structlog gets fields, not only the formatted message.
 """
 
 from __future__ import annotations
@@ -14,12 +16,32 @@ from dataclasses import dataclass
 
 from ._outcome import Outcome, State
 
-__all__ = ["AttemptEvent", "Hooks", "RetryEvent", "logger"]
+__all__ = [
+    "AttemptEndEvent",
+    "AttemptEvent",
+    "Hooks",
+    "RetryEvent",
+    "StartEvent",
+    "StoreEvent",
+    "logger",
+]
 
 logger = logging.getLogger("idemclient")
 # A library leaves output to the application: without a handler configured, nothing is
 # printed (rather than Python's last-resort handler writing warnings to stderr).
 logger.addHandler(logging.NullHandler())
+
+
+@dataclass(frozen=True, slots=True)
+class StartEvent:
+    """A call of an operation starts: before the store is asked about it, and before
+    any attempt. A call that continues one handed back to httpx (a redirect, an auth
+    flow) is the same operation, and starts nothing."""
+
+    operation_id: str
+    key: str
+    method: str
+    url: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +56,36 @@ class AttemptEvent:
     attempt: int
     #: seconds this attempt may take (the policy's attempt timeout, cut to the deadline)
     timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEndEvent:
+    """What an attempt came to, before the call decides what follows it."""
+
+    operation_id: str
+    key: str
+    attempt: int
+    #: the answer's HTTP status, or None when no answer arrived (an error was raised)
+    status: int | None
+    #: how the attempt is classified: `succeeded`, `throttled`, `server_error`,
+    #: `not_sent`, `maybe_applied`... (the kinds of the attempt classification table)
+    classification: str
+    #: what was observed, in words
+    evidence: str
+    #: whether any attempt so far may have reached the server and been applied
+    maybe_applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEvent:
+    """A call to the store made for an operation (a client's hooks only): `call` is the
+    store's method (`begin`, `claim`, `record_attempt`, `finish`), `seconds` how long it
+    took as the caller saw it (an async client's worker thread hop included)."""
+
+    call: str
+    seconds: float
+    #: it raised (a `StoreError`, or the caller was cut short)
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +111,14 @@ class Hooks:
     on_attempt: Callable[[AttemptEvent], None] | None = None
     on_retry: Callable[[RetryEvent], None] | None = None
     on_outcome: Callable[[Outcome], None] | None = None
+    on_start: Callable[[StartEvent], None] | None = None
+    on_attempt_end: Callable[[AttemptEndEvent], None] | None = None
+    #: told by the client's hooks only (not a call's): see `StoreEvent`
+    on_store: Callable[[StoreEvent], None] | None = None
+
+    def start(self, event: StartEvent) -> None:
+        if self.on_start is not None:
+            self.on_start(event)
 
     def attempt(self, event: AttemptEvent, *, log: bool = True) -> None:
         if log:
@@ -69,9 +129,26 @@ class Hooks:
                 event.url,
                 event.key,
                 event.timeout,
+                extra={
+                    "event": "attempt",
+                    "operation_id": event.operation_id,
+                    "key": event.key,
+                    "attempt": event.attempt,
+                    "method": event.method,
+                    "url": event.url,
+                    "timeout": event.timeout,
+                },
             )
         if self.on_attempt is not None:
             self.on_attempt(event)
+
+    def attempt_end(self, event: AttemptEndEvent) -> None:
+        if self.on_attempt_end is not None:
+            self.on_attempt_end(event)
+
+    def store(self, event: StoreEvent) -> None:
+        if self.on_store is not None:
+            self.on_store(event)
 
     def retry(self, event: RetryEvent, *, log: bool = True) -> None:
         if log:
@@ -82,25 +159,55 @@ class Hooks:
                 event.wait,
                 event.attempt,
                 event.evidence,
+                extra={
+                    "event": "retry",
+                    "operation_id": event.operation_id,
+                    "key": event.key,
+                    "attempt": event.attempt,
+                    "wait": event.wait,
+                    "evidence": event.evidence,
+                    "maybe_applied": event.maybe_applied,
+                },
             )
         if self.on_retry is not None:
             self.on_retry(event)
 
     def outcome(self, outcome: Outcome, *, log: bool = True) -> None:
         if log:
-            level = (
-                logging.WARNING
-                if outcome.state in (State.INDETERMINATE, State.NOT_SENT)
-                else logging.INFO
-            )
-            logger.log(
-                level,
-                "operation %s (key %s) %s after %d attempt(s): %s",
-                outcome.operation_id,
-                outcome.key,
-                outcome.state.value,
-                outcome.attempts,
-                outcome.evidence,
-            )
+            log_outcome(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
+
+
+def log_outcome(outcome: Outcome) -> None:
+    """The record of an outcome. An answer given back from the store says so: no
+    request was sent for it now."""
+    level = (
+        logging.WARNING if outcome.state in (State.INDETERMINATE, State.NOT_SENT) else logging.INFO
+    )
+    logger.log(
+        level,
+        "operation %s (key %s) %s after %d attempt(s)%s: %s",
+        outcome.operation_id,
+        outcome.key,
+        outcome.state.value,
+        outcome.attempts,
+        _FROM_STORE if outcome.from_store else "",
+        outcome.evidence,
+        extra={
+            "event": "outcome",
+            "operation_id": outcome.operation_id,
+            "key": outcome.key,
+            "state": outcome.state.value,
+            "attempts": outcome.attempts,
+            "attempt": outcome.attempts,
+            "evidence": outcome.evidence,
+            "status": outcome.last_status,
+            "from_store": outcome.from_store,
+            "replayed": outcome.replayed,
+            "maybe_applied": outcome.maybe_applied,
+        },
+    )
+
+
+_FROM_STORE = ", as the store has it (nothing sent now)"

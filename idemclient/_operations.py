@@ -35,12 +35,13 @@ import httpx
 
 from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, unsettled_error
 from ._clock import Clock
-from ._errors import AnswerNotKept, KeyConflict, OutcomeError, RequestNotReplayable
+from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, RequestNotReplayable
 from ._fingerprint import fingerprint, fingerprints
 from ._flow import Close, adrive, drive
 from ._hooks import Hooks
-from ._keys import key_from_identity, validate_key
+from ._keys import key_from_identity, new_key, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
+from ._profile import KeySlot, Resolved
 from ._redaction import looks_secret
 from ._retrofit import transport_of
 from ._store import Intent, OperationRecord
@@ -61,6 +62,7 @@ __all__ = [
     "from_record",
     "intent_ahead",
     "intent_for",
+    "key_in_json",
     "request_options",
     "run",
     "send_registered",
@@ -208,6 +210,9 @@ def pool(count: int, jobs: Sequence[T], work: Callable[[T], None], each: Each) -
 
 # -- operations ---------------------------------------------------------------------------
 
+#: Where the generic profile's server reads the key.
+GENERIC_SLOT = KeySlot()
+
 
 def settings_of(client: httpx.Client | httpx.AsyncClient) -> Settings:
     """The settings of a client wrapped by `wrap()` (or a `Client`'s `http`)."""
@@ -225,8 +230,11 @@ def request_options(
     hooks: Hooks | None,
     headers: Any,
     extensions: Any,
-) -> tuple[httpx.Headers, dict[str, Any]]:
-    """Per-call options to the headers and extensions the transport reads."""
+    slot: KeySlot = GENERIC_SLOT,
+) -> tuple[httpx.Headers, dict[str, Any], str | None]:
+    """Per-call options to the headers and extensions the transport reads, and the key
+    the caller chose (by key= or identity=), if any. A key that goes in a header (`slot`)
+    is put there; one that goes in the body is the caller's to put (see `key_in_json`)."""
     if key is not None and identity is not None:
         raise ValueError("pass key= or identity=, not both: an identity is a way to make a key")
     if identity is not None:
@@ -237,26 +245,59 @@ def request_options(
     except UnicodeEncodeError:
         # httpx refuses a non-ASCII header value; when it is the key, say so as for any
         # other invalid key (validate_key raises InvalidKey naming the character).
-        given = _raw_key(headers)
+        given = _raw_key(headers, slot.header or KEY_HEADER)
         if given is not None:
             validate_key(given)
         raise
     if key is not None:
-        merged[KEY_HEADER] = validate_key(key)
-    elif KEY_HEADER in merged:
-        validate_key(merged[KEY_HEADER])
+        validate_key(key)
+        if slot.header is not None:
+            merged[slot.header] = slot.header_value(key)
+    elif slot.header is not None and slot.header in merged:
+        validate_key(slot.key_from_header(merged[slot.header]))
     extended = call_extensions(
         extensions, operation_id=operation_id, reference=reference, hooks=hooks
     )
-    return merged, extended
+    return merged, extended, key
 
 
-def _raw_key(headers: Any) -> object:
-    """The Idempotency-Key among headers as the caller gave them, or None."""
+def key_in_json(
+    resolved: Resolved, key: str | None, known: str | None, request: dict[str, Any]
+) -> dict[str, Any]:
+    """httpx's request arguments with the key in the JSON body field the profile's
+    server reads it from: the caller's own field if set (it is the key), else `key`
+    (key= or identity=), else the operation's recorded key (`known`), else a new one.
+    Refused, before anything is recorded, for a body that is not a JSON object."""
+    field = resolved.key.field
+    assert field is not None
+    body = request.get("json")
+    if any(request.get(name) is not None for name in ("content", "data", "files")) or not (
+        isinstance(body, Mapping)
+    ):
+        raise MissingKey(
+            None,
+            f"the {resolved.profile.name} profile's server reads the key from the"
+            f" {resolved.key.where}: send the body as json= (a JSON object); nothing was"
+            " recorded or sent",
+        )
+    own = body.get(field)
+    if own is not None:
+        if key is not None and own != key:
+            raise ValueError(
+                f"the body's {field!r} ({own!r}) and key= ({key!r}) differ: the body's"
+                " field is the key here; give one"
+            )
+        return request
+    chosen = key or known or new_key()
+    return {**request, "json": {**body, field: resolved.check_key(chosen)}}
+
+
+def _raw_key(headers: Any, header: str) -> object:
+    """The key header among headers as the caller gave them, or None."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     for name, value in pairs or ():
         text = name.decode("latin-1") if isinstance(name, bytes) else str(name)
-        if text.lower() == KEY_HEADER.lower():
+        if text.lower() == header.lower():
             return value
     return None
 
@@ -271,8 +312,9 @@ def check_method(
     """`method`, upper-cased, if the policy sends it as an operation; else a ValueError
     that says it is `refused`, and ends with `then` (what the caller should do)."""
     method = method.upper()
-    if method not in settings.policy.methods:
-        allowed = ", ".join(sorted(settings.policy.methods))
+    methods = settings.methods
+    if method not in methods:
+        allowed = ", ".join(sorted(methods))
         raise ValueError(f"{method} {refused} (methods: {allowed}){then}")
     return method
 
@@ -293,7 +335,17 @@ def intent_ahead(
         refused="is not sent as an operation by this client's policy",
         then="; there is nothing to record",
     )
-    merged, extended = request_options(key, operation_id, identity, reference, None, headers, None)
+    target = client.build_request(method, url)
+    resolved = settings.resolve(target)
+    merged, extended, chosen = request_options(
+        key, operation_id, identity, reference, None, headers, None, resolved.key
+    )
+    if resolved.key.field is not None:
+        known = None
+        if operation_id is not None and chosen is None:
+            records = settings.store.find(operation_ids=[operation_id])
+            known = records[0].key if records else None
+        request = key_in_json(resolved, chosen, known, request)
     built = client.build_request(method, url, headers=merged, extensions=extended, **request)
     body = buffered_body(built, settings.max_request_body)
     if body is None:
@@ -301,7 +353,7 @@ def intent_ahead(
             "a streamed request body cannot be recorded for later: pass it as bytes,"
             " json=, data= or files= so that it can be stored and sent after the commit"
         )
-    return intent_for(built, body)
+    return intent_for(built, body, resolved)
 
 
 #: What `intent_ahead` takes beside httpx's own arguments.
@@ -347,8 +399,11 @@ def request_for(
     what the store never kept (credentials, withheld headers, secret query values) from
     the live client. Whatever the live client lacks, the store refuses before sending."""
     headers = httpx.Headers(list(operation.headers))
-    headers[KEY_HEADER] = operation.key
     url = _with_live_secrets(httpx.URL(operation.url), client.params)
+    slot = settings_of(client).resolve(client.build_request(operation.method, url)).key
+    if slot.header is not None:
+        # The body of a key kept in the body holds it already, as it was recorded.
+        headers[slot.header] = slot.header_value(operation.key)
     request = client.build_request(
         operation.method,
         url,
@@ -412,10 +467,11 @@ def settle(sent: Sent) -> Outcome:
         # An answer that went back to httpx and ended the call there: a 401 that no
         # auth flow sent on, a redirect not followed (closed by `sent_by`).
         raise unsettled_error(outcome, _handed_back_reason(response.status_code))
-    if outcome.state is State.FAILED and response.status_code == 422:
+    if outcome.state is State.FAILED and outcome.key_conflict:
         raise KeyConflict(
             f"the server refused key {outcome.key} of operation {outcome.operation_id!r}"
-            " (HTTP 422): it holds this key for a different request. This is a bug in the"
+            f" (HTTP {response.status_code}): it holds this key for a different request."
+            " This is a bug in the"
             " caller: a key must never be reused for another request.",
             outcome,
         )

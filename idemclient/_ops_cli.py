@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._client import Client
 from ._errors import OutcomeError, StoreError
+from ._hooks import Hooks, RetryEvent
 from ._outcome import State
 from ._reconcile import DEFAULT_STATUSES
 from ._store import AdminStore, OperationRecord
 from ._store._open import open_store
+from .profiles import BUILTIN, DEFAULT
 
-__all__ = ["ops"]
+__all__ = ["JSON_OPTION", "VERBOSE_OPTION", "interactive", "ops", "retry_line", "styled_state"]
 
 _STORE = click.option(
     "--store",
@@ -27,6 +30,69 @@ _STORE = click.option(
     type=StoreLocation(),
     help=STORE_HELP,
 )
+
+
+JSON_OPTION = click.option(
+    "--json", "as_json", is_flag=True, help="Write JSON to stdout instead of lines for people."
+)
+VERBOSE_OPTION = click.option(
+    "-v", "--verbose", is_flag=True, help="Show each retry as it happens (on stderr)."
+)
+
+#: The colour of each state on a terminal (none in a pipe, or with NO_COLOR set).
+_COLOURS = {
+    State.SUCCEEDED: "green",
+    State.FAILED: "red",
+    State.INDETERMINATE: "yellow",
+    State.NOT_SENT: "magenta",
+    State.PENDING: "cyan",
+    State.IN_FLIGHT: "cyan",
+}
+
+
+def styled_state(state: State, width: int = 0) -> str:
+    """`state`, padded to `width`, in its colour (click drops colour where there is no
+    terminal, and where the command's context says none: NO_COLOR)."""
+    return click.style(f"{state.value:<{width}}", fg=_COLOURS.get(state))
+
+
+def retry_line(event: RetryEvent) -> str:
+    """A retry, for `--verbose` (plain text: a progress view writes it as it is)."""
+    return (
+        f"retry: {event.operation_id} after attempt {event.attempt}: {event.evidence};"
+        f" next attempt in {event.wait:.2f}s"
+    )
+
+
+def interactive() -> bool:
+    """A person at a terminal, who can answer a question."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _record_json(record: OperationRecord) -> dict[str, Any]:
+    response = record.response
+    return {
+        "operation_id": record.operation_id,
+        "key": record.key,
+        "state": record.state.value,
+        "reference": record.reference,
+        "method": record.method,
+        "url": record.url,
+        "attempts": record.attempts,
+        "maybe_applied": record.maybe_applied,
+        "evidence": record.evidence,
+        "not_before": record.not_before,
+        "lease_owner": record.lease_owner,
+        "lease_expires": record.lease_expires,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "finished_at": record.finished_at,
+        "status": None if response is None else response.status_code,
+    }
+
+
+def _echo_json(document: object) -> None:
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 @click.group()
@@ -72,8 +138,14 @@ def _when(timestamp: float | None) -> str:
     type=click.IntRange(min=1),
     help="List at most this many.",
 )
-def list_command(store: Path | str, states: tuple[str, ...], unfinished: bool, limit: int) -> None:
-    """One line per operation, oldest first, and a count per state."""
+@JSON_OPTION
+def list_command(
+    store: Path | str, states: tuple[str, ...], unfinished: bool, limit: int, as_json: bool
+) -> None:
+    """One line per operation, oldest first, and a count per state.
+
+    With --json: one JSON object, {"operations": [...], "counts": {state: n}}.
+    """
     with _open(store) as opened:
         try:
             if unfinished:
@@ -83,20 +155,29 @@ def list_command(store: Path | str, states: tuple[str, ...], unfinished: bool, l
                 records = opened.operations(states=chosen, limit=limit)
         except StoreError as exc:  # an encrypted store, say: named, never garbage
             _fail(str(exc))
-        for record in records:
-            click.echo(
-                f"{record.operation_id}  {record.state.value:<13} attempts={record.attempts:<2}"
-                f" ref={record.reference or '-'}  {record.method} {record.url}"
-                f"  updated {_when(record.updated_at)}  {record.evidence}"
-            )
         counts = opened.counts()
+    if as_json:
+        _echo_json(
+            {
+                "operations": [_record_json(record) for record in records],
+                "counts": {state.value: n for state, n in counts.items()},
+            }
+        )
+        return
+    for record in records:
+        click.echo(
+            f"{record.operation_id}  {styled_state(record.state, 13)} attempts={record.attempts:<2}"
+            f" ref={record.reference or '-'}  {record.method} {record.url}"
+            f"  updated {_when(record.updated_at)}  {record.evidence}"
+        )
     click.echo(", ".join(f"{state.value} {n}" for state, n in counts.items()), err=True)
 
 
 @ops.command("show")
 @_STORE
 @click.argument("operation_id")
-def show_command(store: Path | str, operation_id: str) -> None:
+@JSON_OPTION
+def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
     """Everything the store holds about one operation (no secrets are ever stored)."""
     with _open(store) as opened:
         try:
@@ -105,7 +186,24 @@ def show_command(store: Path | str, operation_id: str) -> None:
             _fail(str(exc))
     if record is None:
         _fail(f"no operation {operation_id!r} in {store}")
+    if as_json:
+        document = _record_json(record)
+        document["body"] = record.body.decode("utf-8", "replace")
+        if record.response is not None:
+            document["response"] = {
+                "status": record.response.status_code,
+                "body": None
+                if record.response.body_omitted
+                else record.response.body.decode("utf-8", "replace"),
+                "body_omitted": record.response.body_omitted,
+                "body_size": record.response.body_size,
+                "body_sha256": record.response.body_sha256,
+            }
+        _echo_json(document)
+        return
     for name, value in _fields(record):
+        if name == "state":
+            value = styled_state(record.state)
         click.echo(f"{name:>14}: {value}")
 
 
@@ -153,7 +251,18 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     help="Bearer token (never written to the store).",
 )
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Resume at most this many.")
-def resume_command(store: Path | str, token: str, limit: int | None) -> None:
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(BUILTIN)),
+    default=None,
+    help="Resume only the operations sent under this server profile (default: each under"
+    " the profile it was sent under).",
+)
+@VERBOSE_OPTION
+def resume_command(
+    store: Path | str, token: str, limit: int | None, profile_name: str | None, verbose: bool
+) -> None:
     """Finish unfinished operations with their original keys, after a crash.
 
     Exit 0 when every one is settled now, 3 when some are still unsettled, 4 when some
@@ -162,22 +271,36 @@ def resume_command(store: Path | str, token: str, limit: int | None) -> None:
     missing = describe_missing(store)
     if missing is not None:
         _fail(missing)
-    try:
-        client = Client(store=store, headers={"Authorization": f"Bearer {token}"})
-    except (StoreError, ImportError) as exc:
-        _fail(str(exc))
-    with client:
+    outcomes = []
+    for name in [profile_name] if profile_name else _profiles_unfinished(store):
         try:
-            outcomes = client.resume(limit=limit)
-        except StoreError as exc:
+            client = Client(
+                store=store,
+                headers={"Authorization": f"Bearer {token}"},
+                hooks=_verbose_hooks() if verbose else None,
+                profile=name,
+            )
+        except (StoreError, ImportError, ValueError) as exc:
             _fail(str(exc))
+        with client:
+            try:
+                mine = {r.operation_id for r in client.store.unfinished() if _under(r, name)}
+                outcomes += [o for o in client.resume(limit=limit) if o.operation_id in mine]
+            except StoreError as exc:
+                _fail(str(exc))
     for outcome in outcomes:
-        click.echo(f"{outcome.operation_id}  {outcome.state.value:<13} {outcome.evidence}")
+        click.echo(f"{outcome.operation_id}  {styled_state(outcome.state, 13)} {outcome.evidence}")
     states = {o.state for o in outcomes}
     click.echo(f"resumed {len(outcomes)} operation(s)", err=True)
     if states - {State.SUCCEEDED, State.FAILED}:
         sys.exit(3)
     sys.exit(4 if State.FAILED in states else 0)
+
+
+def _verbose_hooks() -> Hooks:
+    return Hooks(
+        on_retry=lambda event: click.echo(click.style(retry_line(event), fg="yellow"), err=True)
+    )
 
 
 def parse_statuses(
@@ -208,6 +331,24 @@ RELIABLE_404_HELP = (
 )
 
 
+def _under(record: OperationRecord, profile: str) -> bool:
+    return (record.profile or DEFAULT.name) == profile
+
+
+def _profiles_unfinished(store: Path | str) -> list[str]:
+    """The built-in profiles the store's unfinished operations were sent under."""
+    with _open(store) as opened:
+        found = {record.profile or DEFAULT.name for record in opened.unfinished()}
+    unknown = sorted(found - set(BUILTIN))
+    if unknown:
+        _fail(
+            f"operations were sent under profiles of the application's own"
+            f" ({', '.join(unknown)}): resume them from the application"
+            " (client.resume()), or pass --profile for the built-in ones"
+        )
+    return sorted(found) or [DEFAULT.name]
+
+
 @ops.command("reconcile")
 @_STORE
 @click.argument("operation_id")
@@ -227,8 +368,9 @@ RELIABLE_404_HELP = (
 )
 @click.option(
     "--lookup",
-    required=True,
-    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}",
+    default=None,
+    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}"
+    " (default: the server profile's look-up, if it has one).",
 )
 @click.option("--status", "statuses", multiple=True, callback=parse_statuses, help=STATUS_HELP)
 @click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
@@ -237,7 +379,7 @@ def reconcile_command(
     operation_id: str,
     url: str,
     token: str,
-    lookup: str,
+    lookup: str | None,
     statuses: dict[str, State] | None,
     reliable_404: bool,
 ) -> None:
@@ -249,8 +391,16 @@ def reconcile_command(
     missing = describe_missing(store)
     if missing is not None:
         _fail(missing)
+    with _open(store) as opened:
+        known = opened.get(operation_id)
+    profile = (known.profile if known is not None else None) or DEFAULT.name
     try:
-        client = Client(store=store, base_url=url, headers={"Authorization": f"Bearer {token}"})
+        client = Client(
+            store=store,
+            base_url=url,
+            headers={"Authorization": f"Bearer {token}"},
+            profile=BUILTIN.get(profile, DEFAULT),
+        )
     except (StoreError, ImportError) as exc:
         _fail(str(exc))
     with client:
@@ -274,26 +424,56 @@ def reconcile_command(
     default=None,
     help="Purge finished operations older than this many days.",
 )
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Purge without asking. On a terminal, purge asks first; a script should say --yes.",
+)
 @click.argument("operation_ids", nargs=-1)
 def purge_command(
-    store: Path | str, older_than: float | None, operation_ids: tuple[str, ...]
+    store: Path | str, older_than: float | None, operation_ids: tuple[str, ...], yes: bool
 ) -> None:
-    """Delete finished operations (by id, or by age). Unfinished ones are never deleted."""
+    """Delete finished operations (by id, or by age). Unfinished ones are never deleted.
+
+    On a terminal it asks before deleting anything, unless --yes is given. Outside a
+    terminal it purges as earlier versions did, with a warning: a later version will
+    refuse there without --yes.
+    """
     if (older_than is None) == (not operation_ids):
         _fail("give operation ids or --older-than, not both and not neither")
     with _open(store) as opened:
         try:
             if operation_ids:
-                purged = opened.purge(operation_ids)
+                chosen = list(operation_ids)
             else:
                 assert older_than is not None
                 cutoff = datetime.datetime.now(datetime.UTC).timestamp() - older_than * 86400
-                finished = [
+                chosen = [
                     r.operation_id
                     for r in opened.operations(states=[State.SUCCEEDED, State.FAILED])
                     if r.finished_at is not None and r.finished_at < cutoff
                 ]
-                purged = opened.purge(finished)
+            if chosen and not yes:
+                _confirm_purge(store, len(chosen))
+            purged = opened.purge(chosen)
         except (ValueError, KeyError) as exc:
             _fail(str(exc).strip("'\""))
     click.echo(f"purged {purged} finished operation(s)")
+
+
+def _confirm_purge(store: Path | str, count: int) -> None:
+    """Ask a person at a terminal; tell a script that it should say --yes."""
+    if not interactive():
+        click.echo(
+            "warning: purging without --yes outside a terminal is deprecated; a later"
+            " version will refuse: add --yes to this command",
+            err=True,
+        )
+        return
+    if not click.confirm(
+        f"Delete {count} finished operation(s) from {store}? The store then no longer"
+        " knows them (a batch rerun looks them up on the server)",
+        default=False,
+    ):
+        _fail("nothing purged", 1)

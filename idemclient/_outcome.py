@@ -28,6 +28,10 @@ class State(enum.StrEnum):
     NOT_SENT = "not_sent"
     #: maybe applied, no final answer yet: resume or reconcile, never treat as failed
     INDETERMINATE = "indeterminate"
+    #: the server asks for the request to be signed first (strong customer
+    #: authentication); nothing applied. An outcome's state only: the store records
+    #: such an operation `not_sent`
+    CHALLENGED = "challenged"
 
     @property
     def finished(self) -> bool:
@@ -39,7 +43,9 @@ class State(enum.StrEnum):
 OUTCOME = "idemclient.outcome"
 
 _FINISHED = frozenset({State.SUCCEEDED, State.FAILED})
-UNFINISHED_STATES = tuple(s.value for s in State if s not in _FINISHED)
+UNFINISHED_STATES = tuple(
+    s.value for s in State if s not in _FINISHED and s is not State.CHALLENGED
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,14 @@ class Outcome:
     last_status: int | None = None
     #: the final answer came from the store without its body (see `AnswerNotKept`)
     body_omitted: bool = False
+    #: the id of the resource the server says this operation made, when it answered
+    #: "already done, here it is" instead of replaying (GoCardless); `Client` fetches
+    #: it, so `response` is the resource there
+    existing: str | None = None
+    #: the final answer is the server saying this key was used for another request
+    #: (HTTP 422 in the IETF draft; each profile says how its server says it):
+    #: `Client` raises `KeyConflict`
+    key_conflict: bool = False
 
     @property
     def status_code(self) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,7 +27,19 @@ import tenacity
 
 from ._classify import AttemptKind, Classification
 
-__all__ = ["Decision", "RetryPolicy", "backoff_ceiling", "decide"]
+__all__ = ["Decision", "RetryPolicy", "backoff_ceiling", "decide", "retention_set"]
+
+
+class _ProfileRetention(float):
+    """The default `key_retention`: 24 hours, read as "the profile's" by the client."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{float(self)!r} (the profile's)"
+
+
+_PROFILE_RETENTION = _ProfileRetention(24 * 3600.0)
 
 _DEFAULT_RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 _DEFAULT_METHODS = frozenset({"POST", "PATCH"})
@@ -76,9 +89,11 @@ class RetryPolicy:
     #: the server refusing a duplicate, and the operation is indeterminate. A refusal
     #: marked `Idempotent-Replayed: true` is the stored answer either way.
     server_replays: bool = False
-    #: how long the server keeps keys; an operation that may have been applied and is
-    #: older than this is never re-sent automatically (it could apply twice)
-    key_retention: float = 24 * 3600.0
+    #: deprecated: how long the server keeps keys is the server profile's
+    #: (`Profile.key_retention`). Set here, it wins over the profile's. An operation
+    #: that may have been applied and is older than this is never re-sent
+    #: automatically (it could apply twice)
+    key_retention: float = _PROFILE_RETENTION
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
@@ -97,12 +112,25 @@ class RetryPolicy:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"RetryPolicy: {message}")
+        if retention_set(self):
+            warnings.warn(
+                "RetryPolicy(key_retention=...) is deprecated: the server's key retention"
+                " is its profile's (Client(profile=...), Profile.key_retention); the"
+                " policy's still wins while it is set",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         object.__setattr__(self, "retry_statuses", frozenset(self.retry_statuses))
         object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
 
     def replace(self, **changes: object) -> RetryPolicy:
         """A copy with `changes` applied (validated like a new policy)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # checked in __post_init__
+
+
+def retention_set(policy: RetryPolicy) -> bool:
+    """The caller set `key_retention` on this policy (it then wins over the profile's)."""
+    return not isinstance(policy.key_retention, _ProfileRetention)
 
 
 def _positive(value: float) -> bool:

@@ -11,10 +11,12 @@ effects, one in the calling thread, the other awaiting.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
-from collections.abc import Callable, Collection
+import time
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Generic, TypeVar, cast
 
 import anyio.to_thread
@@ -44,10 +46,12 @@ from ._flow import (
     drive,
     handle,
 )
-from ._hooks import Hooks
+from ._hooks import Hooks, StoreEvent
 from ._policy import RetryPolicy
+from ._profile import Profile
 from ._store import Store
 from ._store._open import open_store
+from .profiles import named
 
 __all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "call_extensions", "make_settings"]
 
@@ -69,12 +73,14 @@ def make_settings(
     persist_headers: Collection[str] = (),
     deferred: bool = False,
     start: Callable[[Store, Clock], None] | None = None,
+    profile: str | Profile | None = None,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
     it is open (see `_client`). `deferred` (async) opens and starts the store at its
     first call, which an async client makes in a worker thread: nothing is opened now."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
+    chosen = named(profile)  # an unknown name fails before the store is opened
     clock = clock or SystemClock()
     owns_store = isinstance(store, str | os.PathLike)
     opening = functools.partial(
@@ -99,6 +105,7 @@ def make_settings(
         hooks=hooks or Hooks(),
         max_request_body=max_request_body,
         rng=rng or random.Random(),
+        profile=chosen,
     )
 
 
@@ -139,6 +146,19 @@ def _settings(
     return settings
 
 
+@contextlib.contextmanager
+def _timed(hooks: Hooks, effect: StoreCall) -> Iterator[None]:
+    """Tell `hooks` how long a store call took (a client's `on_store`)."""
+    started = time.perf_counter()
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        name = getattr(effect.fn, "__name__", "store")
+        hooks.store(StoreEvent(name, time.perf_counter() - started, failed=failed))
+
+
 class _Wrapping(Generic[Inner]):
     """What both transports are: settings, and the inner transport they wrap. Each one
     drives the same flow (`_flow.handle`), one in the calling thread, one awaiting."""
@@ -176,7 +196,10 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
         if isinstance(effect, Shield):
             effect = effect.effect
         if isinstance(effect, StoreCall):
-            return effect.fn(**effect.kwargs)
+            if self.settings.hooks.on_store is None:
+                return effect.fn(**effect.kwargs)
+            with _timed(self.settings.hooks, effect):
+                return effect.fn(**effect.kwargs)
         if isinstance(effect, Send):
             return self.inner.handle_request(effect.request)
         if isinstance(effect, Read):
@@ -217,7 +240,11 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def _do(self, effect: Effect) -> Any:
         if isinstance(effect, StoreCall):
-            return await anyio.to_thread.run_sync(functools.partial(effect.fn, **effect.kwargs))
+            call = functools.partial(effect.fn, **effect.kwargs)
+            if self.settings.hooks.on_store is None:
+                return await anyio.to_thread.run_sync(call)
+            with _timed(self.settings.hooks, effect):
+                return await anyio.to_thread.run_sync(call)
         if isinstance(effect, Send):
             return await self.inner.handle_async_request(effect.request)
         if isinstance(effect, Read):

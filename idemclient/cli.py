@@ -8,6 +8,7 @@ tool, and `idemclient batch` or `idemclient ops` never import it.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import ClassVar
 
 import click
@@ -39,8 +40,14 @@ class _Commands(click.Group):
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="idemclient")
-def main() -> None:
-    """Safe retries for unsafe HTTP requests."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Safe retries for unsafe HTTP requests.
+
+    Colour on a terminal only; none in a pipe or a file, nor with NO_COLOR set.
+    """
+    if os.environ.get("NO_COLOR"):
+        ctx.color = False  # the NO_COLOR convention: any non-empty value
 
 
 main.add_command(batch)

@@ -9,11 +9,13 @@ its package and sit in the same tree: `idemclient.batch.BatchInvalid`,
 
 from ._errors import (
     AnswerNotKept,
+    ChallengeRequired,
     ForeignStore,
     IdemError,
     Indeterminate,
     InvalidKey,
     KeyConflict,
+    MissingKey,
     NotSent,
     OperationMismatch,
     OutcomeError,
@@ -27,11 +29,13 @@ from ._errors import (
 
 __all__ = [
     "AnswerNotKept",
+    "ChallengeRequired",
     "ForeignStore",
     "IdemError",
     "Indeterminate",
     "InvalidKey",
     "KeyConflict",
+    "MissingKey",
     "NotSent",
     "OperationMismatch",
     "OutcomeError",

@@ -1,5 +1,6 @@
-"""Hooks: what the client tells the caller about every attempt, retry and outcome."""
+"""Hooks: what the client tells the caller about every operation, attempt, retry and
+outcome, and how long its store takes."""
 
-from ._hooks import AttemptEvent, Hooks, RetryEvent
+from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent, StoreEvent
 
-__all__ = ["AttemptEvent", "Hooks", "RetryEvent"]
+__all__ = ["AttemptEndEvent", "AttemptEvent", "Hooks", "RetryEvent", "StartEvent", "StoreEvent"]

@@ -80,11 +80,13 @@ MOVED = {
 MODULES = {
     "idemclient.errors": {
         "AnswerNotKept",
+        "ChallengeRequired",
         "ForeignStore",
         "IdemError",
         "Indeterminate",
         "InvalidKey",
         "KeyConflict",
+        "MissingKey",
         "NotSent",
         "OperationMismatch",
         "OutcomeError",
@@ -104,9 +106,43 @@ MODULES = {
     },
     "idemclient.policy": {"RetryBudget", "RetryPolicy", "parse_retry_after"},
     "idemclient.store": {"BodyEncryption", "Durability", "OperationRecord", "SQLiteStore", "Store"},
-    "idemclient.hooks": {"AttemptEvent", "Hooks", "RetryEvent"},
+    "idemclient.hooks": {
+        "AttemptEndEvent",
+        "AttemptEvent",
+        "Hooks",
+        "RetryEvent",
+        "StartEvent",
+        "StoreEvent",
+    },
+    "idemclient.otel": {"otel_hooks"},
     "idemclient.clock": {"Clock", "ManualClock", "SystemClock", "set_testing"},
     "idemclient.transport": {"AsyncIdempotentTransport", "IdempotentTransport"},
+    "idemclient.profiles": {
+        "BUILTIN",
+        "DEFAULT",
+        "Endpoint",
+        "Existing",
+        "KeyFormat",
+        "KeySlot",
+        "Lookup",
+        "Match",
+        "Profile",
+        "adyen",
+        "checkout",
+        "django_idempotency_key",
+        "drf_idempotency_key",
+        "generic",
+        "gocardless",
+        "ietf",
+        "mollie",
+        "named",
+        "paypal",
+        "razorpay",
+        "reference",
+        "square",
+        "stripe",
+        "wise",
+    },
 }
 
 
@@ -211,7 +247,7 @@ def _errors_of(module: types.ModuleType) -> set[type[BaseException]]:
 def test_every_error_derives_from_the_one_root() -> None:
     errors = _errors_of(importlib.import_module("idemclient.errors"))
     features = _errors_of(idemclient.batch) | _errors_of(idemclient.inbox)
-    assert len(errors) == 15
+    assert len(errors) == 17
     assert {error.__name__ for error in features} == {
         "BatchInvalid",
         "InvalidMessageId",

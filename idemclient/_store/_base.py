@@ -92,6 +92,8 @@ class Intent:
     #: sha256 over method, path and query (redacted), and body: same operation, same request
     fingerprint: str
     reference: str | None = None
+    #: the server profile it is sent under (None: recorded before profiles, `generic`)
+    profile: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,8 @@ class OperationRecord:
     #: headers the operation was sent with whose values were not stored (credentials,
     #: and any not persisted): a request that sends it again must carry them
     withheld_headers: tuple[str, ...] = ()
+    #: the server profile it was sent under (None: recorded before profiles, `generic`)
+    profile: str | None = None
 
 
 class Claim(enum.Enum):

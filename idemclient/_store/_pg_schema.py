@@ -22,7 +22,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "STORE"]
 
 
 def _v1(conn: psycopg.Connection[Any], schema: str) -> None:
-    states = ", ".join(f"'{s.value}'" for s in State)
+    states = ", ".join(f"'{s.value}'" for s in State if s is not State.CHALLENGED)
     unfinished = ", ".join(f"'{s}'" for s in UNFINISHED_STATES)
     create_version_table(conn, schema, "store_version")
     # Times are the client's clock as epoch seconds (double precision), exactly as the
@@ -116,8 +116,14 @@ def _v2(conn: psycopg.Connection[Any], schema: str) -> None:
                 )
 
 
+def _v3(conn: psycopg.Connection[Any], schema: str) -> None:
+    # Each operation keeps the server profile it was sent under (see the SQLite
+    # store's version 5). Null: recorded before profiles, under the generic one.
+    conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN profile text")
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -240,12 +240,13 @@ class PostgresStore(SQLStore):
             created = cur.execute(
                 f"INSERT INTO {self._table} ({INSERT_COLUMNS})"
                 " SELECT id, key, method, url, headers::jsonb, body, fingerprint, reference,"
-                " state, lease_owner, lease_expires, created_at, updated_at FROM unnest("
-                " %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bytea[],"
-                " %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[],"
-                " %s::float8[], %s::float8[]) WITH ORDINALITY AS t(id, key, method, url,"
-                " headers, body, fingerprint, reference, state, lease_owner, lease_expires,"
-                " created_at, updated_at, n) ORDER BY n ON CONFLICT DO NOTHING",
+                " state, lease_owner, lease_expires, created_at, updated_at, profile FROM"
+                " unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+                " %s::bytea[], %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[],"
+                " %s::float8[], %s::float8[], %s::text[]) WITH ORDINALITY AS t(id, key,"
+                " method, url, headers, body, fingerprint, reference, state, lease_owner,"
+                " lease_expires, created_at, updated_at, profile, n) ORDER BY n"
+                " ON CONFLICT DO NOTHING",
                 [list(column) for column in columns],
             ).rowcount
             if created == len(intents):

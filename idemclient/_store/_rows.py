@@ -48,12 +48,12 @@ COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at"
+    " updated_at, finished_at, profile"
 )
 
 
 #: The columns of an operation's request, in the order `intent_from_row` reads them.
-REQUEST_COLUMNS = "id, key, method, url, headers, body, fingerprint, reference"
+REQUEST_COLUMNS = "id, key, method, url, headers, body, fingerprint, reference, profile"
 
 
 def as_stored(
@@ -131,6 +131,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         created_at,
         updated_at,
         finished_at,
+        profile,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -164,6 +165,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         updated_at=updated_at,
         finished_at=finished_at,
         withheld_headers=withheld,
+        profile=profile,
     )
 
 
@@ -173,7 +175,7 @@ def intent_from_row(
     """The request a row (`REQUEST_COLUMNS`) was recorded to send, its sealed values
     opened by `cipher`; its key was the caller's or the store's, as recorded. `read`
     keeps the headers already read, by their stored text, for many rows at once."""
-    operation_id, key, method, url, headers, body, fingerprint, reference = row
+    operation_id, key, method, url, headers, body, fingerprint, reference, profile = row
     where = {"operation_id": operation_id}
     known = read.get(headers) if read is not None and isinstance(headers, str) else None
     if known is None:
@@ -190,6 +192,7 @@ def intent_from_row(
         body=cipher.open(bytes(body), column="body", **where),
         fingerprint=cipher.open_text(fingerprint, column="fingerprint", **where),
         reference=reference,
+        profile=profile,
     )
 
 
@@ -209,6 +212,14 @@ def mismatch(intent: Intent, record: OperationRecord, *, sending: bool = True) -
         return (
             f"operation {intent.operation_id!r} was recorded with key {record.key!r},"
             f" not {intent.key!r}; a recorded key is never replaced"
+        )
+    was_under, asked_under = record.profile or "generic", intent.profile or "generic"
+    if was_under != asked_under:
+        return (
+            f"{name} was sent under the {was_under} server profile; this client speaks"
+            f" {asked_under}. Nothing was sent: an operation is never sent on under"
+            " another profile (its key may be where that server does not look). Use a"
+            f" client with profile={was_under!r} for it"
         )
     bound, asked = origin_of(record.url), origin_of(intent.url)
     if bound != asked:

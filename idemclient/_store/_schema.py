@@ -143,6 +143,13 @@ def _v4(db: sqlite_utils.Database) -> None:
             )
 
 
+def _v5(db: sqlite_utils.Database) -> None:
+    # Each operation keeps the server profile it was sent under, so that it is never
+    # sent on under another (its key may be where that server does not look). Null:
+    # recorded before profiles, under what is now the generic one.
+    db.table("operations").add_column("profile", str)
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -176,7 +183,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

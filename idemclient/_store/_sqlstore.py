@@ -610,6 +610,7 @@ def admission_values(
         lease_until,
         now,
         now,
+        intent.profile,
     )
 
 
@@ -644,6 +645,7 @@ def admitted(
         updated_at=now,
         finished_at=None,
         withheld_headers=withheld,
+        profile=intent.profile,
     )
 
 

@@ -31,7 +31,7 @@ __all__ = ["INSERT_COLUMNS", "Statements"]
 #: take their defaults (no attempts, not maybe applied, no evidence).
 INSERT_COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, lease_owner,"
-    " lease_expires, created_at, updated_at"
+    " lease_expires, created_at, updated_at, profile"
 )
 
 # Templates: {t} the table, {p} a parameter, {j} a headers parameter, {c} every column
@@ -42,7 +42,7 @@ _SELECT = "SELECT {c} FROM {t}"
 # conflicting means the operation (or its key) exists.
 _ADMIT = (
     "INSERT INTO {t} ({insert}) VALUES ({p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}, {p}, {p},"
-    " {p}, {p}) ON CONFLICT DO NOTHING"
+    " {p}, {p}, {p}) ON CONFLICT DO NOTHING"
 )
 # The row that answers for an intent: the one with its id, else the one with its key.
 _FIND_FOR = _SELECT + " WHERE id = {p} OR key = {p} ORDER BY id = {p} DESC LIMIT 1"
@@ -151,7 +151,7 @@ _FIND_TAIL_REQUESTS = (
 _RECORD_SETTLED = (
     "INSERT INTO {t} ({insert}, evidence, status_code, response_headers, response_body,"
     " response_sha256, response_size, finished_at) VALUES ({p}, {p}, {p}, {p}, {j}, {p}, {p},"
-    " {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
+    " {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
 )
 # A request that was never applied, pointed at a corrected target under its own key:
 # only while nothing says it may have been applied and nobody holds it, and only from

@@ -13,8 +13,10 @@ cleanly (no new row, no new retry), and the summary and the report still come ou
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -24,15 +26,28 @@ import click
 import httpx
 
 from .._budget import RetryBudget
-from .._cli_store import STORE_HELP, StoreLocation
+from .._cli_store import STORE_HELP, StoreLocation, describe_missing
 from .._client import Client
+from .._clock import SystemClock
 from .._errors import BatchInvalid, StoreError
+from .._hooks import Hooks
 from .._keys import DEFAULT_NAMESPACE
-from .._ops_cli import RELIABLE_404_HELP, STATUS_HELP, parse_statuses
+from .._ops_cli import (
+    JSON_OPTION,
+    RELIABLE_404_HELP,
+    STATUS_HELP,
+    VERBOSE_OPTION,
+    parse_statuses,
+    retry_line,
+)
 from .._outcome import State
 from .._policy import RetryPolicy
+from .._profile import Profile
 from .._redaction import redact_url
+from .._store._open import open_store
+from ..profiles import BUILTIN, DEFAULT
 from ._lookup import DEFAULT_LOOKUP
+from ._preview import Preview, preview
 from ._progress import ProgressView
 from ._report import ExitCode, Report, check_report_path
 from ._rows import read_batch
@@ -98,7 +113,9 @@ _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)?")
 _UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
     match = _DURATION.fullmatch(value.strip().lower())
     seconds = float(match.group(1)) * _UNITS[match.group(2)] if match else 0.0
     if not match or seconds <= 0:
@@ -253,13 +270,28 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float
     " earlier version).",
 )
 @click.option(
-    "--key-retention",
-    default="24h",
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(BUILTIN)),
+    default=DEFAULT.name,
     show_default=True,
+    help="The server's idempotency dialect: where it reads the key, what its answers"
+    " mean, how long it keeps keys (see docs/profiles.md). A store's rows are never sent"
+    " on under another profile than the one they were first sent under.",
+)
+@click.option(
+    "--key-retention",
+    default=None,
     callback=_duration,
-    help="How long the server keeps idempotency keys (Stripe 24h, Mollie 1h, PayPal"
-    " orders 6h): a row recorded longer ago is looked up before it is sent again. 30m,"
-    " 6h, 7d, or seconds.",
+    help="How long the server keeps idempotency keys, if you know better than the"
+    " profile (Stripe 24h, Mollie 1h, PayPal orders 6h; default: the profile's): a row"
+    " recorded longer ago is looked up before it is sent again. 30m, 6h, 7d, or seconds.",
+)
+@click.option(
+    "--follow-server-hints",
+    is_flag=True,
+    help="Obey Stripe-Should-Retry and x-should-retry from any server (a profile whose"
+    " server sends one obeys it anyway).",
 )
 @click.option(
     "--lookup-status",
@@ -303,6 +335,15 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float
     help="Write a per-row report (.csv or .json). Checked before anything is sent,"
     " written whole or not at all, and written when interrupted too.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check the file and show, row by row, what would be sent and what the store"
+    " already knows. Nothing is looked up, recorded or sent; exit 0, or 2 for a batch a"
+    " run would refuse.",
+)
+@JSON_OPTION
+@VERBOSE_OPTION
 def submit_command(
     file: Path,
     url: str,
@@ -325,13 +366,18 @@ def submit_command(
     retry_budget: int,
     lookup: str,
     no_lookup: bool,
-    key_retention: float,
+    profile_name: str,
+    key_retention: float | None,
+    follow_server_hints: bool,
     statuses: dict[str, State] | None,
     reference_field: str,
     reliable_404: bool,
     server_replays: bool,
     new_payments: bool,
     report: str | None,
+    dry_run: bool,
+    as_json: bool,
+    verbose: bool,
 ) -> None:
     """Submit FILE (CSV with a header) row by row; run it again after any failure.
 
@@ -367,8 +413,13 @@ def submit_command(
                 deadline=deadline,
                 max_attempts=max_attempts,
                 attempt_timeout=attempt_timeout,
-                key_retention=key_retention,
                 server_replays=server_replays,
+                follow_server_hints=follow_server_hints,
+            ),
+            profile=(
+                BUILTIN[profile_name]
+                if key_retention is None
+                else BUILTIN[profile_name].with_retention(key_retention)
             ),
             retry_budget=retry_budget,
             lookup=None if no_lookup else lookup,
@@ -377,6 +428,9 @@ def submit_command(
             reference_field=reference_field,
             new_payments=new_payments,
             report=report,
+            dry_run=dry_run,
+            as_json=as_json,
+            verbose=verbose,
         )
     except KeyboardInterrupt:
         _fail("interrupted before anything was sent", ExitCode.INTERRUPTED)
@@ -395,6 +449,7 @@ def _submit(
     read_options: dict[str, Any],
     concurrency: int,
     policy: RetryPolicy,
+    profile: Profile,
     retry_budget: int,
     lookup: str | None,
     statuses: dict[str, State] | None,
@@ -402,6 +457,9 @@ def _submit(
     reference_field: str,
     new_payments: bool,
     report: str | None,
+    dry_run: bool = False,
+    as_json: bool = False,
+    verbose: bool = False,
 ) -> NoReturn:
     if report is not None:
         keep = (file, *((store,) if isinstance(store, Path) else ()))
@@ -415,36 +473,55 @@ def _submit(
         _fail(str(exc), ExitCode.BAD_INPUT)
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror}", ExitCode.BAD_INPUT)
+    options: dict[str, Any] = {
+        "path": api_path,
+        "operation": operation,
+        "namespace": namespace,
+        "concurrency": concurrency,
+        "lookup": lookup,
+        "statuses": statuses,
+        "reliable_404": reliable_404,
+        "reference_field": reference_field,
+        "new_payments": new_payments,
+    }
+    if dry_run:
+        shown = _dry_run(
+            parsed,
+            url=url,
+            token=token,
+            store=store,
+            policy=policy,
+            profile=profile,
+            options=options,
+        )
+        _show_preview(shown, as_json=as_json, verbose=verbose)
+        sys.exit(int(ExitCode.OK))
+    progress = ProgressView(len(parsed.rows))
     try:
         client = Client(
             store=store,
             policy=policy,
+            profile=profile,
             budget=RetryBudget(retry_budget),
             base_url=url,
             headers={"Authorization": f"Bearer {token}"},
+            hooks=Hooks(on_retry=lambda event: progress.say(retry_line(event)))
+            if verbose
+            else None,
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)
     with client:
         _check_reachable(client, url)
-        progress = ProgressView(len(parsed.rows))
         try:
             run = make_run(
                 parsed,
                 client,
-                path=api_path,
-                operation=operation,
-                namespace=namespace,
-                concurrency=concurrency,
                 on_progress=progress.update,
-                lookup=lookup,
-                statuses=statuses,
-                reliable_404=reliable_404,
                 notify=progress.say,
                 # Without a user, password or secret query value given in it.
                 metadata={"url": str(redact_url(httpx.URL(url)))},
-                reference_field=reference_field,
-                new_payments=new_payments,
+                **options,
             )
         except ValueError as exc:
             _fail(str(exc), ExitCode.BAD_INPUT)
@@ -463,8 +540,80 @@ def _submit(
         click.echo("interrupted: no new row was started", err=True)
     if report:
         _write(result, report)
-    click.echo(result.summary())
+    if as_json:
+        click.echo(json.dumps(result.document()["batch"], indent=2, ensure_ascii=False))
+    else:
+        click.echo(_coloured(result.summary(), result.exit_code))
     sys.exit(int(result.exit_code))
+
+
+def _coloured(summary: str, code: ExitCode) -> str:
+    colour = {ExitCode.OK: "green", ExitCode.RUN_AGAIN: "yellow"}.get(code, "red")
+    return click.style(summary, fg=colour)
+
+
+def _dry_run(
+    parsed: Any,
+    *,
+    url: str,
+    token: str,
+    store: Path | str,
+    policy: RetryPolicy,
+    profile: Profile,
+    options: dict[str, Any],
+) -> Preview:
+    """`--dry-run`: the plan of every row, from the file and the store alone. A store
+    that does not exist yet is not created: the plan is made on an empty one."""
+    with contextlib.ExitStack() as stack:
+        if describe_missing(store) is not None:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            store = scratch / "empty.db"
+        try:
+            opened = stack.enter_context(contextlib.closing(open_store(store)))
+        except (StoreError, ImportError) as exc:
+            _fail(str(exc), ExitCode.BAD_INPUT)
+        # Only builds the requests a run would send (base URL, credentials): sends none.
+        http = stack.enter_context(
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
+        )
+        try:
+            return preview(
+                parsed,
+                store=opened,
+                clock=SystemClock(),
+                policy=policy,
+                http=http,
+                profile=profile,
+                **options,
+            )
+        except BatchInvalid as exc:
+            _fail(f"{exc}\n(dry run: nothing was looked up, recorded or sent)", ExitCode.BAD_INPUT)
+        except (ValueError, StoreError) as exc:
+            _fail(str(exc), ExitCode.BAD_INPUT)
+
+
+_STEP_COLOURS = {"new": "cyan", "known": "yellow", "done": "green", "reopen": "yellow"}
+
+
+def _show_preview(shown: Preview, *, as_json: bool, verbose: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(shown.document(), indent=2, ensure_ascii=False))
+        return
+    for row in shown.rows:
+        step = click.style(f"{row.step:<9}", fg=_STEP_COLOURS.get(row.step, "magenta"))
+        known = (
+            f"store: {row.stored_state}, {row.stored_attempts} attempt(s)"
+            if row.stored_state
+            else "store: unknown"
+        )
+        sent = f"{row.method} {row.url}" if row.method else "nothing sent"
+        lookup = "; would be looked up first" if row.look_up else ""
+        click.echo(f"row {row.row} {row.reference}  {step} {known}; {sent}{lookup}")
+        if verbose:
+            click.echo(f"    {row.action}; key {row.key}")
+            if row.body is not None:
+                click.echo(f"    body: {row.body}")
+    click.echo(shown.summary())
 
 
 def _run_interruptibly(

@@ -95,12 +95,15 @@ def by_tail(requests: Iterable[Intent], operation: str) -> Mapping[str, Sequence
 _MARK = f"\x00{uuid.uuid4()}\x00"
 
 
-def _body_maker(request: Request) -> Callable[[str], bytes]:
-    """Makes this row's body under any reference: the body split once around it."""
+def _body_maker(request: Request) -> Callable[[str, str], bytes]:
+    """Makes this row's body under any reference (and key, where the key is in the
+    body): the body split once around the reference."""
+    if request.key_field is not None:
+        return request.body_for  # each recorded request carries its own key too
     prefix, found, suffix = request.body_for(_MARK).partition(_encoded(_MARK))
     if not found:  # pragma: no cover - the reference is always a key of the body
-        return request.body_for
-    return lambda reference: prefix + _encoded(reference) + suffix
+        return lambda reference, _key: request.body_for(reference)
+    return lambda reference, _key: prefix + _encoded(reference) + suffix
 
 
 def _encoded(text: str) -> bytes:
@@ -143,7 +146,7 @@ def twins(
         for recorded in index.get(value, ()):
             if recorded.operation_id == identity.operation_id or recorded.operation_id in found:
                 continue
-            body = body_under(recorded.reference or "")
+            body = body_under(recorded.reference or "", recorded.key)
             same = paths(recorded.url)(body) == recorded.fingerprint
             if same or _same_columns(recorded.body, request, needles):
                 found[recorded.operation_id] = recorded
@@ -158,7 +161,11 @@ def _same_columns(recorded: bytes, request: Request, needles: Sequence[bytes]) -
         payload = json.loads(recorded)
     except ValueError:
         return False
-    return isinstance(payload, dict) and not differences(payload, request.payload)
+    if not isinstance(payload, dict):
+        return False
+    if request.key_field is not None:
+        payload.pop(request.key_field, None)
+    return not differences(payload, request.payload)
 
 
 def twin_problem(identity: RowIdentity, found: Sequence[OperationRecord]) -> str:

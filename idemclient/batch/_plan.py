@@ -109,14 +109,25 @@ class Request:
 
     url: str
     body: bytes
+    #: the row's content, without the key
     payload: Mapping[str, Any]
+    #: the JSON body field the key goes in, where the server profile reads it there
+    #: (the body then holds it; the payload never does)
+    key_field: str | None = None
+    #: the key in `body`, when it holds one
+    key: str | None = None
 
-    def body_for(self, reference: str | None) -> bytes:
+    def body_for(self, reference: str | None, key: str | None = None) -> bytes:
         """The body this row would have been sent with under `reference` (a row
-        recorded by an earlier version, or in another scope, carries its own)."""
-        if reference is None or reference == self.payload.get("reference"):
+        recorded by an earlier version, or in another scope, carries its own), and,
+        where the key is in the body, under `key` (that record's)."""
+        same_key = self.key_field is None or key is None or key == self.key
+        if (reference is None or reference == self.payload.get("reference")) and same_key:
             return self.body
-        return encode_body({**self.payload, "reference": reference})
+        payload = {**self.payload, "reference": reference or self.payload.get("reference")}
+        if self.key_field is not None:
+            payload[self.key_field] = key if key is not None else self.key
+        return encode_body(payload)
 
 
 def encode_body(payload: Mapping[str, object]) -> bytes:
@@ -147,13 +158,20 @@ _NEW = RowPlan(Step.NEW)
 _NEW_LOOKED_UP = RowPlan(Step.NEW, look_up=True)
 
 
-def recorded_payload(record: OperationRecord) -> dict[str, Any] | None:
-    """The JSON object a record was sent with; None when its body was not kept."""
+def recorded_payload(
+    record: OperationRecord, key_field: str | None = None
+) -> dict[str, Any] | None:
+    """The JSON object a record was sent with, without its key (`key_field`, where the
+    key is in the body); None when its body was not kept."""
     try:
         body = json.loads(record.body) if record.body else None
     except ValueError:
         return None
-    return body if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return None
+    if key_field is not None:
+        body.pop(key_field, None)
+    return body
 
 
 def differences(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
@@ -252,12 +270,12 @@ def same_content(record: OperationRecord, request: Request) -> bool | None:
     sent under (None: cannot tell). Its recorded body when it has one; once reaped, its
     fingerprint, taken with the record's own path and its own reference (a row of an
     earlier version, or of another scope, carried another one)."""
-    recorded = recorded_payload(record)
+    recorded = recorded_payload(record, request.key_field)
     if recorded is not None:
         return not differences(recorded, request.payload)
     if record.body:
         return None
-    body = request.body_for(record.reference)
+    body = request.body_for(record.reference, record.key)
     return fingerprint("POST", httpx.URL(target_of(record.url)), body) == record.fingerprint
 
 
@@ -306,6 +324,7 @@ def plan_row(
     retention: float,
     look_up: bool = True,
     other_credentials: Callable[[OperationRecord], bool] = lambda _record: False,
+    profile: str = "generic",
 ) -> RowPlan:
     """What to do with one row (see the module docstring). `request_of()` makes the
     request this run would send for it (only needed, and so only made, when the store
@@ -325,9 +344,20 @@ def plan_row(
         record = adopted
     if record is None:
         return _NEW_LOOKED_UP if look_up else _NEW
+    if (record.profile or "generic") != profile:
+        return RowPlan(
+            Step.REFUSED,
+            record,
+            why=(
+                f"was sent under the {record.profile or 'generic'} server profile, and this"
+                f" run speaks {profile}: a row is never sent on under another profile (its"
+                " key may be where that server does not look). Finish it with"
+                f" --profile {record.profile or 'generic'}"
+            ),
+        )
     same = same_content(record, request)
     if same is not True:
-        recorded = recorded_payload(record)
+        recorded = recorded_payload(record, request.key_field)
         if recorded is None:
             why = (
                 "was submitted before with other content (its recorded body was not kept,"

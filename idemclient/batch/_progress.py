@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -88,8 +89,15 @@ class ProgressView:
         self._drawn_at = float("-inf")
         self._on_line = False
         self._printed_step = -1
+        # Rows tell their progress, and retries their lines (--verbose), from the
+        # sending threads: one writer at a time, so no line is cut into another.
+        self._lock = threading.RLock()
 
     def update(self, progress: BatchProgress) -> None:
+        with self._lock:
+            self._update(progress)
+
+    def _update(self, progress: BatchProgress) -> None:
         done_before = self._last.done if self._last else 0
         self._last = progress
         if self._tty:
@@ -113,6 +121,10 @@ class ProgressView:
 
     def say(self, text: str) -> None:
         """A line of its own, above the progress line (which is drawn again)."""
+        with self._lock:
+            self._say(text)
+
+    def _say(self, text: str) -> None:
         if self._on_line:
             self._stream.write("\r\x1b[K")
         self._stream.write(text + "\n")

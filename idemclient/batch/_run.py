@@ -63,9 +63,11 @@ from .._operations import (
 )
 from .._operations import run as run_op
 from .._outcome import Outcome, State
-from .._policy import RetryPolicy
+from .._policy import RetryPolicy, retention_set
+from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
 from .._store import Intent, OperationRecord, Store, StoredResponse
+from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
 from ._lookup import (
@@ -229,6 +231,8 @@ class _Run:
         policy: RetryPolicy,
         http: httpx.Client | httpx.AsyncClient,
         target: _Target,
+        resolved: Resolved | None = None,
+        retention: float | None = None,
         concurrency: int,
         on_progress: Callable[[BatchProgress], None] | None,
         notify: Callable[[str], None] | None = None,
@@ -240,6 +244,13 @@ class _Run:
         self.store = store
         self.clock = clock
         self.policy = policy
+        self.resolved = resolved or DEFAULT_PROFILE.resolve("POST", target.path, policy.methods)
+        if not self.resolved.keyed:
+            raise ValueError(
+                f"the {self.resolved.profile.name} profile's server takes no key at"
+                f" POST {target.path}: the batch command sends only what it can send once"
+            )
+        self.retention = retention if retention is not None else policy.key_retention
         self.http = http
         self.target = target
         self.concurrency = concurrency
@@ -302,9 +313,10 @@ class _Run:
                     namespace=target.namespace,
                 ),
                 now=now,
-                retention=self.policy.key_retention,
+                retention=self.retention,
                 look_up=target.lookup is not None,
                 other_credentials=lambda record: sender.other(record.url),
+                profile=self.resolved.profile.name,
             )
             if plan.step is Step.REFUSED:
                 problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
@@ -359,7 +371,12 @@ class _Run:
         """The request this run sends for a row the store does not hold as it is."""
         assert self._template is not None, "planned first"
         payload = row.payload(identity.reference)
-        return Request(self._template.url, encode_body(payload), payload)
+        field = self.resolved.key.field
+        if field is None:
+            return Request(self._template.url, encode_body(payload), payload)
+        # The profile's server reads the key from the body: it is sent there.
+        body = encode_body({**payload, field: identity.key})
+        return Request(self._template.url, body, payload, key_field=field, key=identity.key)
 
     # -- 2. look up ------------------------------------------------------------------
 
@@ -384,9 +401,10 @@ class _Run:
         lookup = self.target.lookup
         assert lookup is not None
         record = item.plan.record
-        payload = (recorded_payload(record) if record is not None else None) or self.request_of(
-            item.row, item.identity
-        ).payload
+        field = self.resolved.key.field
+        payload = (
+            recorded_payload(record, field) if record is not None else None
+        ) or self.request_of(item.row, item.identity).payload
         return Asking(
             lookup,
             key=record.key if record is not None else item.identity.key,
@@ -510,6 +528,7 @@ class _Run:
             body=body,
             fingerprint=fingerprint("POST", self._url, body),
             reference=item.identity.reference,
+            profile=self.resolved.profile.name,
         )
 
     def _register(self, rows: Sequence[_Row]) -> None:
@@ -603,9 +622,7 @@ class _Run:
         if (
             verdict.finding == "found"
             and verdict.state is None
-            and not past_retention(
-                record, now=self.clock.time(), retention=self.policy.key_retention
-            )
+            and not past_retention(record, now=self.clock.time(), retention=self.retention)
         ):
             return True
         try:
@@ -823,7 +840,8 @@ class _Run:
             "path": self.target.path,
             "namespace": str(self.target.namespace),
             "lookup": None if self.target.lookup is None else self.target.lookup.template,
-            "key_retention_seconds": self.policy.key_retention,
+            "key_retention_seconds": self.retention,
+            "profile": self.resolved.profile.name,
             "store": self.store.path,
             "started_at": self.started,
             "finished_at": _utc_now(),
@@ -988,6 +1006,7 @@ def _recorded_intent(record: OperationRecord) -> Intent:
         body=record.body,
         fingerprint=record.fingerprint,
         reference=record.reference,
+        profile=record.profile,
     )
 
 
@@ -1177,6 +1196,34 @@ def make_run(
     **options: Unpack[SubmitOptions],
 ) -> _Run:
     """A run of `batch` through `client`; options not given are `submit`'s defaults."""
+    return run_on(
+        batch,
+        store=client.settings.store,
+        clock=client.settings.clock,
+        policy=client.policy,
+        http=client.http,
+        notify=notify,
+        metadata=metadata,
+        profile=client.settings.profile,
+        **options,
+    )
+
+
+def run_on(
+    batch: Batch,
+    *,
+    store: Store,
+    clock: Clock,
+    policy: RetryPolicy,
+    http: httpx.Client | httpx.AsyncClient,
+    notify: Callable[[str], None] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    profile: Profile = DEFAULT_PROFILE,
+    **options: Unpack[SubmitOptions],
+) -> _Run:
+    """`make_run` from a client's parts: a store, its clock, policy and server profile,
+    and the httpx client rows would be sent through (a dry run plans on a store it only
+    reads)."""
     given: dict[str, Any] = {**_defaults(submit), **options}
     path, operation = given["path"], given["operation"]
     namespace, concurrency = given["namespace"], given["concurrency"]
@@ -1185,12 +1232,15 @@ def make_run(
     new_payments = given["new_payments"]
     if not operation or "\x1f" in operation:
         raise ValueError(f"operation {operation!r} must be a non-empty name")
+    resolved = profile.resolve("POST", path, policy.methods)
     return _Run(
         batch,
-        store=client.settings.store,
-        clock=client.settings.clock,
-        policy=client.policy,
-        http=client.http,
+        store=store,
+        clock=clock,
+        policy=policy,
+        resolved=resolved,
+        retention=policy.key_retention if retention_set(policy) else resolved.key_retention,
+        http=http,
         target=_Target(
             path,
             operation,

@@ -145,6 +145,34 @@ class Inbox(Generic[Tx]):
             )
         return self.storage.insert(tx, sender, message_id, self.clock.time())
 
+    def advance(self, tx: Tx, sender: str, resource: str, version: float) -> bool:
+        """The ordering guard: True if `version` is newer than what `resource` is at.
+
+        The inbox applies each event once but promises no order: a sender may deliver
+        `payment.succeeded` before `payment.created`, and a retry may bring an old
+        state after a new one. Call this in the handler, with the event's own order
+        (its sequence number, or its creation time: never the delivery's timestamp,
+        which a retry renews), before changing the resource. True: the version is now
+        recorded as the resource's, in the handler's transaction (committed with the
+        effect, rolled back with it), so apply the event. False: an equal or newer
+        version was applied already; leave the resource as it is. Concurrent
+        deliveries for one resource take turns on its row, so the greatest version
+        wins whatever the order of arrival.
+
+        `resource` is any text naming it (1..255 characters), scoped per sender like
+        message ids. One row per resource is kept; it is never reaped.
+        """
+        sender = validate_message_id(sender, what="sender")
+        if not isinstance(resource, str) or not 0 < len(resource) <= 255:
+            raise ValueError(f"a resource is 1..255 characters of text, not {resource!r}")
+        if isinstance(version, bool) or not isinstance(version, int | float):
+            raise TypeError(f"a version is a number (a sequence or a time), not {version!r}")
+        if not math.isfinite(version):
+            raise ValueError(f"a version is a finite number, not {version!r}")
+        if not self.storage.in_transaction(tx):
+            raise ValueError("inbox.advance needs the open transaction that will hold the effect")
+        return self.storage.advance(tx, sender, resource, version, self.clock.time())
+
     def seen(self, sender: str, message_id: str) -> bool:
         """Whether this message was processed (and its id not yet reaped)."""
         sender, message_id = self._validate(sender, message_id)

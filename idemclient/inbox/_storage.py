@@ -28,13 +28,21 @@ from .._db.sqlite import MEMORY, connect, immediate, use_wal
 from .._db.versions import upgrade
 from .._errors import ForeignStore, StoreUnavailable
 
-__all__ = ["INBOX_TABLE", "SCHEMA_TABLE", "InboxStorage", "SQLiteInboxStorage"]
+__all__ = [
+    "INBOX_TABLE",
+    "SCHEMA_TABLE",
+    "VERSIONS_TABLE",
+    "InboxStorage",
+    "SQLiteInboxStorage",
+]
 
 Tx = TypeVar("Tx")
 
 #: The application's database gains these two tables, and nothing else is touched.
 INBOX_TABLE = "idemclient_inbox"
 SCHEMA_TABLE = "idemclient_schema"
+#: ... and this one, from schema version 2: the latest version applied per resource.
+VERSIONS_TABLE = "idemclient_resource_versions"
 _COMPONENT = "inbox"
 
 
@@ -67,6 +75,11 @@ class InboxStorage(Protocol[Tx]):
         """Whether the id is recorded (committed)."""
         ...
 
+    def advance(self, tx: Tx, sender: str, resource: str, version: float, now: float) -> bool:
+        """Inside `tx`'s transaction, set `resource`'s applied version to `version` if
+        that is greater than the one stored (or none is). False: it was not."""
+        ...
+
     def delete_older(self, cutoff: float, *, batch: int) -> int:
         """Delete up to `batch` ids received before `cutoff` (wall-clock seconds)."""
         ...
@@ -86,13 +99,31 @@ def _v1(conn: sqlite3.Connection) -> None:
     conn.execute(f"CREATE INDEX {INBOX_TABLE}_received ON {INBOX_TABLE} (received_at)")
 
 
+def _v2(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        f"CREATE TABLE {VERSIONS_TABLE} ("
+        " sender TEXT NOT NULL,"
+        " resource TEXT NOT NULL,"
+        " version NUMERIC NOT NULL,"  # the event's own sequence or creation time
+        " updated_at REAL NOT NULL,"
+        " PRIMARY KEY (sender, resource))"
+    )
+
+
 #: MIGRATIONS[n - 1] takes the inbox's tables from version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Callable[[sqlite3.Connection], None]] = (_v1,)
+MIGRATIONS: Sequence[Callable[[sqlite3.Connection], None]] = (_v1, _v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _INSERT = (
     f"INSERT INTO {INBOX_TABLE} (sender, message_id, received_at) VALUES (?, ?, ?)"
     " ON CONFLICT (sender, message_id) DO NOTHING"
+)
+# The update happens only for a greater version: an equal or older one changes no row.
+_ADVANCE = (
+    f"INSERT INTO {VERSIONS_TABLE} AS stored (sender, resource, version, updated_at)"
+    " VALUES (?, ?, ?, ?) ON CONFLICT (sender, resource) DO UPDATE"
+    " SET version = excluded.version, updated_at = excluded.updated_at"
+    " WHERE excluded.version > stored.version"
 )
 _CONTAINS = f"SELECT 1 FROM {INBOX_TABLE} WHERE sender = ? AND message_id = ?"
 _REAP = (
@@ -261,6 +292,13 @@ class SQLiteInboxStorage:
         with self._lock:
             self._check_open()
             return self._execute_ours(_CONTAINS, (sender, message_id)).fetchone() is not None
+
+    def advance(
+        self, tx: sqlite3.Connection, sender: str, resource: str, version: float, now: float
+    ) -> bool:
+        with self._lock:
+            params = (sender, resource, version, now)
+            return self._execute_ours(_ADVANCE, params, conn=tx).rowcount == 1
 
     def delete_older(self, cutoff: float, *, batch: int) -> int:
         with self._lock:

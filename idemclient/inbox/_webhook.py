@@ -20,27 +20,29 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._clock import Clock
 from .._errors import InvalidMessageId, SignatureInvalid, StoreError
 from ._inbox import Inbox, Receipt, validate_message_id
-from ._signature import (
-    DEFAULT_TOLERANCE,
-    MESSAGE_ID_HEADER,
-    SIGNATURE_HEADER,
-    check_undotted,
-    secret_bytes,
-    verify_signature,
-)
+from ._schemes import Headers, SignatureScheme, _EitherOfTwo, header_value
+from ._signature import DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:
     from ._asgi import ASGIApp
     from ._wsgi import WSGIApp
 
-__all__ = ["DEFAULT_MAX_BODY", "Headers", "WebhookEvent", "WebhookReceiver", "WebhookResponse"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "Headers",
+    "WebhookEvent",
+    "WebhookReceiver",
+    "WebhookResponse",
+    "header_value",
+]
 
 logger = logging.getLogger("idemclient.inbox")
 
@@ -48,10 +50,6 @@ Tx = TypeVar("Tx")
 
 #: A delivery larger than this is refused unread (413): events are small.
 DEFAULT_MAX_BODY = 1024 * 1024
-
-#: Headers as a framework hands them over: a mapping (case-insensitive or not), or
-#: (name, value) pairs, which let a repeated header be seen and refused.
-Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,29 +91,18 @@ def _answer(status: int, outcome: str, message_id: str | None, **extra: str) -> 
     return WebhookResponse(status, outcome, body)
 
 
-def header_value(headers: Headers, name: str) -> str | None:
-    """The one value of header `name` (any case), None if absent.
-
-    A header sent twice is refused (`ValueError`): of two message ids or two
-    signature headers, neither can be trusted over the other.
-    """
-    wanted = name.lower()
-    # Every pair is looked at, even in a mapping: a case-insensitive one (Starlette's)
-    # lists a repeated header twice, and a plain dict may hold two spellings of it.
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    found = [value for key, value in pairs if key.lower() == wanted]
-    if len(found) > 1:
-        raise ValueError(f"the {name} header was sent {len(found)} times")
-    return found[0] if found else None
-
-
 class WebhookReceiver(Generic[Tx]):
     """Verifies, deduplicates and dispatches one sender's webhook deliveries.
 
-    `secrets`: every secret the sender may sign with (several during a rotation; a
-    delivery matching any is accepted). `handler(event, tx)` writes the effect through
-    `tx`, the inbox's transaction, and runs at most once per message id. `tolerance`:
-    how far the signed timestamp may be from `clock` (default: the inbox's clock).
+    `scheme`: how the sender signs, with the secrets it may sign with (several during a
+    rotation): `StandardWebhooks([...])` for a Standard Webhooks sender (the reference
+    server is one), `StripeSignature(...)` for Stripe. `handler(event, tx)` writes the
+    effect through `tx`, the inbox's transaction, and runs at most once per message id.
+    `tolerance`: how far the signed timestamp may be from `clock` (default: the inbox's
+    clock); both schemes' specifications say 5 minutes.
+
+    `secrets=[...]` in place of `scheme` is the earlier spelling, deprecated: it accepts
+    Standard Webhooks deliveries and idemclient's earlier headers, under those secrets.
     """
 
     def __init__(
@@ -123,17 +110,34 @@ class WebhookReceiver(Generic[Tx]):
         inbox: Inbox[Tx],
         *,
         sender: str,
-        secrets: Sequence[str | bytes],
         handler: Callable[[WebhookEvent, Tx], object],
+        scheme: SignatureScheme | None = None,
+        secrets: Sequence[str | bytes] | None = None,
         tolerance: float = DEFAULT_TOLERANCE,
         clock: Clock | None = None,
         max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
-        if isinstance(secrets, str | bytes):
-            raise TypeError("secrets is a list of secrets, not one secret")
-        self._secrets = tuple(secret_bytes(s) for s in secrets)
-        if not self._secrets:
-            raise ValueError("a webhook receiver needs at least one secret")
+        if scheme is not None and secrets is not None:
+            raise TypeError("give the receiver a scheme, or (deprecated) secrets, not both")
+        if scheme is None:
+            if secrets is None:
+                raise TypeError(
+                    "a webhook receiver needs scheme=, how its sender signs: for example"
+                    " StandardWebhooks([secret]) or StripeSignature(secret)"
+                )
+            if isinstance(secrets, str | bytes):
+                raise TypeError("secrets is a list of secrets, not one secret")
+            if not list(secrets):
+                raise ValueError("a webhook receiver needs at least one secret")
+            warnings.warn(
+                "WebhookReceiver(secrets=[...]) is deprecated: pass scheme=StandardWebhooks"
+                "([...]) (or StripeSignature(...) for Stripe's webhooks)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            scheme = _EitherOfTwo(list(secrets))
+        if not callable(getattr(scheme, "verify", None)):
+            raise TypeError(f"{scheme!r} is not a signature scheme (it has no verify method)")
         if not (math.isfinite(tolerance) and tolerance > 0):
             raise ValueError(f"the tolerance must be positive seconds, not {tolerance!r}")
         if max_body < 1:
@@ -149,6 +153,7 @@ class WebhookReceiver(Generic[Tx]):
                 " applied again"
             )
         self.inbox = inbox
+        self.scheme: SignatureScheme = scheme
         self.sender = validate_message_id(sender, what="sender")
         self.handler = handler
         self.tolerance = float(tolerance)
@@ -160,27 +165,8 @@ class WebhookReceiver(Generic[Tx]):
 
     def verify(self, headers: Headers, body: bytes) -> WebhookEvent:
         """The verified event, or `InvalidMessageId` / `SignatureInvalid`. Records nothing."""
-        try:
-            raw_id = header_value(headers, MESSAGE_ID_HEADER)
-            signature = header_value(headers, SIGNATURE_HEADER)
-        except ValueError as exc:
-            raise SignatureInvalid("malformed", str(exc)) from None
-        if raw_id is None:
-            raise InvalidMessageId(None, f"no {MESSAGE_ID_HEADER} header")
-        message_id = validate_message_id(raw_id)
-        try:
-            check_undotted(message_id)
-        except ValueError as exc:
-            raise InvalidMessageId(message_id, str(exc)) from None
-        timestamp = verify_signature(
-            signature,
-            secrets=self._secrets,
-            message_id=message_id,
-            body=body,
-            now=self.clock.time(),
-            tolerance=self.tolerance,
-        )
-        return WebhookEvent(self.sender, message_id, timestamp, body)
+        signed = self.scheme.verify(headers, body, now=self.clock.time(), tolerance=self.tolerance)
+        return WebhookEvent(self.sender, signed.message_id, signed.timestamp, body)
 
     def receive(self, headers: Headers, body: bytes) -> Receipt[object]:
         """Verify, then process once. Raises what `verify` and the handler raise."""

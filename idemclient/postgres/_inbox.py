@@ -53,8 +53,23 @@ def _v1(conn: Conn, schema: str) -> None:
     conn.execute(f"CREATE INDEX inbox_received ON {schema}.inbox (received_at)")
 
 
+def _v2(conn: Conn, schema: str) -> None:
+    conn.execute(
+        f"""
+        CREATE TABLE {schema}.resource_versions (
+            sender text NOT NULL,
+            resource text NOT NULL,
+            -- the event's own sequence or creation time: whole or fractional
+            version numeric NOT NULL,
+            updated_at double precision NOT NULL,
+            PRIMARY KEY (sender, resource)
+        )
+        """
+    )
+
+
 #: The inbox's tables. Their migrations are appended to, never edited.
-INBOX = Layout("inbox_version", "inbox", (_v1,), "inbox", "PostgresInbox")
+INBOX = Layout("inbox_version", "inbox", (_v1, _v2), "inbox", "PostgresInbox")
 
 Database = str | psycopg_pool.ConnectionPool[Any] | psycopg.Connection[Any]
 
@@ -203,6 +218,22 @@ class PostgresInboxStorage:
                     " VALUES (%s, %s, %s) ON CONFLICT (sender, message_id) DO NOTHING"
                     " RETURNING true",
                     (sender, message_id, now),
+                ).fetchone()
+                is not None
+            )
+
+    def advance(self, tx: Conn, sender: str, resource: str, version: float, now: float) -> bool:
+        # A second transaction advancing the same resource waits on the first one's row
+        # lock, then compares with what that one committed.
+        with pg_errors(self._where, self._quoted):
+            return (
+                tx.execute(
+                    f"INSERT INTO {self._quoted}.resource_versions AS stored"
+                    " (sender, resource, version, updated_at) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (sender, resource) DO UPDATE"
+                    " SET version = excluded.version, updated_at = excluded.updated_at"
+                    " WHERE excluded.version > stored.version RETURNING true",
+                    (sender, resource, version, now),
                 ).fetchone()
                 is not None
             )

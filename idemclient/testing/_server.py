@@ -18,6 +18,7 @@ from types import TracebackType
 import httpx
 
 from .._clock import ManualClock
+from .._profile import Profile
 from ._adapters.transport import ReferenceTransport
 from ._machine.clock import ServerClock
 from ._machine.control import handle_control
@@ -31,7 +32,8 @@ from ._machine.records import (
     WebhookEventRecord,
     WebhookReport,
 )
-from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, Deliverer, WebhookFault
+from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, STANDARD_WEBHOOKS, Deliverer, WebhookFault
+from ._protocol.dialect import Dialect, dialect_for
 from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
 from ._protocol.rules import Phase
 from ._storage.backend import open_storage
@@ -40,7 +42,7 @@ __all__ = ["DEFAULT_CLOCK_TOLERANCE", "DEFAULT_KEY_TTL", "DEFAULT_LEASE", "Refer
 
 #: How long an attempt may go silent before another actor may take its request over.
 DEFAULT_LEASE = 30.0
-#: How long finished keys are kept: Stripe's 24 hours.
+#: How long finished keys are kept under the `reference` profile: Stripe's 24 hours.
 DEFAULT_KEY_TTL = 24 * 3600.0
 #: How far the clocks of the servers sharing a database (and this server's clock from
 #: one reading to the next) may disagree without a key being reaped before its TTL.
@@ -65,6 +67,14 @@ class ReferenceServer:
     `external_retention`: how long the two simulated external systems honour a derived
     key (None, the default: for ever). Past it, a payment sent again after the server
     forgot its key moves money again, and shows in the ledger as a second effect.
+
+    `profile` is the server profile it speaks (a built-in's name, or a `Profile`; see
+    `idemclient.profiles`): where it reads the key, what a key may be, and how it
+    answers a replay, a request still running, a key reused with another request, and
+    a key used before, as that provider does. The default, `reference`, is this
+    server's own protocol. `key_ttl` is when the reaper deletes finished keys: by
+    default the profile's longest key retention (a profile forgets a key past its
+    endpoint's retention when the key comes again, reaped or not).
     """
 
     def __init__(
@@ -73,13 +83,17 @@ class ReferenceServer:
         db: str | os.PathLike[str] = ":memory:",
         clock: ServerClock | None = None,
         lease: float = DEFAULT_LEASE,
-        key_ttl: float = DEFAULT_KEY_TTL,
+        key_ttl: float | None = None,
         clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
         external_retention: float | None = None,
         sandbox: bool = True,
         webhook_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         webhook_timeout: float = 10.0,
+        profile: str | Profile = "reference",
     ) -> None:
+        self._dialect: Dialect = dialect_for(profile)
+        if key_ttl is None:
+            key_ttl = self._dialect.longest_retention
         self._clock: ServerClock = clock if clock is not None else ManualClock()
         self._storage = open_storage(db)
         self._deliverer = Deliverer(
@@ -98,6 +112,8 @@ class ReferenceServer:
                 externals=self._externals,
                 lease=lease,
                 key_ttl=key_ttl,
+                dialect=self._dialect,
+                webhook_lifecycle=self._deliverer.lifecycle,
                 clock_tolerance=clock_tolerance,
             )
         except BaseException:
@@ -112,6 +128,11 @@ class ReferenceServer:
     @property
     def clock(self) -> ServerClock:
         return self._clock
+
+    @property
+    def profile(self) -> Profile:
+        """The server profile this server speaks."""
+        return self._dialect.profile
 
     @property
     def lease(self) -> float:
@@ -234,13 +255,19 @@ class ReferenceServer:
         secrets: Sequence[str] | None = None,
         client: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        scheme: str = STANDARD_WEBHOOKS,
+        lifecycle: bool = False,
     ) -> tuple[str, ...]:
         """Deliver `client`'s webhook events (every client's, for None) to `url`.
 
-        Signed with each of `secrets` (several during a rotation); one is generated
-        when none is given. Returns the secrets. `transport` delivers in-process (an
-        `httpx.WSGITransport`, a `MockTransport`) instead of over the network.
-        `url=None` removes the endpoint: events wait, pending, until there is one.
+        Signed as Standard Webhooks do (`scheme`; "idemclient-v1", the earlier headers,
+        is deprecated) with each of `secrets` (``whsec_`` + base64; several during a
+        rotation); one is generated when none is given. Returns the secrets.
+        `lifecycle=True` announces each resource's life, `<kind>.created` then its
+        final status, instead of the final status alone. `transport` delivers
+        in-process (an `httpx.WSGITransport`, a `MockTransport`) instead of over the
+        network. `url=None` removes the endpoint: events wait, pending, until there is
+        one.
         """
         if isinstance(secrets, str):
             raise TypeError("secrets is a list of secrets, not one secret")
@@ -249,6 +276,8 @@ class ReferenceServer:
             secrets_=None if secrets is None else tuple(secrets),
             client=client,
             transport=transport,
+            scheme=scheme,
+            lifecycle=lifecycle,
         )
 
     def deliver_webhooks(self, *, limit: int = 100) -> WebhookReport:
@@ -265,7 +294,8 @@ class ReferenceServer:
         """Misbehave on the next `times` deliveries: "duplicate" (sent twice),
         "lose_ack" (the 2xx is ignored, so it comes again), "delay" (held back
         `seconds`, so later events overtake it), "reorder" (the next `times` passes
-        send their batch shuffled)."""
+        send their batch shuffled), "reverse" (the next `times` passes send their
+        batch newest first: a resource's final status before its creation)."""
         self._deliverer.add_fault(mode, times=times, seconds=seconds)
 
     def webhook_events(self) -> tuple[WebhookEventRecord, ...]:
@@ -388,5 +418,6 @@ class ReferenceServer:
 
     def __repr__(self) -> str:
         return (
-            f"ReferenceServer(db={self._storage.path!r}, lease={self.lease}, clock={self._clock!r})"
+            f"ReferenceServer(db={self._storage.path!r}, profile={self.profile.name!r},"
+            f" lease={self.lease}, clock={self._clock!r})"
         )

@@ -34,8 +34,8 @@ ledger: applied once and `succeeded`, or never applied and `not_sent`/`failed`.
 
 The assumptions it rests on (`Assumptions`):
 
-- the server keeps keys for the retention it advertises (`RetryPolicy.key_retention` =
-  the server's key TTL), on a clock within its stated `clock_tolerance`
+- the server keeps keys for the retention it advertises (the client's profile's key
+  retention, `reference`'s 24 hours, is the server's key TTL), on a clock within its stated `clock_tolerance`
   (`SERVER_CLOCK_TOLERANCE`; its offsets, `SERVER_OFFSETS`, stay inside it);
 - the client's clock is never more than half of `CLOCK_SKEW` slow; it may be fast by
   any amount, and step back from fast (an open defect lives there: see
@@ -241,7 +241,9 @@ class PaymentsMachine(RuleBasedStateMachine):
     # -- processes -----------------------------------------------------------------------
 
     def _policy(self) -> RetryPolicy:
-        return RetryPolicy(max_attempts=4, deadline=60.0, key_retention=KEY_TTL)
+        # The key retention the client counts on is its profile's: the reference
+        # profile's 24 hours, the server's KEY_TTL.
+        return RetryPolicy(max_attempts=4, deadline=60.0)
 
     def _process(
         self,

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
+import idemclient._ops_cli
 from idemclient import Client, Indeterminate, ManualClock, State
 from idemclient.cli import main
 from idemclient.clock import set_testing
 from idemclient.store import SQLiteStore
 from idemclient.testing import LiveServer, serve
+
+from .test_progress import run_in_terminal
 
 PAYMENT = {"amount": 500, "currency": "EUR", "reference": "inv-9"}
 
@@ -219,3 +227,133 @@ def test_reconcile_treats_a_404_as_not_found_only_when_told(
         record = store.get("order-2")
         assert record is not None
         assert record.state is State.INDETERMINATE
+
+
+# -- for operators: JSON, retries shown, a purge that asks, colour on terminals only -----
+
+
+def test_list_as_json(store_with_history: Path) -> None:
+    code, out, _ = run("ops", "list", "--store", str(store_with_history), "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert [op["operation_id"] for op in document["operations"]] == ["order-1", "order-2"]
+    assert [op["state"] for op in document["operations"]] == ["succeeded", "indeterminate"]
+    assert document["operations"][0]["status"] == 201
+    assert document["operations"][1]["maybe_applied"] is True
+    assert document["counts"]["succeeded"] == 1
+    assert document["counts"]["indeterminate"] == 1
+
+
+def test_show_as_json(store_with_history: Path) -> None:
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-1", "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert document["operation_id"] == "order-1"
+    assert document["state"] == "succeeded"
+    assert json.loads(document["body"]) == PAYMENT
+    assert document["response"]["status"] == 201
+    assert json.loads(document["response"]["body"])["status"] == "succeeded"
+    assert "shop-1" not in out
+
+
+def test_resume_verbose_shows_each_retry(store_with_history: Path, live: LiveServer) -> None:
+    live.server.answer(503, path="/v1/payments", retry_after_ms=10)
+    code, _, err = run(
+        "ops", "resume", "--store", str(store_with_history), "--token", "shop-1", "-v"
+    )
+    assert code == 0, err
+    assert re.search(r"^retry: order-2 after attempt \d+: HTTP 503 .*; next attempt in", err, re.M)
+
+
+def test_resume_without_verbose_shows_no_retry(store_with_history: Path, live: LiveServer) -> None:
+    live.server.answer(503, path="/v1/payments", retry_after_ms=10)
+    code, _, err = run("ops", "resume", "--store", str(store_with_history), "--token", "shop-1")
+    assert code == 0, err
+    assert "retry:" not in err
+
+
+def _stored(store: Path) -> list[str]:
+    with SQLiteStore(store) as opened:
+        return [r.operation_id for r in opened.operations()]
+
+
+@pytest.mark.parametrize("answer", ["n\n", "\n"])
+def test_purge_on_a_terminal_asks_and_a_no_deletes_nothing(
+    store_with_history: Path, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    monkeypatch.setattr(idemclient._ops_cli, "interactive", lambda: True)
+    result = CliRunner().invoke(
+        main, ["ops", "purge", "--store", str(store_with_history), "order-1"], input=answer
+    )
+    assert result.exit_code == 1
+    assert "Delete 1 finished operation(s)" in result.stdout
+    assert "nothing purged" in result.stderr
+    assert _stored(store_with_history) == ["order-1", "order-2"]
+
+
+def test_purge_on_a_terminal_purges_once_confirmed(
+    store_with_history: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(idemclient._ops_cli, "interactive", lambda: True)
+    result = CliRunner().invoke(
+        main, ["ops", "purge", "--store", str(store_with_history), "--older-than", "0"], input="y\n"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "purged 1" in result.stdout
+    assert _stored(store_with_history) == ["order-2"]
+
+
+def test_purge_with_yes_never_asks(
+    store_with_history: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(idemclient._ops_cli, "interactive", lambda: True)
+    result = CliRunner().invoke(
+        main, ["ops", "purge", "--store", str(store_with_history), "--yes", "order-1"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "Delete" not in result.stdout
+    assert "warning" not in result.stderr
+    assert _stored(store_with_history) == ["order-2"]
+
+
+def test_purge_in_a_script_still_purges_and_warns_to_add_yes(store_with_history: Path) -> None:
+    """Scripts written for earlier versions keep working (no terminal: no question)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "idemclient", "ops", "purge", "--store", str(store_with_history),
+         "order-1"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "purged 1" in done.stdout
+    assert "deprecated" in done.stderr
+    assert "--yes" in done.stderr
+    assert _stored(store_with_history) == ["order-2"]
+
+
+ANSI = "\x1b["
+
+
+def test_no_colour_in_a_pipe_colour_when_asked_and_none_with_no_color(
+    store_with_history: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["ops", "list", "--store", str(store_with_history)]
+    assert ANSI not in CliRunner().invoke(main, args).stdout  # not a terminal
+    coloured = CliRunner().invoke(main, args, color=True).stdout  # as a terminal would be
+    assert click.style("succeeded    ", fg="green") in coloured
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert ANSI not in CliRunner().invoke(main, args, color=True).stdout
+
+
+def test_colour_on_a_real_terminal_and_none_with_no_color(
+    store_with_history: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = [sys.executable, "-m", "idemclient", "ops", "list", "--store", str(store_with_history)]
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    code, output = run_in_terminal(argv, columns=200)
+    assert code == 0, output
+    assert ANSI in output
+    monkeypatch.setenv("NO_COLOR", "1")
+    code, output = run_in_terminal(argv, columns=200)
+    assert code == 0, output
+    assert ANSI not in output
+    assert "succeeded" in output

@@ -30,6 +30,16 @@ EXPECTED = {
         r"resumed order-99 -> succeeded replayed: True",
         r"payments on the server: 1$",
     ],
+    "opentelemetry_metrics.py": [
+        r"^outcome: succeeded after 3 attempts$",
+        r"^span idemclient POST: succeeded$",
+        r"^  span POST attempt 1: 503 throttled$",
+        r"^  span POST attempt 3: 201 succeeded$",
+        r"^idemclient_attempts_total\{.*server_address=\"psp.test\".*\} 3\.0$",
+        r"^idemclient_retries_total\{.*idemclient_reason=\"server_error\".*\} 1\.0$",
+        r"^idemclient_outcomes_total\{.*idemclient_state=\"succeeded\".*\} 1\.0$",
+        r"^idemclient_store_duration_seconds_count\{.*idemclient_store_call=\"finish\"",
+    ],
     "batch_from_python.py": [
         r"50 rows, 50 succeeded, 0 replayed",
         r"50 rows, 50 succeeded, 50 replayed",
@@ -39,6 +49,12 @@ EXPECTED = {
         r"webhook deliveries: (\d+) for 5 events",
         r"orders paid: 5 of 5; paid more than once: 0; ledger entries: 5$",
         r"^EVERY EVENT APPLIED EXACTLY ONCE$",
+    ],
+    "webhook_ordering.py": [
+        r"delivered 6 events in 8 posts, newest first",
+        r"ignored as older than the state applied: (payment\.created(, )?){3}$",
+        r"payment statuses: succeeded, succeeded, succeeded$",
+        r"^EVERY PAYMENT ENDS SUCCEEDED$",
     ],
     "demo.py": [
         r"SIGKILL sent with \d+ payouts applied on the server",

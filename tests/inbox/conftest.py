@@ -21,16 +21,15 @@ import pytest
 
 from idemclient import ManualClock
 from idemclient.inbox import (
-    MESSAGE_ID_HEADER,
-    SIGNATURE_HEADER,
     SQLiteInbox,
+    StandardWebhooks,
     WebhookEvent,
     WebhookReceiver,
-    sign,
 )
 
-SECRET = "whsec_test_0123456789abcdef0123456789"
-OTHER_SECRET = "whsec_other_fedcba9876543210fedcba98"
+# Standard Webhooks secrets: "whsec_" and the key in base64 (24 bytes each).
+SECRET = "whsec_dGVzdC1rZXktMDEyMzQ1Njc4OWFiY2Rl"
+OTHER_SECRET = "whsec_b3RoZXIta2V5LWZlZGNiYTk4NzY1NDMy"
 SENDER = "psp"
 
 
@@ -68,10 +67,11 @@ def signed(
     timestamp: float,
     secrets: tuple[str, ...] = (SECRET,),
 ) -> dict[str, str]:
-    """The headers a sender holding `secrets` attaches to a delivery."""
+    """The headers a Standard Webhooks sender holding `secrets` attaches to a delivery."""
     return {
-        MESSAGE_ID_HEADER: message_id,
-        SIGNATURE_HEADER: sign(secrets, timestamp=int(timestamp), message_id=message_id, body=body),
+        **StandardWebhooks(secrets).headers(
+            message_id=message_id, timestamp=int(timestamp), body=body
+        ),
         "content-type": "application/json",
     }
 
@@ -98,7 +98,9 @@ def inbox(app_db: Path, clock: ManualClock) -> Iterator[SQLiteInbox]:
 
 @pytest.fixture
 def receiver(inbox: SQLiteInbox) -> WebhookReceiver[sqlite3.Connection]:
-    return WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=record_effect)
+    return WebhookReceiver(
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect
+    )
 
 
 # -- servers on 127.0.0.1 for the socket tests ------------------------------------------

@@ -19,13 +19,17 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from idemclient.inbox import SQLiteInbox, WebhookEvent, WebhookReceiver
+from idemclient.inbox import SQLiteInbox, StandardWebhooks, WebhookEvent, WebhookReceiver
 
 
 def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Server(WSGIServer):
+    request_queue_size = 128  # a storm of connections at once fits the listen backlog
 
 
 class Quiet(WSGIRequestHandler):
@@ -42,7 +46,9 @@ def main(db: str, secret: str, mode: str) -> None:
         if mode == "before-commit":
             die()  # the effect is written, the id is recorded, nothing is committed
 
-    receiver = WebhookReceiver(SQLiteInbox(db), sender="psp", secrets=[secret], handler=handler)
+    receiver = WebhookReceiver(
+        SQLiteInbox(db), sender="psp", scheme=StandardWebhooks([secret]), handler=handler
+    )
     inner = receiver.wsgi_app()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -51,7 +57,7 @@ def main(db: str, secret: str, mode: str) -> None:
             die()  # committed; the sender never hears so
         return body
 
-    httpd = make_server("127.0.0.1", 0, app, handler_class=Quiet)
+    httpd = make_server("127.0.0.1", 0, app, server_class=Server, handler_class=Quiet)
     print(f"listening on http://127.0.0.1:{httpd.server_port}/webhooks", flush=True)
     httpd.serve_forever()
 

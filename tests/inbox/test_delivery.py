@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from idemclient import ManualClock
-from idemclient.inbox import MESSAGE_ID_HEADER, SIGNATURE_HEADER, SignatureInvalid, verify_signature
+from idemclient.inbox import SignatureInvalid, StandardWebhooks
 from idemclient.testing import (
     Phase,
     ReferenceServer,
@@ -29,6 +29,19 @@ from idemclient.testing._storage.sqlite import SCHEMA_VERSION, Storage
 from .conftest import SECRET, wsgi_server
 
 PAYMENT = {"amount": 1250, "currency": "EUR", "reference": "inv-1"}
+MESSAGE_ID_HEADER = StandardWebhooks.ID_HEADER
+SIGNATURE_HEADER = StandardWebhooks.SIGNATURE_HEADER
+
+
+def verify_delivery(
+    request: httpx.Request, secrets: list[str] | tuple[str, ...], now: float
+) -> int:
+    """The signed timestamp of a delivery, verified as a Standard Webhooks receiver does."""
+    signed = StandardWebhooks(secrets).verify(
+        request.headers, request.content, now=now, tolerance=300
+    )
+    assert signed.message_id == request.headers[MESSAGE_ID_HEADER]
+    return signed.timestamp
 
 
 @dataclass
@@ -104,6 +117,7 @@ def test_a_finished_payment_queues_exactly_one_event(server: ReferenceServer) ->
         "object": "event",
         "type": "payment.succeeded",
         "created": int(server.now()),
+        "sequence": 2,  # its place in the payment's life: created 1, final 2
         "data": {"object": created.json()},
     }
 
@@ -157,7 +171,7 @@ def test_an_event_rolls_back_with_a_handler3_that_lost_its_lease(server: Referen
         status="succeeded",
         response_code=201,
         response_body=b"{}",
-        event=event,
+        events=[event],
     )
     assert not finished
     assert server.webhook_events() == ()
@@ -181,13 +195,7 @@ def test_a_delivery_is_signed_as_the_inbox_verifies(
     assert request.headers[MESSAGE_ID_HEADER] == event.id
     assert request.headers["content-type"] == "application/json"
     assert request.content == event.body.encode()
-    assert verify_signature(
-        request.headers[SIGNATURE_HEADER],
-        secrets=[SECRET],
-        message_id=event.id,
-        body=request.content,
-        now=server.now(),
-    ) == int(server.now())
+    assert verify_delivery(request, [SECRET], server.now()) == int(server.now())
     assert (event.state, event.attempts, event.posts) == ("delivered", 1, 1)
     assert (event.delivered_at, event.last_status) == (server.now(), 200)
     assert server.deliver_webhooks().due == 0  # acknowledged: never sent again
@@ -204,40 +212,22 @@ def test_a_generated_secret_is_returned_and_used(server: ReferenceServer) -> Non
     server.deliver_webhooks()
     [request] = recorder.received
     with pytest.raises(SignatureInvalid):  # not signed with some other secret
-        verify_signature(
-            request.headers[SIGNATURE_HEADER],
-            secrets=[SECRET],
-            message_id=request.headers[MESSAGE_ID_HEADER],
-            body=request.content,
-            now=server.now(),
-        )
-    verify_signature(
-        request.headers[SIGNATURE_HEADER],
-        secrets=secrets,
-        message_id=request.headers[MESSAGE_ID_HEADER],
-        body=request.content,
-        now=server.now(),
-    )
+        verify_delivery(request, [SECRET], server.now())
+    verify_delivery(request, secrets, server.now())
 
 
 def test_a_rotation_signs_with_every_secret(server: ReferenceServer) -> None:
     recorder = Recorder()
-    new = "whsec_new_secret_0123456789abcdef"
+    new = StandardWebhooks.generate_secret()
     server.set_webhook_endpoint(
         "https://m.test/h", secrets=[SECRET, new], transport=httpx.MockTransport(recorder)
     )
     pay(server, "k-1")
     server.deliver_webhooks()
     [request] = recorder.received
-    assert request.headers[SIGNATURE_HEADER].count("v1=") == 2
+    assert request.headers[SIGNATURE_HEADER].count("v1,") == 2
     for secret in (SECRET, new):  # a receiver holding either one accepts it
-        verify_signature(
-            request.headers[SIGNATURE_HEADER],
-            secrets=[secret],
-            message_id=request.headers[MESSAGE_ID_HEADER],
-            body=request.content,
-            now=server.now(),
-        )
+        verify_delivery(request, [secret], server.now())
 
 
 @pytest.mark.parametrize(
@@ -352,7 +342,8 @@ def test_each_client_may_have_its_own_endpoint(server: ReferenceServer) -> None:
     ("url", "secrets", "message"),
     [
         ("ftp://m.test/h", None, "http:// or https://"),
-        ("https://m.test/h", ["too-short"], "at least 16 bytes"),
+        ("https://m.test/h", ["too-short"], "whsec_"),
+        ("https://m.test/h", ["whsec_c2hvcnQ="], "at least 16 bytes"),
         ("https://m.test/h", [], "at least one secret"),
     ],
 )
@@ -513,7 +504,7 @@ def test_the_sandbox_endpoints_drive_webhooks_over_http() -> None:
     received: list[str] = []
 
     def app(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
-        received.append(str(environ["HTTP_IDEMCLIENT_MESSAGE_ID"]))
+        received.append(str(environ["HTTP_WEBHOOK_ID"]))
         start_response("204 No Content", [])
         return [b""]
 
@@ -569,3 +560,34 @@ def test_a_version_1_database_gains_the_webhook_table(tmp_path: Path) -> None:
         assert only_event(server).type == "payment.succeeded"
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+
+
+def test_the_earlier_headers_are_still_sent_on_request(server: ReferenceServer) -> None:
+    from idemclient.inbox import MESSAGE_ID_HEADER as LEGACY_ID
+    from idemclient.inbox import SIGNATURE_HEADER as LEGACY_SIGNATURE
+    from idemclient.inbox import verify_signature
+
+    recorder = Recorder()
+    raw = "an-old-raw-secret-0123456789"  # the earlier scheme's secrets are raw text
+    server.set_webhook_endpoint(
+        "https://m.test/h",
+        secrets=[raw],
+        scheme="idemclient-v1",
+        transport=httpx.MockTransport(recorder),
+    )
+    pay(server, "k-1")
+    server.deliver_webhooks()
+    [request] = recorder.received
+    assert "webhook-signature" not in request.headers
+    assert verify_signature(
+        request.headers[LEGACY_SIGNATURE],
+        secrets=[raw],
+        message_id=request.headers[LEGACY_ID],
+        body=request.content,
+        now=server.now(),
+    ) == int(server.now())
+
+
+def test_an_unknown_signature_scheme_is_refused(server: ReferenceServer) -> None:
+    with pytest.raises(ValueError, match="standard-webhooks, idemclient-v1"):
+        server.set_webhook_endpoint("https://m.test/h", scheme="hmac-of-my-own")

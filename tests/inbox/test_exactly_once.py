@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from idemclient import ManualClock
-from idemclient.inbox import SQLiteInbox, WebhookReceiver
+from idemclient.inbox import SQLiteInbox, StandardWebhooks, WebhookReceiver
 from idemclient.testing import ReferenceServer, WebhookEventRecord
 
 from .conftest import SECRET, SENDER, effects, record_effect, signed
@@ -66,7 +66,9 @@ def test_each_event_delivered_one_to_three_times_shuffled_has_one_effect(
     assert {e.type for e in events} >= {"payment.succeeded", "payout.succeeded"}
     deliveries: list[WebhookEventRecord] = [e for e in events for _ in range(rng.randint(1, 3))]
     rng.shuffle(deliveries)
-    receiver = WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=record_effect)
+    receiver = WebhookReceiver(
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect
+    )
     outcomes: Counter[str] = Counter()
     with httpx.Client(transport=httpx.WSGITransport(app=receiver.wsgi_app())) as http:
         for event in deliveries:
@@ -89,7 +91,9 @@ def test_the_servers_delivery_loop_under_random_faults_gives_one_effect_per_even
     server: ReferenceServer, inbox: SQLiteInbox, clock: ManualClock, app_db: Path, seed: int
 ) -> None:
     rng = random.Random(seed)
-    receiver = WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=record_effect)
+    receiver = WebhookReceiver(
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect
+    )
     server.set_webhook_endpoint(
         "http://merchant.test/webhooks",
         secrets=[SECRET],

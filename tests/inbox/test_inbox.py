@@ -387,7 +387,12 @@ def test_an_existing_application_database_keeps_its_settings(app_db: Path) -> No
     with sqlite3.connect(app_db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"effects", "idemclient_inbox", "idemclient_schema"}
+    assert tables == {
+        "effects",
+        "idemclient_inbox",
+        "idemclient_resource_versions",
+        "idemclient_schema",
+    }
 
 
 def test_reopening_keeps_the_ids(app_db: Path) -> None:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from idemclient import ManualClock
-from idemclient.inbox import SIGNATURE_HEADER, SQLiteInbox, WebhookReceiver
+from idemclient.inbox import SQLiteInbox, StandardWebhooks, WebhookReceiver
 from idemclient.testing import ReferenceServer, SandboxClient, serve
 from idemclient.testing._adapters.live import _read_ready_line, server_command
 from idemclient.testing._machine.webhooks import retry_delay
@@ -48,7 +48,9 @@ def pay(base_url: str, count: int, *, transport: httpx.BaseTransport | None = No
 
 @pytest.fixture
 def receiver(inbox: SQLiteInbox) -> WebhookReceiver[sqlite3.Connection]:
-    return WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=record_effect)
+    return WebhookReceiver(
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect
+    )
 
 
 @pytest.fixture
@@ -83,7 +85,7 @@ def test_asgi_receiver_under_uvicorn_fed_by_the_live_servers_delivery_loop(
         # Refused over the socket too: a forgery, and what is not a POST.
         body = events[0].body.encode()
         forged = {**signed(body, "evt_forged", timestamp=clock.time())}
-        forged[SIGNATURE_HEADER] = forged[SIGNATURE_HEADER][:-4] + "0000"
+        forged["webhook-signature"] = forged["webhook-signature"][:-4] + "AAA="
         assert httpx.post(url, content=body, headers=forged).status_code == 401
         assert httpx.get(url).status_code == 405
     assert sum(e.posts for e in events) == 5 + 2 + 1
@@ -95,7 +97,7 @@ def test_asgi_receiver_refuses_an_oversized_body_over_the_socket(
     inbox: SQLiteInbox, clock: ManualClock, app_db: Path
 ) -> None:
     receiver = WebhookReceiver(
-        inbox, sender=SENDER, secrets=[SECRET], handler=record_effect, max_body=100
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect, max_body=100
     )
     body = b"x" * 5000
     with asgi_server(receiver.asgi_app()) as url:
@@ -159,7 +161,7 @@ def test_the_server_command_delivers_in_the_background_to_its_webhook_url(
 
     with SQLiteInbox(app_db, clock=SystemClock()) as real_time_inbox:
         receiver = WebhookReceiver(
-            real_time_inbox, sender=SENDER, secrets=[SECRET], handler=record_effect
+            real_time_inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect
         )
         with wsgi_server(receiver.wsgi_app()) as url:
             argv = server_command(port=0, recovery_interval=0)

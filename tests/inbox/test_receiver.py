@@ -6,6 +6,7 @@ socket tests are in test_live.py.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import sqlite3
@@ -16,10 +17,10 @@ import pytest
 
 from idemclient import ManualClock
 from idemclient.inbox import (
-    SIGNATURE_HEADER,
     InvalidMessageId,
     SignatureInvalid,
     SQLiteInbox,
+    StandardWebhooks,
     WebhookEvent,
     WebhookReceiver,
 )
@@ -34,6 +35,9 @@ from .conftest import (
     signed,
 )
 
+SIGNATURE_HEADER = StandardWebhooks.SIGNATURE_HEADER
+ID_HEADER = StandardWebhooks.ID_HEADER
+FORGED = "v1," + base64.b64encode(bytes(32)).decode()  # well formed, signed by nobody
 BODY = json.dumps({"id": "evt_1", "type": "payment.succeeded"}).encode()
 ABSENT = object()
 
@@ -55,13 +59,13 @@ def test_a_signed_delivery_is_processed_once_and_its_duplicate_acknowledged(
 def _refusals(now: float) -> list[tuple[str, dict[str, str], bytes]]:
     good = signed(BODY, "evt_1", timestamp=now)
     return [
-        ("forged", {**good, SIGNATURE_HEADER: f"t={int(now)},v1={'ab' * 32}"}, BODY),
+        ("forged", {**good, SIGNATURE_HEADER: FORGED}, BODY),
         ("tampered body", good, BODY.replace(b"succeeded", b"declined!")),
-        ("replayed under another id", {**good, "Idemclient-Message-Id": "evt_2"}, BODY),
+        ("replayed under another id", {**good, ID_HEADER: "evt_2"}, BODY),
         ("stale", signed(BODY, "evt_1", timestamp=now - 301), BODY),
         ("from the future", signed(BODY, "evt_1", timestamp=now + 301), BODY),
         ("unknown secret", signed(BODY, "evt_1", timestamp=now, secrets=(OTHER_SECRET,)), BODY),
-        ("unsigned", {"Idemclient-Message-Id": "evt_1"}, BODY),
+        ("unsigned", {ID_HEADER: "evt_1", StandardWebhooks.TIMESTAMP_HEADER: str(int(now))}, BODY),
         ("garbage", {**good, SIGNATURE_HEADER: "hello"}, BODY),
     ]
 
@@ -96,7 +100,7 @@ def test_a_sender_rotating_its_secret_is_accepted_throughout(
 ) -> None:
     # The receiver holds old and new; the sender moves from old, to both, to new.
     receiver = WebhookReceiver(
-        inbox, sender=SENDER, secrets=[SECRET, OTHER_SECRET], handler=record_effect
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET, OTHER_SECRET]), handler=record_effect
     )
     for n, secrets in enumerate([(SECRET,), (SECRET, OTHER_SECRET), (OTHER_SECRET,)]):
         body = json.dumps({"n": n}).encode()
@@ -109,8 +113,8 @@ def test_a_sender_rotating_its_secret_is_accepted_throughout(
     "headers",
     [
         {},  # no message id at all
-        {"Idemclient-Message-Id": "evt 1"},
-        {"Idemclient-Message-Id": "x" * 256},
+        {ID_HEADER: "evt 1"},
+        {ID_HEADER: "x" * 256},
     ],
 )
 def test_a_missing_or_invalid_message_id_gets_400(
@@ -131,7 +135,7 @@ def test_a_header_sent_twice_is_refused(
     receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock, app_db: Path
 ) -> None:
     good = signed(BODY, "evt_1", timestamp=clock.time())
-    pairs = [*good.items(), ("idemclient-message-id", "evt_2")]
+    pairs = [*good.items(), (ID_HEADER, "evt_2")]
     response = receiver.handle(pairs, BODY)
     assert (response.status, response.outcome) == (401, "refused")
     assert recorded_ids(app_db) == set()
@@ -141,7 +145,7 @@ def test_two_spellings_of_a_header_in_a_dict_are_refused(
     receiver: WebhookReceiver[sqlite3.Connection], clock: ManualClock, app_db: Path
 ) -> None:
     good = signed(BODY, "evt_1", timestamp=clock.time())
-    response = receiver.handle({**good, "IDEMCLIENT-MESSAGE-ID": "evt_2"}, BODY)
+    response = receiver.handle({**good, ID_HEADER.upper(): "evt_2"}, BODY)
     assert (response.status, response.outcome) == (401, "refused")
     assert recorded_ids(app_db) == set()
 
@@ -164,7 +168,9 @@ def test_a_failing_handler_gets_500_and_the_retry_is_processed(
         if failures:
             raise failures.pop()
 
-    receiver = WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=flaky)
+    receiver = WebhookReceiver(
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=flaky
+    )
     headers = signed(BODY, "evt_1", timestamp=clock.time())
     failed = receiver.handle(headers, BODY)
     assert (failed.status, failed.outcome) == (500, "failed")
@@ -190,7 +196,9 @@ def test_a_handler_committing_on_its_own_gets_500_and_the_retry_applies_it_whole
                 pass
         tx.execute("INSERT INTO effects (message_id, type) VALUES (?, 'second')", ("evt_1",))
 
-    receiver = WebhookReceiver(inbox, sender=SENDER, secrets=[SECRET], handler=in_two_halves)
+    receiver = WebhookReceiver(
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=in_two_halves
+    )
     headers = signed(BODY, "evt_1", timestamp=clock.time())
     failed = receiver.handle(headers, BODY)
     assert (failed.status, failed.outcome) == (500, "failed")
@@ -212,7 +220,7 @@ def test_an_unavailable_database_gets_503(
 
 def test_a_body_over_the_limit_gets_413_unread(inbox: SQLiteInbox, clock: ManualClock) -> None:
     receiver = WebhookReceiver(
-        inbox, sender=SENDER, secrets=[SECRET], handler=record_effect, max_body=10
+        inbox, sender=SENDER, scheme=StandardWebhooks([SECRET]), handler=record_effect, max_body=10
     )
     response = receiver.handle(signed(BODY, "evt_1", timestamp=clock.time()), BODY)
     assert (response.status, response.outcome) == (413, "too_large")
@@ -221,7 +229,10 @@ def test_a_body_over_the_limit_gets_413_unread(inbox: SQLiteInbox, clock: Manual
 def test_the_handler_sees_the_verified_event(inbox: SQLiteInbox, clock: ManualClock) -> None:
     seen: list[WebhookEvent] = []
     receiver = WebhookReceiver(
-        inbox, sender=SENDER, secrets=[SECRET], handler=lambda event, tx: seen.append(event)
+        inbox,
+        sender=SENDER,
+        scheme=StandardWebhooks([SECRET]),
+        handler=lambda event, tx: seen.append(event),
     )
     receiver.handle(signed(BODY, "evt_1", timestamp=clock.time()), BODY)
     [event] = seen
@@ -232,9 +243,9 @@ def test_the_handler_sees_the_verified_event(inbox: SQLiteInbox, clock: ManualCl
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"secrets": []}, "at least one secret"),
-        ({"secrets": ["short"]}, "at least 16 bytes"),
-        ({"secrets": SECRET}, "list of secrets"),
+        ({"scheme": None}, "needs scheme="),
+        ({"scheme": object()}, "not a signature scheme"),
+        ({"secrets": [SECRET]}, "not both"),
         ({"tolerance": 0}, "tolerance"),
         ({"max_body": 0}, "max_body"),
         ({"sender": "p s p"}, "invalid sender"),
@@ -243,9 +254,29 @@ def test_the_handler_sees_the_verified_event(inbox: SQLiteInbox, clock: ManualCl
 def test_a_misconfigured_receiver_fails_at_construction(
     inbox: SQLiteInbox, options: dict[str, Any], message: str
 ) -> None:
-    arguments: dict[str, Any] = {"sender": SENDER, "secrets": [SECRET], "handler": record_effect}
+    arguments: dict[str, Any] = {
+        "sender": SENDER,
+        "scheme": StandardWebhooks([SECRET]),
+        "handler": record_effect,
+    }
     with pytest.raises((ValueError, TypeError), match=message):
         WebhookReceiver(inbox, **{**arguments, **options})
+
+
+@pytest.mark.parametrize(
+    ("secrets", "message"),
+    [
+        ([], "at least one secret"),
+        (["whsec_" + base64.b64encode(b"short").decode()], "at least 16 bytes"),
+        ([bytes(15)], "at least 16 bytes"),
+        (["test-secret-0123456789abcdef"], "'whsec_' followed by the key in base64"),
+        (["whsec_not base64 at all!"], "not valid base64"),
+        (42, "a secret or a list of secrets"),
+    ],
+)
+def test_an_unusable_standard_webhooks_secret_is_refused(secrets: Any, message: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=message):
+        StandardWebhooks(secrets)
 
 
 # -- the WSGI application, called directly ---------------------------------------------
@@ -288,7 +319,7 @@ def test_the_wsgi_app_verifies_dedupes_and_answers(
     assert json.loads(body)["status"] == "processed"
     assert response_headers["content-length"] == str(len(body))
     assert call_wsgi(receiver, headers, BODY)[0] == "200 OK"
-    forged = {**headers, SIGNATURE_HEADER: f"t={int(clock.time())},v1={'0' * 64}"}
+    forged = {**headers, SIGNATURE_HEADER: FORGED}
     assert call_wsgi(receiver, forged, BODY)[0] == "401 Unauthorized"
     assert effects(app_db) == {"evt_1": 1}
 
@@ -364,7 +395,11 @@ def test_a_terminated_input_over_the_limit_gets_413(
     inbox: SQLiteInbox, clock: ManualClock, app_db: Path
 ) -> None:
     receiver = WebhookReceiver(
-        inbox, sender=SENDER, secrets=[SECRET], handler=record_effect, max_body=len(BODY) - 1
+        inbox,
+        sender=SENDER,
+        scheme=StandardWebhooks([SECRET]),
+        handler=record_effect,
+        max_body=len(BODY) - 1,
     )
     stream = Trickle(BODY * 1000, step=4096)
     extra = {"CONTENT_LENGTH": ABSENT, "wsgi.input_terminated": True, "wsgi.input": stream}
@@ -373,7 +408,11 @@ def test_a_terminated_input_over_the_limit_gets_413(
     assert stream.reads <= 2  # stopped once over the limit, not read to the end
     # At exactly the limit, it is read and processed.
     receiver = WebhookReceiver(
-        inbox, sender=SENDER, secrets=[SECRET], handler=record_effect, max_body=len(BODY)
+        inbox,
+        sender=SENDER,
+        scheme=StandardWebhooks([SECRET]),
+        handler=record_effect,
+        max_body=len(BODY),
     )
     extra["wsgi.input"] = Trickle(BODY)
     assert call_wsgi(receiver, headers, BODY, extra=extra)[0] == "200 OK"

@@ -24,11 +24,16 @@ def test_the_inbox_surface_is_pinned() -> None:
         "Inbox",
         "InboxStorage",
         "InvalidMessageId",
+        "LegacySignature",
         "ParsedSignature",
         "Receipt",
         "SQLiteInbox",
         "SQLiteInboxStorage",
         "SignatureInvalid",
+        "SignatureScheme",
+        "Signed",
+        "StandardWebhooks",
+        "StripeSignature",
         "WSGIApp",
         "WebhookEvent",
         "WebhookReceiver",
@@ -54,6 +59,11 @@ def test_the_inbox_errors_are_the_ones_in_the_single_tree() -> None:
 
 
 def test_the_header_names_are_the_documented_ones() -> None:
+    assert inbox.StandardWebhooks.ID_HEADER == "webhook-id"
+    assert inbox.StandardWebhooks.TIMESTAMP_HEADER == "webhook-timestamp"
+    assert inbox.StandardWebhooks.SIGNATURE_HEADER == "webhook-signature"
+    assert inbox.StripeSignature.HEADER == "Stripe-Signature"
+    # idemclient's earlier headers (LegacySignature, deprecated):
     assert inbox.SIGNATURE_HEADER == "Idemclient-Signature"
     assert inbox.MESSAGE_ID_HEADER == "Idemclient-Message-Id"
     assert inbox.DEFAULT_TOLERANCE == 300

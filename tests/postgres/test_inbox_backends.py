@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from idemclient import ManualClock
-from idemclient.inbox import WebhookEvent, WebhookReceiver
+from idemclient.inbox import StandardWebhooks, WebhookEvent, WebhookReceiver
 from idemclient.testing import ReferenceServer
 
 from ..inbox.conftest import SECRET, SENDER, signed
@@ -149,7 +149,7 @@ def test_each_event_delivered_one_to_three_times_shuffled_has_one_effect(
     receiver = WebhookReceiver(
         merchant.open_inbox(clock=clock),
         sender=SENDER,
-        secrets=[SECRET],
+        scheme=StandardWebhooks([SECRET]),
         handler=on_event,
         clock=clock,
     )
@@ -255,7 +255,7 @@ def test_the_reference_servers_deliveries_reach_a_postgres_inbox_once(pg_url: st
         receiver = WebhookReceiver(
             inbox,
             sender=SENDER,
-            secrets=[SECRET],
+            scheme=StandardWebhooks([SECRET]),
             handler=lambda event, tx: add_effect(tx, event.message_id),
             clock=clock,
         )

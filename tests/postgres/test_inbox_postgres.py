@@ -14,9 +14,11 @@ import psycopg
 import psycopg_pool
 import pytest
 
+from idemclient._db.pg_schema import open_schema
 from idemclient._db.postgres import display
 from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresInbox, PostgresInboxStorage
+from idemclient.postgres._inbox import INBOX
 from tests.support.pgcluster import Cluster
 
 from .conftest import MerchantDatabase, add_effect
@@ -195,7 +197,11 @@ def test_neither_a_url_pool_nor_connection_is_refused() -> None:
 
 def test_its_tables_live_in_a_schema_of_their_own(merchant: MerchantDatabase) -> None:
     merchant.open_inbox()
-    assert tables(merchant.target, "idemclient_inbox") == {"inbox", "inbox_version"}
+    assert tables(merchant.target, "idemclient_inbox") == {
+        "inbox",
+        "inbox_version",
+        "resource_versions",  # the ordering guard's, from schema version 2
+    }
     assert tables(merchant.target, "public") == {"effects"}
 
 
@@ -211,6 +217,23 @@ def test_a_foreign_inbox_table_is_refused_and_left_alone(merchant: MerchantDatab
     with psycopg.connect(merchant.target) as conn:
         assert conn.execute("SELECT * FROM idemclient_inbox.inbox").fetchall() == [("mine",)]
     merchant.open_inbox(schema="elsewhere").close()  # another schema is fine
+
+
+def test_an_inbox_of_schema_version_1_is_upgraded_keeping_its_ids(
+    merchant: MerchantDatabase,
+) -> None:
+    with psycopg.connect(merchant.target, autocommit=True) as conn:  # what version 1 wrote
+        open_schema(
+            conn, "idemclient_inbox", where="test", layout=INBOX, migrations=INBOX.migrations[:1]
+        )
+        conn.execute("INSERT INTO idemclient_inbox.inbox VALUES ('psp', 'evt_old', 1)")
+    assert tables(merchant.target, "idemclient_inbox") == {"inbox", "inbox_version"}
+    inbox = merchant.open_inbox()
+    assert inbox.seen("psp", "evt_old")
+    assert inbox.process("psp", "evt_new", lambda tx: inbox.advance(tx, "psp", "p/1", 1)).result
+    with psycopg.connect(merchant.target) as conn:
+        version = conn.execute("SELECT version FROM idemclient_inbox.inbox_version").fetchone()
+    assert version == (2,)
 
 
 def test_a_foreign_version_table_is_refused(merchant: MerchantDatabase) -> None:

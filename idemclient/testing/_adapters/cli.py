@@ -21,6 +21,7 @@ from types import FrameType
 import click
 
 from ..._clock import SystemClock
+from ...profiles import BUILTIN
 from .._server import DEFAULT_CLOCK_TOLERANCE, DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
 from .._storage.backend import is_postgres_url
 from .asgi import ReferenceApp
@@ -58,9 +59,18 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--key-ttl",
     type=_POSITIVE,
-    default=DEFAULT_KEY_TTL,
+    default=None,
+    help="Seconds finished idempotency keys are kept before the reaper drops them"
+    f" [default: the profile's longest key retention; {DEFAULT_KEY_TTL:.0f} for reference].",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    type=click.Choice(list(BUILTIN)),
+    default="reference",
     show_default=True,
-    help="Seconds finished idempotency keys are kept before the reaper drops them.",
+    help="The server profile to speak: where the key goes, and each answer, as that"
+    " provider gives it.",
 )
 @click.option(
     "--clock-tolerance",
@@ -92,7 +102,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     "--webhook-secret",
     "webhook_secrets",
     multiple=True,
-    help="A secret to sign webhooks with; repeat it during a rotation."
+    help="A secret to sign webhooks with (whsec_ and base64); repeat it during a rotation."
     " Without one, a secret is generated and printed to stderr.",
 )
 @click.option(
@@ -119,7 +129,8 @@ def server(
     port: int,
     db: str,
     lease: float,
-    key_ttl: float,
+    key_ttl: float | None,
+    profile_name: str,
     clock_tolerance: float,
     external_retention: float | None,
     recovery_interval: float,
@@ -149,6 +160,7 @@ def server(
             clock_tolerance=clock_tolerance,
             external_retention=external_retention,
             sandbox=sandbox,
+            profile=profile_name,
         )
     except (sqlite3.Error, ValueError, OSError, ImportError) as exc:
         # OSError: a PostgreSQL database that cannot be reached or used (ConnectionError);

@@ -204,6 +204,7 @@ def server_command(
     key_ttl: float | None = None,
     recovery_interval: float | None = None,
     log_level: str = "warning",
+    profile: str | None = None,
 ) -> list[str]:
     """The argv that starts the reference server with these settings."""
     argv = [sys.executable, "-m", "idemclient.testing", "--host", host, "--port", str(port)]
@@ -212,6 +213,7 @@ def server_command(
         ("--lease", lease),
         ("--key-ttl", key_ttl),
         ("--recovery-interval", recovery_interval),
+        ("--profile", profile),
     ):
         if value is not None:
             argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
@@ -245,8 +247,11 @@ def spawn(
     key_ttl: float | None = None,
     recovery_interval: float | None = None,
     ready_timeout: float = 20.0,
+    profile: str | None = None,
 ) -> Iterator[SpawnedServer]:
     """Start `idemclient server` as a child process and yield once it is ready.
+
+    `profile` is a built-in server profile's name (`--profile`).
 
     On exit the process gets SIGTERM (its clean shutdown path) and, should it hang,
     SIGKILL.
@@ -258,6 +263,7 @@ def spawn(
         lease=lease,
         key_ttl=key_ttl,
         recovery_interval=recovery_interval,
+        profile=profile,
     )
     process = subprocess.Popen(  # noqa: S603 (our own interpreter and module)
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -112,9 +112,15 @@ class SandboxClient:
     # -- webhooks ------------------------------------------------------------------------
 
     def set_webhook_endpoint(
-        self, url: str | None, *, secrets: Sequence[str] | None = None, client: str | None = None
+        self,
+        url: str | None,
+        *,
+        secrets: Sequence[str] | None = None,
+        client: str | None = None,
+        scheme: str = "standard-webhooks",
+        lifecycle: bool = False,
     ) -> tuple[str, ...]:
-        spec: dict[str, Any] = {"url": url}
+        spec: dict[str, Any] = {"url": url, "scheme": scheme, "lifecycle": lifecycle}
         if secrets is not None:
             if isinstance(secrets, str):
                 raise TypeError("secrets is a list of secrets, not one secret")

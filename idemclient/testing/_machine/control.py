@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._protocol.messages import ServerRequest, ServerResponse, json_bytes
 from .._protocol.rules import JSON_CONTENT_TYPE, Problem
+from .webhooks import STANDARD_WEBHOOKS
 
 if TYPE_CHECKING:
     from .._server import ReferenceServer
@@ -131,7 +132,7 @@ def _route(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
         return _ok({"data": [entry.to_json() for entry in server.ledger()]})
     if (method, path) == ("POST", "/webhooks/endpoint"):
         spec = _object(request)
-        unknown = sorted(set(spec) - {"url", "secrets", "client"})
+        unknown = sorted(set(spec) - {"url", "secrets", "client", "scheme", "lifecycle"})
         if unknown:
             raise _bad(f"unknown fields: {', '.join(unknown)}")
         given = spec.get("secrets")
@@ -144,6 +145,8 @@ def _route(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
             None if url is None else str(url),
             secrets=given,
             client=None if spec.get("client") is None else str(spec["client"]),
+            scheme=str(spec.get("scheme", STANDARD_WEBHOOKS)),
+            lifecycle=spec.get("lifecycle", False) is True,
         )
         return _ok({"secrets": list(chosen)}, 201)
     if (method, path) == ("POST", "/webhooks/deliver"):

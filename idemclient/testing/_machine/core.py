@@ -20,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
+from .._protocol.dialect import Dialect, InFlight, Mismatch
 from .._protocol.messages import DropConnection, ServerRequest, ServerResponse, json_bytes
 from .._protocol.rules import (
     JSON_CONTENT_TYPE,
@@ -51,18 +52,14 @@ from .clock import ServerClock
 from .external import ExternalDown, ExternalSystem, ExternalTimeout
 from .faults import Action, Answer, Crash, Delay, FaultPlan
 from .records import RecoveryReport
-from .webhooks import event_for
+from .webhooks import events_for
 
 __all__ = ["Core"]
 
 logger = logging.getLogger("idemclient.testing")
 
-#: collection (path segment) -> resource kind
-KINDS = {"payments": "payment", "payouts": "payout"}
 #: resource kind -> id prefix
 ID_PREFIXES = {"payment": "pay", "payout": "po"}
-_COLLECTION = re.compile(r"/v1/(payments|payouts)")
-_ITEM = re.compile(r"/v1/(payments|payouts)/([^/]+)")
 # In flight: come back soon. The owner usually finishes well inside a second; a lease
 # can be 30 s, and telling clients to wait that long would only slow them down.
 IN_FLIGHT_RETRY_AFTER = "1"
@@ -91,6 +88,7 @@ class _Work:
     """One attempt's hold on one key row, and what it knows so far."""
 
     client: str
+    #: the key row's key: the client's key, or one derived from it (see `_record_key`)
     key: str
     owner: str
     kind: str
@@ -155,6 +153,8 @@ class Core:
         externals: tuple[ExternalSystem, ExternalSystem],
         lease: float,
         key_ttl: float,
+        dialect: Dialect,
+        webhook_lifecycle: Callable[[str], bool] = lambda client: False,
         clock_tolerance: float = 0.0,
     ) -> None:
         if not lease > 0:
@@ -169,15 +169,18 @@ class Core:
         self.externals = externals
         self.lease = lease
         self.key_ttl = key_ttl
+        self.dialect = dialect
+        #: whether `client`'s webhook endpoint wants each resource's whole lifecycle
+        self.webhook_lifecycle = webhook_lifecycle
         self.clock_tolerance = clock_tolerance
 
     # -- entry point ---------------------------------------------------------------------
 
     def handle(self, request: ServerRequest) -> ServerResponse | DropConnection:
         """Answer one request."""
-        collection = _COLLECTION.fullmatch(request.path)
-        creating = collection is not None and request.method == "POST"
-        action = self.faults.take(path=request.path, key=_key_hint(request), phased=creating)
+        creating = self.dialect.collection(request.path) is not None and request.method == "POST"
+        hint = self.dialect.key_hint(request)
+        action = self.faults.take(path=request.path, key=hint, phased=creating)
         if isinstance(action, Answer):
             return self._render_answer(action)
         try:
@@ -205,22 +208,22 @@ class Core:
         self, request: ServerRequest, action: Action | None
     ) -> ServerResponse | DropConnection:
         client = parse_bearer(request.header_values("authorization"))
-        if (collection := _COLLECTION.fullmatch(request.path)) is not None:
-            kind = KINDS[collection.group(1)]
+        if (asked := self.dialect.read_lookup(request)) is not None:
+            return self._lookup(client, *asked)
+        if (kind := self.dialect.collection(request.path)) is not None:
             if request.method == "POST":
                 crash = action.after if isinstance(action, Crash) else None
                 return self._create(request, client, kind, crash)
             if request.method == "GET":
                 return self._search(request, client, kind)
             raise _method_not_allowed("GET, POST")
-        if (item := _ITEM.fullmatch(request.path)) is not None:
+        if (item := self.dialect.item(request.path)) is not None:
             if request.method != "GET":
                 raise _method_not_allowed("GET")
-            rows = self.storage.find_resources(
-                client=client, kind=KINDS[item.group(1)], resource_id=item.group(2)
-            )
+            kind, resource_id = item
+            rows = self.storage.find_resources(client=client, kind=kind, resource_id=resource_id)
             if not rows:
-                raise _not_found(KINDS[item.group(1)])
+                raise _not_found(kind)
             return _json_response(200, resource_json(rows[0]))
         raise Problem(404, "no-such-route", "Not found", f"nothing is served at {request.path}")
 
@@ -272,31 +275,66 @@ class Core:
         # match either, so the answer still reveals nothing about them).
         return _json_response(200, {"object": "list", "data": [resource_json(r) for r in rows]})
 
+    def _lookup(self, client: str, reference: str | None, key: str | None) -> ServerResponse:
+        """The profile's own look-up (`Profile.lookup`), over payments and payouts, with
+        each status in the look-up's words."""
+        if reference is None and key is None:
+            raise Problem(400, "filter-required", "A filter is required", "nothing to look up")
+        found = []
+        for kind in ("payment", "payout"):
+            for row in self.storage.find_resources(
+                client=client, kind=kind, reference=reference, idempotency_key=key
+            ):
+                value = resource_json(row)
+                value["status"] = self.dialect.lookup_status(row.status)
+                found.append(value)
+        return _json_response(200, {"object": "list", "data": found, "has_more": False})
+
     # -- creation: admission, then the phase machine -----------------------------------
 
     def _create(
         self, request: ServerRequest, client: str, kind: str, crash: Phase | None
     ) -> ServerResponse | DropConnection:
-        key = parse_idempotency_key(request.header_values("idempotency-key"))
+        dialect = self.dialect
+        challenged = dialect.challenge(request)
+        if challenged is not None:
+            return challenged  # before anything is read or stored
+        read = dialect.read_key(request)
+        if read.key is None and dialect.requires_key(request.path):
+            raise dialect.missing_key(request.path)
         # Validation before admission: a request that fails it never started executing,
         # so nothing is stored and the client may fix the body and send the same key.
-        payment, canonical = parse_payment(request.body)
+        payment, canonical = parse_payment(read.body)
         digest = request_hash(request.method, request.path, canonical)
+        # No key where the provider does not require one: the request runs, once, under
+        # a key nobody can present again (as the provider runs a request without a key).
+        record = _record_key(read.key, digest, by_request=dialect.records_by_request())
         owner = secrets.token_hex(8)
         now = self.clock.time()
-        owned, row = self.storage.admit(
-            client=client,
-            key=key,
-            request_hash=digest,
-            endpoint=request.path,
-            request_body=canonical,
-            owner=owner,
-            now=now,
-        )
+
+        def admit(key: str) -> tuple[bool, KeyRow]:
+            return self.storage.admit(
+                client=client,
+                key=key,
+                request_hash=digest,
+                endpoint=request.path,
+                request_body=canonical,
+                owner=owner,
+                now=now,
+            )
+
+        owned, row = admit(record)
+        if not owned and row.state == "finished" and dialect.forgets_on_arrival:
+            # Past its retention the provider has forgotten the key: a new request. (As
+            # for the reaper, the clocks' tolerance is allowed on top.)
+            retention = dialect.retention(request.method, request.path) + self.clock_tolerance
+            if row.created_at <= now - retention:
+                self.storage.forget(client=client, key=record, created_before=now - retention)
+                owned, row = admit(record)
         try:
             if owned:
                 work = _Work(
-                    client, key, owner, kind, request.path, payment, None, None, crash, False
+                    client, record, owner, kind, request.path, payment, None, None, crash, False
                 )
                 _checkpoint(work, Phase.ADMITTED)
                 return self._run(work)[0]
@@ -308,29 +346,66 @@ class Core:
                 now=now,
                 lease=self.lease,
             )
-            if verdict is Verdict.REPLAY:
-                return _replay(row)
             if verdict is Verdict.MISMATCH:
-                raise Problem(
-                    422,
-                    "idempotency-key-reused",
-                    "Idempotency-Key reused",
-                    "this key was used for a different request (method, path or body)",
+                mode = dialect.mismatch_mode
+                if mode is Mismatch.ANSWER:
+                    return dialect.mismatch(_key_reused().response())
+                if mode is Mismatch.EXISTING and row.resource_id is not None:
+                    return dialect.existing(row.resource_id)
+                # The server keys by the key alone: judged as the first request.
+                verdict = judge_existing(
+                    stored_hash=row.request_hash,
+                    state=row.state,
+                    locked_at=row.locked_at,
+                    request_hash=row.request_hash,
+                    now=now,
+                    lease=self.lease,
                 )
+            if verdict is Verdict.REPLAY:
+                if dialect.profile.existing is not None and row.resource_id is not None:
+                    return dialect.existing(row.resource_id)
+                return self._replay(row)
             if verdict is Verdict.TAKE_OVER:
                 taken = self.storage.take_over(
-                    client=client, key=key, owner=owner, now=now, stale_before=now - self.lease
+                    client=client, key=record, owner=owner, now=now, stale_before=now - self.lease
                 )
                 if taken is not None:
                     return self._run(self._resume(taken, owner, crash))[0]
-            return _in_flight(row.resource_id)
+            if dialect.in_flight is InFlight.EXISTING and row.resource_id is not None:
+                return dialect.existing(row.resource_id)
+            if dialect.in_flight is InFlight.ANSWER:
+                return self._busy(row.resource_id, request.path)
+            # No guard for a request in flight: this one runs as well, beside it.
+            again = f"{record}/run-{secrets.token_hex(6)}"
+            owned, _ = admit(again)
+            if not owned:  # pragma: no cover - a fresh random key is never taken
+                return self._busy(row.resource_id, request.path)
+            work = _Work(
+                client, again, owner, kind, request.path, payment, None, None, crash, False
+            )
+            _checkpoint(work, Phase.ADMITTED)
+            return self._run(work)[0]
         except _Crashed as crashed:
             return DropConnection(f"injected crash after {crashed.point.value}")
+
+    def _busy(self, resource_id: str | None, endpoint: str) -> ServerResponse:
+        """ "Still running" in the profile's words, for a request to `endpoint`."""
+        return self.dialect.in_progress(resource_id, endpoint, _in_flight(resource_id))
+
+    def _replay(self, row: KeyRow) -> ServerResponse:
+        assert row.response_code is not None
+        assert row.response_body is not None
+        code = row.response_code
+        content_type = PROBLEM_CONTENT_TYPE if code >= 400 else JSON_CONTENT_TYPE
+        headers: list[tuple[str, str]] = [("content-type", content_type)]
+        if row.resource_id is not None:
+            headers.append(_location(self.dialect.kind_of(row.endpoint), row.resource_id))
+        return self.dialect.replay(code, row.response_body, headers)
 
     def _resume(self, row: KeyRow, owner: str, crash: Phase | None) -> _Work:
         payment, _ = parse_payment(row.request_body)
         resource = None if row.resource_id is None else self.storage.resource(row.resource_id)
-        kind = _kind_of(row.endpoint)
+        kind = self.dialect.kind_of(row.endpoint)
         return _Work(
             row.client,
             row.key,
@@ -367,7 +442,7 @@ class Core:
             if step is Step.HANDLER1:
                 created = self._new_resource(work, now)
                 if not storage.handler1(**common, resource=created):
-                    return _in_flight(None), False
+                    return self._busy(None, work.endpoint), False
                 work.resource, work.point = created, Phase.H1_DONE
                 _checkpoint(work, Phase.H1_DONE)
                 continue
@@ -397,7 +472,7 @@ class Core:
                 ok = storage.handler2(**common, status=status)
                 work.resource = dataclasses.replace(resource, status=status)
             if not ok:
-                return _in_flight(resource.id), False
+                return self._busy(resource.id, work.endpoint), False
             work.point = point
             _checkpoint(work, point)
 
@@ -407,7 +482,7 @@ class Core:
             id=f"{prefix}_{secrets.token_hex(12)}",
             kind=work.kind,
             client=work.client,
-            idempotency_key=work.key,
+            idempotency_key=_client_key(work.key),
             reference=work.payment.reference,
             amount=work.payment.amount,
             currency=work.payment.currency,
@@ -438,13 +513,25 @@ class Core:
             code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
         else:
             code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
-        # The webhook event is queued in the same transaction (an outbox): it exists if
-        # and only if the resource is final, and sending it is the deliverer's job.
-        event = event_for(final, resource_json(final), common["now"])
+        # The webhook events are queued in the same transaction (an outbox): they exist
+        # if and only if the resource is final, and sending them is the deliverer's job.
+        # With the lifecycle on, `<kind>.created` (the resource as it was made) comes
+        # first, then the final status.
+        events = events_for(
+            final,
+            resource_json(final),
+            common["now"],
+            created=resource_json(dataclasses.replace(final, status="pending"))
+            if self.webhook_lifecycle(final.client)
+            else None,
+        )
         if not self.storage.finish(
-            **common, status=final.status, response_code=code, response_body=body, event=event
+            **common, status=final.status, response_code=code, response_body=body, events=events
         ):
-            return _in_flight(resource.id), False
+            return self._busy(resource.id, work.endpoint), False
+        if not self.dialect.stores(code):
+            # This server keeps only some answers (Checkout: 2xx): the key stays unused.
+            self.storage.forget(client=work.client, key=work.key, created_before=common["now"])
         # Phase.FINISHED (apply-then-drop) is applied by `handle` to whatever is answered.
         headers = (("content-type", content_type), _location(work.kind, resource.id))
         return ServerResponse(code, headers, body), True
@@ -502,7 +589,7 @@ class Core:
         if not self.storage.release(
             client=work.client, key=work.key, owner=work.owner, now=self.clock.time()
         ):
-            return _in_flight(resource.id)
+            return self._busy(resource.id, work.endpoint)
         location = _location(work.kind, resource.id)
         if unresolved.maybe_sent:
             # Accepted, outcome unknown: never "failed", never "succeeded". The row is
@@ -568,18 +655,19 @@ class Core:
         return self.storage.reap(created_before=cutoff, now=now)
 
 
-def _kind_of(endpoint: str) -> str:
-    """The resource kind a stored endpoint (/v1/payments, /v1/payouts) creates."""
-    return KINDS[endpoint.rsplit("/", 1)[-1]]
+def _record_key(key: str | None, digest: bytes, *, by_request: bool) -> str:
+    """The key row's key. A client's key never contains "/", so what follows one is
+    the server's: the request's hash where records are keyed by the request too
+    (django-idempotency-key), a random run id for a request without a key or one run
+    beside another in flight."""
+    if key is None:
+        return f"auto-{secrets.token_hex(12)}/unkeyed"
+    return f"{key}/{digest.hex()[:32]}" if by_request else key
 
 
-def _key_hint(request: ServerRequest) -> str | None:
-    """The key as written, for matching fault scripts (validation happens later)."""
-    raw = request.header("idempotency-key")
-    if raw is None:
-        return None
-    raw = raw.strip(" \t")
-    return raw[1:-1] if len(raw) >= 2 and raw[0] == raw[-1] == '"' else raw
+def _client_key(record: str) -> str:
+    """The client's key in a key row's key (see `_record_key`)."""
+    return record.split("/", 1)[0]
 
 
 def _checkpoint(work: _Work, point: Phase) -> None:
@@ -602,17 +690,6 @@ def _probe(external: ExternalSystem, key: str) -> ExternalRecord | _Unresolved |
         return _Unresolved(maybe_sent=True)
 
 
-def _replay(row: KeyRow) -> ServerResponse:
-    assert row.response_code is not None
-    assert row.response_body is not None
-    content_type = PROBLEM_CONTENT_TYPE if row.response_code >= 400 else JSON_CONTENT_TYPE
-    headers: list[tuple[str, str]] = [("content-type", content_type)]
-    if row.resource_id is not None:
-        headers.append(_location(_kind_of(row.endpoint), row.resource_id))
-    headers.append(("idempotent-replayed", "true"))
-    return ServerResponse(row.response_code, tuple(headers), row.response_body)
-
-
 def _in_flight(resource_id: str | None) -> ServerResponse:
     extra = {} if resource_id is None else {"resource_id": resource_id}
     return Problem(
@@ -623,6 +700,15 @@ def _in_flight(resource_id: str | None) -> ServerResponse:
         extra=extra,
         headers=(("retry-after", IN_FLIGHT_RETRY_AFTER),),
     ).response()
+
+
+def _key_reused() -> Problem:
+    return Problem(
+        422,
+        "idempotency-key-reused",
+        "Idempotency-Key reused",
+        "this key was used for a different request (method, path or body)",
+    )
 
 
 def _method_not_allowed(allow: str) -> Problem:

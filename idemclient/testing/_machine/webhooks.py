@@ -1,9 +1,13 @@
 """Webhook delivery from the outbox: at least once, signed, retried with backoff.
 
 Events are queued by Handler3 in the transaction that finishes a resource (see
-`StorageBackend.finish`). `Deliverer.deliver_once` is one pass of the delivery loop: it reads
-the due events, claims each with a conditional update, POSTs it to the client's
-endpoint signed as `idemclient.inbox` verifies, and records the result. A 2xx is an
+`StorageBackend.finish`): its final status, preceded by `<kind>.created` when the
+endpoint asked for the lifecycle; each body carries the event's `sequence` in its
+resource's life (1 created, 2 final), the order a receiver's guard compares.
+`Deliverer.deliver_once` is one pass of the delivery loop: it reads the due events,
+claims each with a conditional update, POSTs it to the client's endpoint signed as
+Standard Webhooks define (or, deprecated, idemclient's earlier headers), and records
+the result. A 2xx is an
 acknowledgement; anything else (another status, a refused connection, a timeout) is
 retried after `retry_delay(attempts)`, until `max_attempts`, then the event is
 abandoned. The payment path never waits on any of this.
@@ -16,6 +20,8 @@ Faults, for the next `times` events (or rounds) they apply to:
 - `delay`: the event is held back `seconds` (no attempt counted), so later events
   overtake it.
 - `reorder`: the next round sends its batch in a shuffled order.
+- `reverse`: the next round sends its batch newest first (a resource's final status
+  before its creation).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from ...inbox._signature import MESSAGE_ID_HEADER, SIGNATURE_HEADER, secret_bytes, sign
+from ...inbox._schemes import LegacySignature, StandardWebhooks
 from .._protocol.messages import json_bytes
 from .._storage.backend import StorageBackend
 from .._storage.rows import EventRow, ResourceRow
@@ -39,10 +45,13 @@ from .records import WebhookReport
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "LEGACY",
+    "STANDARD_WEBHOOKS",
     "Deliverer",
     "WebhookEndpoint",
     "WebhookFault",
     "event_for",
+    "events_for",
     "retry_delay",
 ]
 
@@ -58,6 +67,11 @@ DEFAULT_MAX_ATTEMPTS = 20
 #: due again afterwards.
 CLAIM_TIMEOUT = 60.0
 USER_AGENT = "idemclient-reference-server"
+#: How deliveries are signed: the Standard Webhooks headers (the default) ...
+STANDARD_WEBHOOKS = "standard-webhooks"
+#: ... or idemclient's earlier ones (deprecated).
+LEGACY = "idemclient-v1"
+SCHEMES = (STANDARD_WEBHOOKS, LEGACY)
 
 
 def retry_delay(attempts: int) -> float:
@@ -72,16 +86,44 @@ def retry_delay(attempts: int) -> float:
     return min(MAX_RETRY_DELAY, FIRST_RETRY * 2.0 ** min(attempts - 1, 32))
 
 
-def event_for(resource: ResourceRow, resource_json: dict[str, Any], now: float) -> EventRow:
-    """The event announcing `resource`'s final status, ready to queue."""
+def events_for(
+    resource: ResourceRow,
+    resource_json: dict[str, Any],
+    now: float,
+    *,
+    created: dict[str, Any] | None = None,
+) -> list[EventRow]:
+    """The events to queue for a finished `resource`, in order: `<kind>.created`
+    (`created` is the resource as it was made; None: no such event), then its final
+    status."""
+    events = []
+    if created is not None:
+        events.append(event_for(resource, created, now, event_type=f"{resource.kind}.created"))
+    events.append(event_for(resource, resource_json, now))
+    return events
+
+
+def event_for(
+    resource: ResourceRow,
+    resource_json: dict[str, Any],
+    now: float,
+    *,
+    event_type: str | None = None,
+) -> EventRow:
+    """The event announcing `resource`'s final status (or `event_type`), ready to queue.
+
+    Its `sequence` is its place in the resource's life: 1 for `.created`, 2 for the
+    final status (`created`, whole seconds, may be equal for both).
+    """
     event_id = f"evt_{secrets.token_hex(12)}"
-    event_type = f"{resource.kind}.{resource.status}"
+    event_type = event_type or f"{resource.kind}.{resource.status}"
     body = json_bytes(
         {
             "id": event_id,
             "object": "event",
             "type": event_type,
             "created": int(now),
+            "sequence": 1 if event_type.endswith(".created") else 2,
             "data": {"object": resource_json},
         }
     )
@@ -107,6 +149,7 @@ class WebhookFault(enum.StrEnum):
     LOSE_ACK = "lose_ack"
     DELAY = "delay"
     REORDER = "reorder"
+    REVERSE = "reverse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +160,15 @@ class WebhookEndpoint:
     secrets: tuple[str, ...]
     #: an httpx transport to deliver through (in-process receivers); None: the network
     transport: httpx.BaseTransport | None = None
+    #: STANDARD_WEBHOOKS or LEGACY
+    scheme: str = STANDARD_WEBHOOKS
+    #: `<kind>.created` is sent before each final status
+    lifecycle: bool = False
+
+    def signer(self) -> StandardWebhooks | LegacySignature:
+        if self.scheme == LEGACY:
+            return LegacySignature(self.secrets, _warn=False)
+        return StandardWebhooks(self.secrets)
 
 
 @dataclass(slots=True)
@@ -160,8 +212,12 @@ class Deliverer:
         secrets_: tuple[str, ...] | None,
         client: str | None,
         transport: httpx.BaseTransport | None,
+        scheme: str = STANDARD_WEBHOOKS,
+        lifecycle: bool = False,
     ) -> tuple[str, ...]:
         """Point `client`'s events (every client's, for None) at `url`; None removes it."""
+        if scheme not in SCHEMES:
+            raise ValueError(f"a webhook scheme is one of {', '.join(SCHEMES)}, not {scheme!r}")
         with self._lock:
             old = self._clients.pop(client, None)
             if url is None:
@@ -172,10 +228,15 @@ class Deliverer:
                     raise ValueError(f"a webhook URL is http:// or https://, not {url!r}")
                 if secrets_ is not None and not secrets_:
                     raise ValueError("an endpoint needs at least one secret (None: generate one)")
-                chosen = secrets_ or (f"whsec_{secrets.token_hex(24)}",)
-                for secret in chosen:
-                    secret_bytes(secret)  # refuse a short secret now, not at delivery
-                self._endpoints[client] = WebhookEndpoint(url, tuple(chosen), transport)
+                if secrets_:
+                    chosen = secrets_
+                elif scheme == LEGACY:
+                    chosen = (f"whsec_{secrets.token_hex(24)}",)
+                else:
+                    chosen = (StandardWebhooks.generate_secret(),)
+                endpoint = WebhookEndpoint(url, tuple(chosen), transport, scheme, lifecycle)
+                endpoint.signer()  # refuse an unusable secret now, not at delivery
+                self._endpoints[client] = endpoint
         if old is not None:
             old.close()
         return chosen
@@ -183,6 +244,11 @@ class Deliverer:
     def endpoint(self, client: str) -> WebhookEndpoint | None:
         with self._lock:
             return self._endpoints.get(client, self._endpoints.get(None))
+
+    def lifecycle(self, client: str) -> bool:
+        """Whether `client`'s endpoint asked for each resource's lifecycle."""
+        endpoint = self.endpoint(client)
+        return endpoint is not None and endpoint.lifecycle
 
     def add_fault(self, fault: WebhookFault | str, *, times: int, seconds: float) -> None:
         fault = WebhookFault(fault)
@@ -227,6 +293,8 @@ class Deliverer:
             due = self._storage.due_events(now=now, limit=limit)
             if due and self._take(WebhookFault.REORDER) is not None:
                 self._random.shuffle(due)
+            if due and self._take(WebhookFault.REVERSE) is not None:
+                due.reverse()
             delivered = failed = postponed = abandoned = posts = waiting = 0
             for event in due:
                 endpoint = self.endpoint(event.client)
@@ -287,17 +355,12 @@ class Deliverer:
         return state, copies
 
     def _post(self, event: EventRow, endpoint: WebhookEndpoint) -> tuple[int | None, str | None]:
-        signature = sign(
-            endpoint.secrets,
-            timestamp=int(self._clock.time()),
-            message_id=event.id,
-            body=event.body,
-        )
         headers = {
             "content-type": "application/json",
             "user-agent": USER_AGENT,
-            MESSAGE_ID_HEADER: event.id,
-            SIGNATURE_HEADER: signature,
+            **endpoint.signer().headers(
+                message_id=event.id, timestamp=int(self._clock.time()), body=event.body
+            ),
         }
         try:
             response = self._client_for(event.client, endpoint).post(

@@ -21,6 +21,7 @@ never the database's.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..._db import is_postgres_url, postgres_missing
@@ -97,12 +98,17 @@ class StorageBackend(Protocol):
         status: str,
         response_code: int,
         response_body: bytes,
-        event: EventRow | None = None,
+        events: Sequence[EventRow] = (),
     ) -> bool:
-        """Handler3, with the webhook `event` queued in the same transaction."""
+        """Handler3, with the webhook `events` queued, in order, in the same transaction."""
         ...
 
     def release(self, *, client: str, key: str, owner: str, now: float) -> bool: ...
+
+    def forget(self, *, client: str, key: str, created_before: float) -> bool:
+        """Delete the finished key (client, key) if it was created at or before
+        `created_before`; never a started one. Whether a row went."""
+        ...
 
     # -- reads and maintenance -------------------------------------------------------------
 

@@ -97,6 +97,11 @@ UPDATE idempotency_keys SET locked_at = NULL, lease_owner = NULL
 WHERE client = {p} AND key = {p} AND state = 'started' AND lease_owner = {p}
 RETURNING resource_id
 """
+# A server profile's retention, on arrival: a finished key past it is forgotten.
+_FORGET = """
+DELETE FROM idempotency_keys
+WHERE client = {p} AND key = {p} AND state = 'finished' AND created_at <= {t}
+"""
 # The recovery sweep, answered from the partial index on unfinished keys.
 _STALE = """
 SELECT client, key FROM idempotency_keys
@@ -199,6 +204,7 @@ class Statements:
         self.mark_sent: Final = render(_MARK_SENT)
         self.finish: Final = render(_FINISH)
         self.release: Final = render(_RELEASE)
+        self.forget: Final = render(_FORGET)
         self.stale: Final = render(_STALE)
         self.insert_resource: Final = render(_INSERT_RESOURCE)
         self.select_resource: Final = render(_SELECT_RESOURCE)

@@ -19,6 +19,7 @@ reaping and reset.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import ClassVar
 
@@ -151,11 +152,11 @@ class Transactions(ABC):
         status: str,
         response_code: int,
         response_body: bytes,
-        event: EventRow | None = None,
+        events: Sequence[EventRow] = (),
     ) -> bool:
         """Handler3: final status, stored response, state finished, lease cleared, and
-        the webhook event queued, all in one transaction (the outbox: an event exists
-        exactly when its resource is final)."""
+        the webhook events queued in their order, all in one transaction (the outbox:
+        events exist exactly when their resource is final)."""
         sql = self._sql
         try:
             with self._write() as conn:
@@ -164,7 +165,7 @@ class Transactions(ABC):
                 )
                 conn.execute(sql.set_status, (status, resource_id))
                 conn.execute(sql.journal, (resource_id, "H3", now))
-                if event is not None:
+                for event in events:
                     conn.execute(
                         sql.insert_event,
                         (
@@ -191,6 +192,14 @@ class Transactions(ABC):
         except _LeaseLost:
             return False
         return True
+
+    def forget(self, *, client: str, key: str, created_before: float) -> bool:
+        """Delete a finished key created at or before `created_before` (never a started
+        one): a server profile's retention, applied when the key comes again, or an
+        answer its provider does not keep. Whether a row went."""
+        with self._write() as conn:
+            cursor = conn.execute(self._sql.forget, (client, key, created_before))
+            return bool(cursor.rowcount)
 
     # -- reads -------------------------------------------------------------------------
 

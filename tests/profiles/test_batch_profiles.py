@@ -1,0 +1,94 @@
+"""`idemclient batch submit --profile P` as a real process against `ReferenceServer` in
+profile P on 127.0.0.1: the sample payroll file (20 rows) through faults (503 with
+Retry-After, apply-then-drop) and a SIGKILL, run again until it exits 0, every row paid
+exactly once in the server's ledger, under every built-in profile."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from idemclient.clock import SystemClock
+from idemclient.testing import LiveServer, ReferenceServer, serve
+
+from .server_speakers import ALL
+
+SAMPLE = Path(__file__).parents[2] / "examples" / "payroll-sample.csv"
+ROWS = 20
+
+
+@pytest.fixture(params=ALL)
+def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, LiveServer]]:
+    name = str(request.param)
+    server = ReferenceServer(profile=name, clock=SystemClock(), db=str(tmp_path / "psp.sqlite3"))
+    with server, serve(server) as running:
+        yield name, running
+
+
+def _argv(name: str, url: str, work: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "idemclient",
+        "batch",
+        "submit",
+        str(SAMPLE),
+        "--url",
+        url,
+        "--token",
+        "payroll-ops",
+        "--store",
+        str(work / "batches.db"),
+        "--concurrency",
+        "4",
+        "--timeout",
+        "1",
+        "--profile",
+        name,
+    ]
+
+
+def _kill_after_first_payment(argv: list[str], server: ReferenceServer) -> bool:
+    """Start the command and SIGKILL it once the server has made a payment (bounded)."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(12_000):  # at most 60 s in 5 ms turns
+        if server.ledger():
+            process.kill()
+            process.communicate(timeout=30)
+            return True
+        try:
+            process.wait(timeout=0.005)
+        except subprocess.TimeoutExpired:
+            continue
+        process.communicate(timeout=30)
+        return False
+    process.kill()
+    raise AssertionError("the submitter neither finished nor paid anything in 60 s")
+
+
+def test_the_payroll_file_is_paid_once_per_row_under_each_profile(
+    live: tuple[str, LiveServer], tmp_path: Path
+) -> None:
+    name, running = live
+    server = running.server
+    server.answer(503, times=2, path="/v1/payouts", retry_after=1)
+    server.drop(times=3, path="/v1/payouts")  # applied, then the connection is cut
+    argv = _argv(name, running.url, tmp_path)
+    # The faults hold the run for seconds after its first payment: it is killed then.
+    assert _kill_after_first_payment(argv, server)
+    codes = []
+    for _ in range(6):  # the same command until it says every row is done
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        codes.append(done.returncode)
+        if done.returncode == 0:
+            break
+    assert codes[-1] == 0, (codes, done.stdout, done.stderr)
+    assert f"{ROWS} rows, {ROWS} succeeded" in done.stdout
+    ledger = server.ledger()
+    assert len(ledger) == ROWS, [e.reference for e in ledger]
+    assert all((e.ext1_applied, e.ext2_applied) == (1, 1) for e in ledger)
+    assert len({e.reference for e in ledger}) == ROWS
