@@ -35,8 +35,9 @@ ledger: applied once and `succeeded`, or never applied and `not_sent`/`failed`.
 The assumptions it rests on (`Assumptions`):
 
 - the server keeps keys for the retention it advertises (the client's profile's key
-  retention, `reference`'s 24 hours, is the server's key TTL), on a clock within its stated `clock_tolerance`
-  (`SERVER_CLOCK_TOLERANCE`; its offsets, `SERVER_OFFSETS`, stay inside it);
+  retention, `reference`'s 24 hours, is the server's key TTL), on a clock within its
+  stated `clock_tolerance` (`SERVER_CLOCK_TOLERANCE`; its offsets, `SERVER_OFFSETS`,
+  stay inside it);
 - the client's clock is never more than half of `CLOCK_SKEW` slow; it may be fast by
   any amount, and step back from fast (an open defect lives there: see
   docs/reliability.md);
