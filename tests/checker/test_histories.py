@@ -134,3 +134,23 @@ def test_a_server_clock_stepped_back_delays_the_sweep_but_not_past_the_external_
     state.teardown()
     (entry,) = state.final_resources(op)
     assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="outside the checker's assumptions: a client clock two days slow makes a"
+    " maybe-applied operation look seconds old, and nothing the client holds shows it;"
+    " re-sent after the server forgot its key, it is paid twice (docs/reliability.md)",
+)
+def test_a_client_clock_days_slow_is_outside_what_a_client_can_see() -> None:
+    state = PaymentsMachine()
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=OUTCOME_WRITES)
+    state.client_clock_jumps(offset=-2 * DAY)
+    state.time_passes(seconds=KEY_TTL + 1)
+    state.time_passes(seconds=KEY_TTL + 1)
+    state.server_reaps()
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
