@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, settings
 from .machine import PaymentsMachine
 
 PaymentsMachine.TestCase.settings = settings(
-    max_examples=100,
-    stateful_step_count=25,
+    max_examples=300,
+    stateful_step_count=30,
     deadline=None,
     derandomize=True,
     database=None,
