@@ -403,6 +403,14 @@ class _Common(Generic[HttpxClient]):
         # The request's path matters only to a profile with facts per endpoint.
         path = self.http.build_request(method, url).url.path if profile.endpoints else ""
         resolved = profile.resolve(method, path, self.settings.policy.methods)
+        if not resolved.keyed:
+            # Sent, it would carry a key the server does not read there, and a retry of
+            # it would be a second request to the server.
+            raise ValueError(
+                f"the {profile.name} profile's server takes no idempotency key at"
+                f" {method.upper()} {path}; nothing was sent. Send it once as a plain"
+                " request with client.http (it cannot be retried safely)"
+            )
         merged, extended, chosen = request_options(
             key, operation_id, identity, reference, hooks, headers, extensions, resolved.key
         )
