@@ -337,6 +337,11 @@ def intent_ahead(
     )
     target = client.build_request(method, url)
     resolved = settings.resolve(target)
+    if not resolved.keyed:
+        raise ValueError(
+            f"the {resolved.profile.name} profile's server takes no idempotency key at"
+            f" {method} {target.url.path}: it cannot be recorded as an operation"
+        )
     merged, extended, chosen = request_options(
         key, operation_id, identity, reference, None, headers, None, resolved.key
     )

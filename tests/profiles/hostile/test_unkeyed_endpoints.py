@@ -59,3 +59,17 @@ def test_under_wrap_a_refund_passes_through_once(tmp_path: object) -> None:
     assert "x-payout-idempotency" not in server.posts[0].headers
     assert store.find() == []
     http.close()
+
+
+def test_an_operation_recorded_ahead_is_refused_where_razorpay_reads_no_key(
+    make: Callable[..., Client],
+) -> None:
+    # What the transactional outbox records before it sends (see postgres/_outbox.py).
+    from idemclient._operations import intent_ahead
+
+    client = make(Scripted(), "razorpay")
+    with pytest.raises(ValueError, match="takes no idempotency key"):
+        intent_ahead(client.http, "POST", "/v1/payments/pay_1/refund", json={"amount": 1})
+    assert intent_ahead(client.http, "POST", "/v1/payouts", json={"amount": 1}).profile == (
+        "razorpay"
+    )
