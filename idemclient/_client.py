@@ -439,18 +439,25 @@ class _Common(Generic[HttpxClient]):
                 resolved.profile.existing.fetch,
                 outcome.existing,
             )
-            fetched: httpx.Response = yield Http("get", (where,))
-            if fetched.is_success:
-                outcome = dataclasses.replace(outcome, response=fetched)
+            # The payment is done either way: a fetch that fails (an error answer, or
+            # no answer at all) leaves the outcome with the server's own answer, never
+            # an exception that would read as "not sent".
+            try:
+                fetched: httpx.Response = yield Http("get", (where,))
+            except httpx.HTTPError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
             else:
-                logger.warning(
-                    "operation %r: the server says it made %s already, and fetching it"
-                    " from %s answered HTTP %s; the outcome keeps the server's answer",
-                    outcome.operation_id,
-                    outcome.existing,
-                    where,
-                    fetched.status_code,
-                )
+                if fetched.is_success:
+                    return dataclasses.replace(outcome, response=fetched)
+                failure = f"HTTP {fetched.status_code}"
+            logger.warning(
+                "operation %r: the server says it made %s already, and fetching it"
+                " from %s failed (%s); the outcome keeps the server's answer",
+                outcome.operation_id,
+                outcome.existing,
+                where,
+                failure,
+            )
         return outcome
 
     @_verb("POST")

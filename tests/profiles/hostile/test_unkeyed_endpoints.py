@@ -30,7 +30,7 @@ def test_a_request_where_razorpay_reads_no_key_is_refused_before_sending(
     with pytest.raises(ValueError, match="takes no idempotency key"):
         client.post(path, json={"amount": 100})
     assert server.requests == []
-    assert client.store.find() == []
+    assert client.store.operations() == []
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_under_wrap_a_refund_passes_through_once(tmp_path: object) -> None:
         http.post("https://api.psp.test/v1/payments/pay_1/refund", json={"amount": 100})
     assert len(server.posts) == 1
     assert "x-payout-idempotency" not in server.posts[0].headers
-    assert store.find() == []
+    assert store.operations() == []
     http.close()
 
 
