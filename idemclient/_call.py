@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -456,6 +457,19 @@ class Call:
                         f" ({retention:.0f}s, {self.profile.name} profile): look it up instead"
                     ),
                 )
+            unstored = _status_in(self.evidence)
+            if unstored is not None and unstored in self.profile.unstored:
+                # Its server kept no answer under the key for that: the same key sent
+                # again runs the request again, which may have been applied.
+                self._reconcile = True
+                return Decision(
+                    "stop",
+                    reason=(
+                        f"maybe applied, and its last answer (HTTP {unstored}) is one the"
+                        f" {self.profile.name} profile's server does not keep under its key:"
+                        " sent again it would run again; look it up instead"
+                    ),
+                )
             if age < -CLOCK_SKEW:
                 # Recorded at a time this clock has not reached: the clock went back, or
                 # was fast then. Its real age is unknown, so it may be past retention.
@@ -791,6 +805,16 @@ CLOCK_SKEW = 300.0
 #: Appended to the evidence of an operation the retry budget stopped.
 BUDGET_STOP = "; stopped by the client's retry budget"
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})
+
+
+_EVIDENCE_STATUS = re.compile(r"HTTP (\d{3})\b")
+
+
+def _status_in(evidence: str) -> int | None:
+    """The status of the answer an operation's evidence names (``HTTP 500 ...``), if it
+    names one."""
+    found = _EVIDENCE_STATUS.match(evidence)
+    return int(found.group(1)) if found else None
 
 
 def bound_body(response: httpx.Response, remaining: Callable[[], float]) -> None:
