@@ -542,6 +542,13 @@ class Call:
                 profile=self.profile,
                 codes=codes,
             )
+            if found.kind is AttemptKind.REPLAYED and not self._may_be_known():
+                # A replay of what? No attempt under this key may have reached the
+                # server, and no one else knows the key: the status is the server's own
+                # answer (a 409 of the application's), a refusal, not a stored success.
+                found = Classification(
+                    AttemptKind.REJECTED, retry=False, maybe_applied=False, final=True
+                )
             if self.maybe_applied:
                 found = after_maybe_applied(
                     found,
@@ -570,6 +577,12 @@ class Call:
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind
         return found
+
+    def _may_be_known(self) -> bool:
+        """The server may hold an answer under this key: an attempt of the operation
+        may have reached it, or the key is not one this client made for this call (the
+        caller's, an identity's, or a continued operation's), so others may have sent it."""
+        return self.maybe_applied or self.intent is None or self.intent.key_given
 
     def bound_body(self, response: httpx.Response) -> None:
         """Make reading `response`'s body give up at the deadline (see `_DeadlineStream`)."""
