@@ -4,11 +4,12 @@ a header other than Idempotency-Key: the caller's key must be the one sent."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from idemclient import Client, Indeterminate, RetryPolicy, State
+from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
 
 from .conftest import Scripted
 
@@ -49,3 +50,24 @@ def test_a_rebuilt_request_carries_the_callers_key_on_a_reissue(
     assert outcome.state is State.SUCCEEDED
     assert outcome.operation_id == "k-1234"
     assert {r.headers.get(header) for r in server.posts} == {sent}
+
+
+@pytest.mark.anyio
+async def test_a_rebuilt_request_carries_the_callers_key_async(
+    store_path: Path, clock: ManualClock
+) -> None:
+    server = Scripted(httpx.ReadTimeout)
+    async with AsyncClient(
+        store=store_path,
+        clock=clock,
+        transport=httpx.MockTransport(server),
+        base_url="https://api.psp.test",
+        auth=Rebuilding(),
+        policy=RetryPolicy(max_attempts=1),
+        profile="paypal",
+    ) as client:
+        with pytest.raises(Indeterminate):
+            await client.post("/v2/payments/captures", json={"amount": 1}, key="k-5678")
+        outcome = await client.post("/v2/payments/captures", json={"amount": 1}, key="k-5678")
+    assert outcome.operation_id == "k-5678"
+    assert [r.headers.get("PayPal-Request-Id") for r in server.posts] == ["k-5678", "k-5678"]
