@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -461,6 +462,19 @@ class Call:
                         f" ({retention:.0f}s, {self.profile.name} profile): look it up instead"
                     ),
                 )
+            unstored = _status_in(self.evidence)
+            if unstored is not None and unstored in self.profile.unstored:
+                # Its server kept no answer under the key for that: the same key sent
+                # again runs the request again, which may have been applied.
+                self._reconcile = True
+                return Decision(
+                    "stop",
+                    reason=(
+                        f"maybe applied, and its last answer (HTTP {unstored}) is one the"
+                        f" {self.profile.name} profile's server does not keep under its key:"
+                        " sent again it would run again; look it up instead"
+                    ),
+                )
             if age < -CLOCK_SKEW:
                 # Recorded at a time this clock has not reached: the clock went back, or
                 # was fast then. Its real age is unknown, so it may be past retention.
@@ -533,6 +547,13 @@ class Call:
                 profile=self.profile,
                 codes=codes,
             )
+            if found.kind is AttemptKind.REPLAYED and not self._may_be_known():
+                # A replay of what? No attempt under this key may have reached the
+                # server, and no one else knows the key: the status is the server's own
+                # answer (a 409 of the application's), a refusal, not a stored success.
+                found = Classification(
+                    AttemptKind.REJECTED, retry=False, maybe_applied=False, final=True
+                )
             if self.maybe_applied:
                 found = after_maybe_applied(
                     found,
@@ -573,6 +594,12 @@ class Call:
         if self.call_hooks is not None:
             self.call_hooks.attempt_end(event)
         return found
+
+    def _may_be_known(self) -> bool:
+        """The server may hold an answer under this key: an attempt of the operation
+        may have reached it, or the key is not one this client made for this call (the
+        caller's, an identity's, or a continued operation's), so others may have sent it."""
+        return self.maybe_applied or self.intent is None or self.intent.key_given
 
     def bound_body(self, response: httpx.Response) -> None:
         """Make reading `response`'s body give up at the deadline (see `_DeadlineStream`)."""
@@ -808,6 +835,16 @@ CLOCK_SKEW = 300.0
 #: Appended to the evidence of an operation the retry budget stopped.
 BUDGET_STOP = "; stopped by the client's retry budget"
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})
+
+
+_EVIDENCE_STATUS = re.compile(r"HTTP (\d{3})\b")
+
+
+def _status_in(evidence: str) -> int | None:
+    """The status of the answer an operation's evidence names (``HTTP 500 ...``), if it
+    names one."""
+    found = _EVIDENCE_STATUS.match(evidence)
+    return int(found.group(1)) if found else None
 
 
 def bound_body(response: httpx.Response, remaining: Callable[[], float]) -> None:

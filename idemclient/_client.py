@@ -414,6 +414,14 @@ class _Common(Generic[HttpxClient]):
         # The request's path matters only to a profile with facts per endpoint.
         path = self.http.build_request(method, url).url.path if profile.endpoints else ""
         resolved = profile.resolve(method, path, self.settings.policy.methods)
+        if not resolved.keyed:
+            # Sent, it would carry a key the server does not read there, and a retry of
+            # it would be a second request to the server.
+            raise ValueError(
+                f"the {profile.name} profile's server takes no idempotency key at"
+                f" {method.upper()} {path}; nothing was sent. Send it once as a plain"
+                " request with client.http (it cannot be retried safely)"
+            )
         merged, extended, chosen = request_options(
             key, operation_id, identity, reference, hooks, headers, extensions, resolved.key
         )
@@ -442,18 +450,25 @@ class _Common(Generic[HttpxClient]):
                 resolved.profile.existing.fetch,
                 outcome.existing,
             )
-            fetched: httpx.Response = yield Http("get", (where,))
-            if fetched.is_success:
-                outcome = dataclasses.replace(outcome, response=fetched)
+            # The payment is done either way: a fetch that fails (an error answer, or
+            # no answer at all) leaves the outcome with the server's own answer, never
+            # an exception that would read as "not sent".
+            try:
+                fetched: httpx.Response = yield Http("get", (where,))
+            except httpx.HTTPError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
             else:
-                logger.warning(
-                    "operation %r: the server says it made %s already, and fetching it"
-                    " from %s answered HTTP %s; the outcome keeps the server's answer",
-                    outcome.operation_id,
-                    outcome.existing,
-                    where,
-                    fetched.status_code,
-                )
+                if fetched.is_success:
+                    return dataclasses.replace(outcome, response=fetched)
+                failure = f"HTTP {fetched.status_code}"
+            logger.warning(
+                "operation %r: the server says it made %s already, and fetching it"
+                " from %s failed (%s); the outcome keeps the server's answer",
+                outcome.operation_id,
+                outcome.existing,
+                where,
+                failure,
+            )
         return outcome
 
     @_verb("POST")

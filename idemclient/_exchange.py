@@ -32,7 +32,15 @@ from typing import Any, Literal
 
 import httpx
 
-from ._call import CALL_OPTIONS, CONTINUATION, KEY_HEADER, Continuation, origin_of, unsettled_error
+from ._call import (
+    CALL_OPTIONS,
+    CONTINUATION,
+    KEY_HEADER,
+    Continuation,
+    Settings,
+    origin_of,
+    unsettled_error,
+)
 from ._errors import IdemError
 from ._outcome import OUTCOME
 
@@ -224,6 +232,12 @@ def _exchanging(
     while httpx works on the request, an error raised above the transport after a
     handoff says what it means for the operation, and the exchange ends either way."""
     exchange = Exchange(owner, request)
+    if isinstance(owner, Settings):
+        # Where the caller's request carries its key under the client's profile: an
+        # auth flow that rebuilds the request before it is first sent must carry that
+        # header over, not the generic one (or the caller's key= is lost for a new one).
+        slot = owner.resolve(request).key
+        exchange.key_header = slot.header, slot.quoted
     token = _CURRENT.set(exchange)
     ended = _Ended()
     try:

@@ -337,6 +337,11 @@ def intent_ahead(
     )
     target = client.build_request(method, url)
     resolved = settings.resolve(target)
+    if not resolved.keyed:
+        raise ValueError(
+            f"the {resolved.profile.name} profile's server takes no idempotency key at"
+            f" {method} {target.url.path}: it cannot be recorded as an operation"
+        )
     merged, extended, chosen = request_options(
         key, operation_id, identity, reference, None, headers, None, resolved.key
     )
@@ -400,7 +405,16 @@ def request_for(
     the live client. Whatever the live client lacks, the store refuses before sending."""
     headers = httpx.Headers(list(operation.headers))
     url = _with_live_secrets(httpx.URL(operation.url), client.params)
-    slot = settings_of(client).resolve(client.build_request(operation.method, url)).key
+    resolved = settings_of(client).resolve(client.build_request(operation.method, url))
+    if not resolved.keyed:
+        # This client would pass it through as a plain request: no key where its server
+        # reads one, no record of the attempt, and so sent again at every resume.
+        raise ValueError(
+            f"this client's {resolved.profile.name} profile and policy send"
+            f" {operation.method} {url.path} as a plain request, without a key or a record;"
+            " it was recorded as an operation, so it is not sent by this client"
+        )
+    slot = resolved.key
     if slot.header is not None:
         # The body of a key kept in the body holds it already, as it was recorded.
         headers[slot.header] = slot.header_value(operation.key)

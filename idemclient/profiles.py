@@ -277,17 +277,24 @@ razorpay = Profile(
     mismatch=(),
     code_paths=("error.code", "error.reason"),
     endpoints=(
+        # Keys are read on Create Payout (composite too) and Direct Transfers only: a
+        # refund, an order or a transfer from a payment would carry a key the server
+        # ignores, and a retry of it would run twice. Those take no key here.
+        Endpoint("*/v1/payouts", methods=frozenset({"POST"})),
         Endpoint(
-            "*/transfers",
+            "*/v1/transfers",
+            methods=frozenset({"POST"}),
             key=KeySlot("X-Transfer-Idempotency"),
             key_retention=SHORTEST_PUBLISHED_RETENTION,
         ),
+        Endpoint("*", keyed=False),
     ),
     assumptions=(
         "payout keys are kept 7 days; a failed payout stays failed under its key (a new"
         " operation is a new key); a payout whose key is still running is answered HTTP"
         " 500 with the reason idempotency_key_in_use, and polled; transfers' retention is"
-        " not published (1 hour assumed)"
+        " not published (1 hour assumed); keys are read on POST /v1/payouts and"
+        " /v1/transfers only: every other request takes none (the client refuses it)"
     ),
 )
 

@@ -1,0 +1,74 @@
+"""Scripted servers for the hostile tests of the server profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from idemclient import Client, ManualClock
+
+Answer = httpx.Response | type[httpx.TransportError]
+
+
+class Scripted:
+    """A server that answers each non-GET request with the next scripted answer (then
+    201s), answers GETs with `get` (or a 200 naming the path's last part), and keeps
+    every request it saw."""
+
+    def __init__(
+        self, *answers: Answer, get: Callable[[httpx.Request], httpx.Response] | None = None
+    ) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+        self.get = get
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        self.requests.append(request)
+        if request.method == "GET":
+            if self.get is not None:
+                return self.get(request)
+            return httpx.Response(200, json={"id": request.url.path.rsplit("/", 1)[-1]})
+        answer = self.answers.pop(0) if self.answers else httpx.Response(201, json={"id": "pay_1"})
+        if isinstance(answer, type):
+            raise answer("scripted", request=request)
+        return answer
+
+    @property
+    def posts(self) -> list[httpx.Request]:
+        return [r for r in self.requests if r.method != "GET"]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest.fixture
+def make(store_path: Path, clock: ManualClock) -> Iterator[Callable[..., Client]]:
+    made: list[Client] = []
+
+    def build(server: Scripted, profile: object, **options: object) -> Client:
+        options.setdefault("headers", {"Authorization": "Bearer sk_test"})
+        client = Client(
+            store=store_path,
+            clock=clock,
+            transport=httpx.MockTransport(server),
+            base_url="https://api.psp.test",
+            profile=profile,  # type: ignore[arg-type]
+            **options,  # type: ignore[arg-type]
+        )
+        made.append(client)
+        return client
+
+    yield build
+    for client in made:
+        client.close()
