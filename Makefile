@@ -30,7 +30,8 @@ unit: $(STAMP)
 # pyproject.toml allows. Each release gets a throwaway environment layered on $(VENV),
 # holding only that httpx and what it needs beyond $(VENV) (kept in $(VENV)/httpx-<release>).
 HTTPX_RELEASES := 0.27.0 0.27.1 0.27.2 0.28.0 0.28.1
-HTTPX_TESTS    := tests/client --ignore=tests/client/test_concurrency.py --ignore=tests/client/test_crash.py
+HTTPX_TESTS    := tests/client --ignore=tests/client/test_concurrency.py --ignore=tests/client/test_crash.py \
+                  tests/profiles/test_client_dialects.py tests/profiles/hostile
 PURELIB        := import sysconfig; print(sysconfig.get_paths()['purelib'])
 
 httpx-releases: $(STAMP)
