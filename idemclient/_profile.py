@@ -18,8 +18,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -254,6 +253,11 @@ class Profile:
     lookup: Lookup | None = None
     #: what the profile assumes where its provider publishes nothing, in words
     assumptions: str = ""
+    #: statuses whose meaning depends on the body's error codes here (derived)
+    needs_codes: frozenset[int] = field(init=False, repr=False, compare=False)
+    #: statuses this profile gives a meaning of its own: an answer with one of them that
+    #: matches none of its patterns is an ordinary refusal (derived)
+    claimed: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", self.name):
@@ -268,6 +272,13 @@ class Profile:
         for endpoint in self.endpoints:
             if endpoint.key_retention is not None and not endpoint.key_retention > 0:
                 raise ValueError(f"Profile: endpoint {endpoint.path} key_retention must be > 0")
+        # Read on every answer: worked out once, here.
+        patterns = self._patterns()
+        needs = {s for m in patterns if m.codes for s in m.statuses}
+        if self.existing is not None:
+            needs |= self.existing.match.statuses  # its body names the resource
+        object.__setattr__(self, "needs_codes", frozenset(needs))
+        object.__setattr__(self, "claimed", frozenset(s for m in patterns for s in m.statuses))
 
     def replace(self, **changes: Any) -> Profile:
         """A copy with `changes` (validated like a new profile)."""
@@ -317,33 +328,13 @@ class Profile:
         name, value = self.replay_marker
         return headers.get(name, "").strip().casefold() == value.casefold()
 
-    @property
-    def needs_codes(self) -> frozenset[int]:
-        """Statuses whose meaning depends on the body's codes here."""
-        matches = [*self.in_progress, *self.mismatch, *self.throttled]
-        matches += [m for m in (self.replay, self.challenge) if m is not None]
+    def _patterns(self) -> list[Match]:
+        """Every answer pattern this profile gives a meaning of its own."""
+        patterns = [*self.in_progress, *self.mismatch, *self.throttled]
+        patterns += [m for m in (self.replay, self.challenge) if m is not None]
         if self.existing is not None:
-            matches.append(self.existing.match)
-        found: set[int] = set()
-        for match in matches:
-            if match.codes:
-                found |= match.statuses
-        if self.existing is not None:
-            found |= self.existing.match.statuses  # its body names the resource
-        return frozenset(found)
-
-    @property
-    def claimed(self) -> frozenset[int]:
-        """Statuses this profile gives a meaning of its own (an answer with one of them
-        that matches none of the profile's patterns is an ordinary refusal)."""
-        matches = [*self.in_progress, *self.mismatch, *self.throttled]
-        matches += [m for m in (self.replay, self.challenge) if m is not None]
-        if self.existing is not None:
-            matches.append(self.existing.match)
-        return frozenset(s for m in matches for s in m.statuses)
-
-    def keys_method(self, method: str, policy_methods: frozenset[str]) -> bool:
-        return method.upper() in (self.methods if self.methods is not None else policy_methods)
+            patterns.append(self.existing.match)
+        return patterns
 
 
 def existing_url(request_url: Any, template: str, resource: str) -> str:
@@ -382,7 +373,3 @@ def values_at(document: Any, path: str) -> Iterator[Any]:
                 following.append(node[part])
         nodes = following
     yield from nodes
-
-
-def frozen_mapping(pairs: Mapping[str, Profile]) -> Mapping[str, Profile]:
-    return MappingProxyType(dict(pairs))

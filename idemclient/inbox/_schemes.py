@@ -31,7 +31,6 @@ import binascii
 import hashlib
 import hmac
 import json
-import math
 import secrets as _random
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,6 +43,8 @@ from ._signature import (
     MESSAGE_ID_HEADER,
     MIN_SECRET_BYTES,
     SIGNATURE_HEADER,
+    check_age,
+    check_tolerance,
     check_undotted,
     secret_bytes,
     sign,
@@ -136,29 +137,6 @@ def _timestamp(text: str | None, *, source: str, message_id: str | None) -> int:
             message_id=message_id,
         )
     return int(text)
-
-
-def _check_tolerance(tolerance: float) -> None:
-    if not (math.isfinite(tolerance) and tolerance > 0):
-        raise ValueError(f"the tolerance must be a positive number of seconds, not {tolerance!r}")
-
-
-def _check_age(timestamp: int, *, now: float, tolerance: float, message_id: str | None) -> None:
-    """Refuse a signature made more than `tolerance` seconds from `now`, either way."""
-    age = now - timestamp
-    if age > tolerance:
-        raise SignatureInvalid(
-            "stale",
-            f"signed {age:.0f} s ago; older than the tolerance of {tolerance:.0f} s",
-            message_id=message_id,
-        )
-    if -age > tolerance:
-        raise SignatureInvalid(
-            "future",
-            f"signed {-age:.0f} s in the future; beyond the tolerance of {tolerance:.0f} s"
-            " (check the clocks)",
-            message_id=message_id,
-        )
 
 
 def _any_matches(expected: Sequence[bytes], candidates: Sequence[bytes]) -> bool:
@@ -267,7 +245,7 @@ class StandardWebhooks:
         }
 
     def verify(self, headers: Headers, body: bytes, *, now: float, tolerance: float) -> Signed:
-        _check_tolerance(tolerance)
+        check_tolerance(tolerance)
         raw_id, raw_timestamp, header = _headers(
             headers, self.ID_HEADER, self.TIMESTAMP_HEADER, self.SIGNATURE_HEADER
         )
@@ -278,7 +256,7 @@ class StandardWebhooks:
         candidates = self._parse(header, message_id)
         if not _any_matches(self._digests(message_id, timestamp, body), candidates):
             raise _mismatch(message_id)
-        _check_age(timestamp, now=now, tolerance=tolerance, message_id=message_id)
+        check_age(timestamp, now=now, tolerance=tolerance, message_id=message_id)
         return Signed(message_id, timestamp)
 
     def _parse(self, header: str | None, message_id: str) -> list[bytes]:
@@ -356,7 +334,7 @@ class StripeSignature:
         )
 
     def verify(self, headers: Headers, body: bytes, *, now: float, tolerance: float) -> Signed:
-        _check_tolerance(tolerance)
+        check_tolerance(tolerance)
         (header,) = _headers(headers, self.HEADER)
         timestamp, candidates = self._parse(header)
         if not _any_matches(self._digests(timestamp, body), candidates):
@@ -370,7 +348,7 @@ class StripeSignature:
         if not isinstance(raw_id, str):
             raise InvalidMessageId(None, "the signed body is not a JSON event with a string 'id'")
         message_id = _message_id(raw_id, source="event id")
-        _check_age(timestamp, now=now, tolerance=tolerance, message_id=message_id)
+        check_age(timestamp, now=now, tolerance=tolerance, message_id=message_id)
         return Signed(message_id, timestamp)
 
     def _parse(self, header: str | None) -> tuple[int, list[bytes]]:

@@ -39,6 +39,8 @@ __all__ = [
     "MIN_SECRET_BYTES",
     "SIGNATURE_HEADER",
     "ParsedSignature",
+    "check_age",
+    "check_tolerance",
     "check_undotted",
     "compute_signature",
     "parse_signature",
@@ -177,8 +179,7 @@ def verify_signature(
     if not secrets:
         # Fail closed on configuration too: no secret must never mean "accept all".
         raise SignatureInvalid("mismatch", "no secret is configured", message_id=message_id)
-    if not (math.isfinite(tolerance) and tolerance > 0):
-        raise ValueError(f"the tolerance must be a positive number of seconds, not {tolerance!r}")
+    check_tolerance(tolerance)
     keys = [secret_bytes(s) for s in secrets]
     try:
         parsed = parse_signature(header)
@@ -199,7 +200,18 @@ def verify_signature(
             "no signature matches a secret we hold (forged, tampered, or an unknown secret)",
             message_id=message_id,
         )
-    age = now - parsed.timestamp
+    check_age(parsed.timestamp, now=now, tolerance=tolerance, message_id=message_id)
+    return parsed.timestamp
+
+
+def check_tolerance(tolerance: float) -> None:
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"the tolerance must be a positive number of seconds, not {tolerance!r}")
+
+
+def check_age(timestamp: int, *, now: float, tolerance: float, message_id: str | None) -> None:
+    """Refuse a signature made more than `tolerance` seconds from `now`, either way."""
+    age = now - timestamp
     if age > tolerance:
         raise SignatureInvalid(
             "stale",
@@ -213,4 +225,3 @@ def verify_signature(
             " (check the clocks)",
             message_id=message_id,
         )
-    return parsed.timestamp

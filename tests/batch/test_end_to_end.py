@@ -17,6 +17,7 @@ import pytest
 
 from idemclient import key_from_identity
 from idemclient.testing import LiveServer
+from tests.support.processes import kill_when
 
 PAYROLL = Path(__file__).parents[2] / "examples" / "payroll.csv"
 ROWS = 300
@@ -54,25 +55,6 @@ def work(tmp_path: Path) -> Path:
 
 def start(argv: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def kill_when(process: subprocess.Popen[str], reached: object, limit: float = 60.0) -> bool:
-    """SIGKILL `process` as soon as `reached()` is true; False if it ended first.
-
-    A bounded poll: each turn waits on the process itself for at most 5 ms.
-    """
-    for _ in range(int(limit / 0.005)):
-        if reached():  # type: ignore[operator]
-            process.kill()
-            process.communicate(timeout=30)
-            return True
-        try:
-            process.wait(timeout=0.005)
-        except subprocess.TimeoutExpired:
-            continue
-        process.communicate(timeout=30)
-        return False
-    raise AssertionError("the submitter neither finished nor reached the kill point")
 
 
 def test_killed_three_times_and_rerun_pays_every_row_exactly_once(

@@ -14,6 +14,7 @@ import pytest
 
 from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
+from tests.support.processes import kill_when
 
 from .server_speakers import ALL
 
@@ -52,24 +53,6 @@ def _argv(name: str, url: str, work: Path) -> list[str]:
     ]
 
 
-def _kill_after_first_payment(argv: list[str], server: ReferenceServer) -> bool:
-    """Start the command and SIGKILL it once the server has made a payment (bounded)."""
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(12_000):  # at most 60 s in 5 ms turns
-        if server.ledger():
-            process.kill()
-            process.communicate(timeout=30)
-            return True
-        try:
-            process.wait(timeout=0.005)
-        except subprocess.TimeoutExpired:
-            continue
-        process.communicate(timeout=30)
-        return False
-    process.kill()
-    raise AssertionError("the submitter neither finished nor paid anything in 60 s")
-
-
 def test_the_payroll_file_is_paid_once_per_row_under_each_profile(
     live: tuple[str, LiveServer], tmp_path: Path
 ) -> None:
@@ -79,7 +62,8 @@ def test_the_payroll_file_is_paid_once_per_row_under_each_profile(
     server.drop(times=3, path="/v1/payouts")  # applied, then the connection is cut
     argv = _argv(name, running.url, tmp_path)
     # The faults hold the run for seconds after its first payment: it is killed then.
-    assert _kill_after_first_payment(argv, server)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert kill_when(process, lambda: bool(server.ledger()))
     codes = []
     for _ in range(6):  # the same command until it says every row is done
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -30,62 +30,7 @@ from idemclient import (
 from idemclient.errors import ChallengeRequired, InvalidKey, MissingKey, OperationMismatch
 from idemclient.store import SQLiteStore
 
-Answer = httpx.Response | type[httpx.TransportError]
-
-
-class Scripted:
-    """A server that answers each request with the next scripted answer (then 201s),
-    and remembers every request."""
-
-    def __init__(
-        self, *answers: Answer, get: Callable[[httpx.Request], httpx.Response] | None = None
-    ) -> None:
-        self.answers = list(answers)
-        self.requests: list[httpx.Request] = []
-        self.get = get
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        request.read()
-        self.requests.append(request)
-        if request.method == "GET":
-            if self.get is not None:
-                return self.get(request)
-            return httpx.Response(200, json={"id": request.url.path.rsplit("/", 1)[-1]})
-        answer = self.answers.pop(0) if self.answers else httpx.Response(201, json={"id": "pay_1"})
-        if isinstance(answer, type):
-            raise answer("scripted", request=request)
-        return answer
-
-    @property
-    def posts(self) -> list[httpx.Request]:
-        return [r for r in self.requests if r.method != "GET"]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def make(tmp_path: Path, clock: ManualClock) -> Iterator[Callable[..., Client]]:
-    made: list[Client] = []
-
-    def build(server: Scripted, profile: object, **options: object) -> Client:
-        client = Client(
-            store=tmp_path / "store.db",
-            clock=clock,
-            transport=httpx.MockTransport(server),
-            base_url="https://api.psp.test",
-            headers={"Authorization": "Bearer sk_test"},
-            profile=profile,  # type: ignore[arg-type]
-            **options,  # type: ignore[arg-type]
-        )
-        made.append(client)
-        return client
-
-    yield build
-    for client in made:
-        client.close()
+from .scripted import Scripted
 
 
 def _json(status: int, body: object, **headers: str) -> httpx.Response:

@@ -182,6 +182,8 @@ def run_trials(
             delay = trial_rng.uniform(0.0, 0.4)
 
             def kill_and_restart(server: Server = victim, wait: float = delay) -> None:
+                # Real time: the server is another process on the real clock, and the
+                # kill must land at a random moment of the client's real run.
                 time.sleep(wait)
                 server.kill()
                 server.start()

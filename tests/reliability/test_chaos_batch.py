@@ -20,7 +20,7 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ import pytest
 from idemclient import key_from_identity
 from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
+from tests.support.processes import kill_when
 
 from .conftest import Figures
 from .support import exactly_once
@@ -101,26 +102,6 @@ def count_unfinished(store: Path) -> int:
     return int(count)
 
 
-def kill_when(process: subprocess.Popen[bytes], reached: Callable[[], bool]) -> bool:
-    """SIGKILL `process` once `reached()`; False if it ended first.
-
-    A bounded poll: each turn waits on the process itself, at most 50 ms.
-    """
-    for _ in range(int(180 / 0.05)):
-        if reached():
-            process.kill()
-            process.wait(timeout=60)
-            return True
-        try:
-            process.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
-            continue
-        return False
-    process.kill()
-    process.wait(timeout=60)
-    raise AssertionError("the submitter neither finished nor reached its kill point")
-
-
 def test_a_chaotic_2000_row_batch_pays_every_row_exactly_once(
     live: LiveServer, tmp_path: Path, seed: int, figures: Figures
 ) -> None:
@@ -161,7 +142,9 @@ def test_a_chaotic_2000_row_batch_pays_every_row_exactly_once(
         target = rng.randrange(low, high)
         for _ in range(3):  # a run that ends before its kill point is simply run again
             runs += 1
-            if kill_when(start(), lambda target=target: len(server.ledger()) >= target):
+            if kill_when(
+                start(), lambda target=target: len(server.ledger()) >= target, limit=180, turn=0.05
+            ):
                 kills += 1
                 faults.update(external_burst(server, rng))  # the next run meets an outage
                 break

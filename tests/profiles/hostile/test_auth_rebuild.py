@@ -11,7 +11,7 @@ import pytest
 
 from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
 
-from .conftest import Scripted
+from ..scripted import Scripted
 
 
 class Rebuilding(httpx.Auth):

@@ -11,7 +11,7 @@ import pytest
 
 from idemclient import AsyncClient, Client, ManualClock, State
 
-from .conftest import Scripted
+from ..scripted import Scripted
 
 CONFLICT = {
     "error": {

@@ -11,7 +11,7 @@ import pytest
 
 from idemclient import Client, Indeterminate, State
 
-from .conftest import Scripted
+from ..scripted import Scripted
 
 APPLICATION_CONFLICT = {"detail": "an order with this number exists"}
 

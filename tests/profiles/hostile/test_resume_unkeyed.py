@@ -13,7 +13,7 @@ import pytest
 from idemclient import Client, NotSent, RetryPolicy, State, profiles
 from idemclient.profiles import Endpoint
 
-from .conftest import Scripted
+from ..scripted import Scripted
 
 
 def test_a_method_the_policy_no_longer_keys_is_not_resumed(make: Callable[..., Client]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from idemclient import Client, State, wrap
 from idemclient.store import SQLiteStore
 
-from .conftest import Scripted
+from ..scripted import Scripted
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 
 from idemclient import Client, Indeterminate, ReconcileRequired, RetryPolicy, State
 
-from .conftest import Scripted
+from ..scripted import Scripted
 
 
 @pytest.mark.parametrize("status", [500, 502, 504])

@@ -1,14 +1,11 @@
-"""Scripted servers for the hostile tests of the server profiles."""
+"""A scripted server for the client's profile tests: each answer written by hand from a
+provider's documentation, never computed from a profile."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
-import pytest
-
-from idemclient import Client, ManualClock
 
 Answer = httpx.Response | type[httpx.TransportError]
 
@@ -40,35 +37,3 @@ class Scripted:
     @property
     def posts(self) -> list[httpx.Request]:
         return [r for r in self.requests if r.method != "GET"]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def store_path(tmp_path: Path) -> Path:
-    return tmp_path / "store.db"
-
-
-@pytest.fixture
-def make(store_path: Path, clock: ManualClock) -> Iterator[Callable[..., Client]]:
-    made: list[Client] = []
-
-    def build(server: Scripted, profile: object, **options: object) -> Client:
-        options.setdefault("headers", {"Authorization": "Bearer sk_test"})
-        client = Client(
-            store=store_path,
-            clock=clock,
-            transport=httpx.MockTransport(server),
-            base_url="https://api.psp.test",
-            profile=profile,  # type: ignore[arg-type]
-            **options,  # type: ignore[arg-type]
-        )
-        made.append(client)
-        return client
-
-    yield build
-    for client in made:
-        client.close()
