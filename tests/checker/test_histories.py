@@ -154,3 +154,152 @@ def test_a_client_clock_days_slow_is_outside_what_a_client_can_see() -> None:
         state.never_twice_and_agreeing()
     finally:
         state.teardown()
+
+
+#: The profiles whose server runs a second request beside one still in flight under its
+#: key (`guards_in_flight=False`): the application must not send again before the
+#: first has surely ended, and nothing in the client stops it.
+UNGUARDED = ("paypal", "square", "gocardless", "wise", "django-idempotency-key")
+
+
+@pytest.mark.parametrize(
+    ("profile", "after"),
+    [
+        (p, a)
+        for p in UNGUARDED
+        for a in ("ADMITTED", "H1_DONE")
+        if (p, a) != ("gocardless", "H1_DONE")
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (product): the server died mid-request, leaving the key in flight; the"
+    " client stopped as indeterminate (it does not retry there), but an immediate"
+    " resume() sends the operation again under its key while the server still holds it"
+    " in flight, and this server (no in-flight guard) runs it beside the first: paid"
+    " twice. docs/profiles.md asks to resume 'once the first attempt has surely ended';"
+    " the client does not enforce it (the profile-fixes branch's item 4)",
+)
+def test_a_resume_while_an_unguarded_server_holds_the_key_in_flight_pays_once(
+    profile: str, after: str
+) -> None:
+    state = PaymentsMachine.for_profile(profile)()
+    state.application_waits = False  # the application resumes at once
+    state.server_crashes_after(after=after)
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.never_twice_and_agreeing()
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.parametrize("profile", UNGUARDED)
+def test_a_resume_once_the_unguarded_server_let_the_key_go_pays_once(profile: str) -> None:
+    # The same history with the application waiting as docs/profiles.md asks: the
+    # server's lease lapses and its recovery finishes the first request; the resume is
+    # answered from the key.
+    state = PaymentsMachine.for_profile(profile)()
+    state.server_crashes_after(after="H1_DONE")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    state.never_twice_and_agreeing()
+    state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (product, the profile-fixes branch's item 3): the server died after"
+    " making the resource (pending, its key in flight); resumed at once, GoCardless"
+    " answers 'already created' naming it, and the client records succeeded without"
+    " the fetched resource showing the payment made (it is pending)",
+)
+def test_gocardless_a_pending_resource_named_while_in_flight_is_not_succeeded() -> None:
+    state = PaymentsMachine.for_profile("gocardless")()
+    state.application_waits = False
+    state.server_crashes_after(after="H1_DONE")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.parametrize("profile", ["paypal", "square", "gocardless", "wise"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (product, the profile-fixes branch's item 4): a process that found the"
+    " server holding no key in flight was paused before its send; meanwhile another"
+    " process sent the operation again and the server died mid-request, leaving the key"
+    " in flight; the first goes on and sends it under the same key, and this server (no"
+    " in-flight guard) runs it beside the other: paid twice. Waiting before a process"
+    " starts cannot cover it; only the client can, at its send",
+)
+def test_a_paused_process_does_not_send_while_an_unguarded_server_holds_the_key(
+    profile: str,
+) -> None:
+    state = PaymentsMachine.for_profile(profile)()
+    state.pause_outlasts_in_flight = False  # the first process goes on at once
+    state.server_fault(fault="500")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_crashes_after(after="ADMITTED")
+    state.owner_paused_then_taken_over(op=op, pause_at=0, seconds=5.0, taker="issue again")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (product, the profile-fixes branch's item 3): the server's recovery"
+    " finished the payment as declined (external system 1 declined it); resumed, the"
+    " operation is answered 409 idempotent_creation_conflict naming that resource, and"
+    " the client records succeeded though the fetched resource is declined",
+)
+def test_gocardless_a_declined_payment_named_as_already_created_is_not_succeeded() -> None:
+    state = PaymentsMachine.for_profile("gocardless")()
+    state.server_crashes_after(after="ADMITTED")
+    state.server_fault(fault="ext1 decline")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+def test_gocardless_a_server_clock_stepped_back_is_waited_out_before_sending_again() -> None:
+    # Found as a modelling error: the application waited out the server's lease by the
+    # true clock, but the server's clock stepped back holds the lease it stamped that
+    # much longer; sent again while the key was still in flight, it ran twice. The
+    # application waits until the server holds no key in flight.
+    state = PaymentsMachine.for_profile("gocardless")()
+    state.server_crashes_after(after="ADMITTED")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_clock_jumps(offset=-140.0)
+    state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+def test_a_scripted_refusal_is_not_given_to_a_key_the_server_answers_from() -> None:
+    # Found as a modelling error once the checker's client spoke the reference profile
+    # (whose server replays its stored answers, errors included, so the client takes a
+    # refusal after an attempt that may have been applied as the stored answer): a
+    # scripted 400 stood in for the replay of a payment made. The server refuses only
+    # what it has not admitted; a key it holds is answered from the key.
+    state = PaymentsMachine()
+    op = state.issue_new(way="client", by="operation_id", kill_at=7, disk_full=NOTHING)
+    state.server_fault(fault="400")
+    state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    state.never_twice_and_agreeing()
+    assert state.refusals == [400]  # still waiting for a request the server may refuse
+    other = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    assert state._record(other).state.value == "failed"
+    state.teardown()
