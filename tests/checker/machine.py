@@ -14,6 +14,10 @@ and its recovery worker runs; time passes (leases lapse, keys age); the client's
 the server's clocks jump forward and back; the server reaps old keys; an operator
 purges finished operations from the client's store.
 
+The server speaks one server profile and every client is built with the same one
+(`PaymentsMachine` speaks `reference`; `PaymentsMachine.for_profile(name)` another
+built-in); what the machine needs of the profile is derived from its fields (`Setup`).
+
 Each application process is a new client on the same store file: nothing survives a
 process but the file. Everything runs in this thread (the async client's store calls
 in anyio's worker threads, one at a time), on one timeline (`world.World`), so a
@@ -21,7 +25,8 @@ failing history shrinks and replays.
 
 The invariant, after every step, against the server's ledger and the store:
 
-1. no operation is ever applied more than once (one resource per reference, at most);
+1. no operation is ever applied more than once (one resource per reference, at most;
+   where the server keeps no refusal under its key, declined ones do not count);
 2. `succeeded` means applied exactly once; `not_sent` means never applied; `failed`
    means no payment went through (none, or one the external system declined);
 3. an operation keeps the key it was first recorded with;
@@ -46,7 +51,14 @@ The assumptions it rests on (`Assumptions`):
 - the server's recovery worker runs at least every `SWEEP_EVERY`: a stranded
   instruction is resumed while the external systems (which forget keys after
   `EXTERNAL_RETENTION`) still remember it. Past that the server leaves it for an
-  operator; it never calls twice (tests/server/test_honest_server.py).
+  operator; it never calls twice (tests/server/test_honest_server.py);
+- a scripted refusal (`REFUSALS`) is the server refusing a request it did not admit:
+  where the profile's server answers a key it holds from the key
+  (`Setup.answers_from_the_key`), it is given only to a key the server does not hold;
+- where the profile's server does not guard a key in flight, the application sends a
+  maybe-applied operation again only once the first attempt has surely ended, as
+  docs/profiles.md asks (`_wait_out_in_flight`). The client does not enforce it: the
+  histories that do not wait pay twice and are kept in test_histories.py (strict xfail).
 
 Outside them: a server clock further off than its tolerance reaps keys early, and a
 client clock days slow makes a maybe-applied operation look young, where no client can
@@ -67,6 +79,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -230,11 +243,13 @@ class Setup:
         return {}
 
     def lookup(self, path: str, *, by_key: bool) -> str | None:
-        """The look-up `reconcile()` is given: the profile's own (None: let the client
-        use it, with its statuses), else the reference server's search of `path`."""
+        """The look-up `reconcile()` is given: for a payment, the profile's own (None:
+        let the client use it, with its statuses), else the reference server's search
+        of `path` (the batch's payouts: `reference`'s own look-up finds payments only,
+        see test_histories.py)."""
         if by_key:
             return BY_KEY.replace("{path}", path)
-        if self.profile.lookup is not None:
+        if self.profile.lookup is not None and path == self.payments:
             return None
         return BY_REFERENCE.replace("{path}", path)
 
@@ -423,16 +438,29 @@ class PaymentsMachine(RuleBasedStateMachine):
         finally:
             store.close()
 
-    def _scripted_refusal(self, request: httpx.Request) -> None:
-        """Give the oldest waiting scripted refusal to `request`, unless the server
-        holds its key and answers from it (`Setup.answers_from_the_key`)."""
+    def _scripted_refusal(self, request: httpx.Request) -> httpx.Response | None:
+        """The oldest waiting scripted refusal, as the answer to `request` (the server
+        does not see it), unless the server holds its key and answers from it
+        (`Setup.answers_from_the_key`): then None, and the refusal waits."""
         if not self.refusals or request.method != "POST":
-            return
+            return None
         if self.setup.answers_from_the_key:
             key = self.setup.key_in(request)
             if key is not None and self.server.key_record(TOKEN, key) is not None:
-                return
-        self.server.answer(self.refusals.pop(0), key=self.setup.key_in(request))
+                return None
+        status = self.refusals.pop(0)
+        problem = {
+            "type": "https://idemclient.dev/problems/scripted",
+            "title": HTTPStatus(status).phrase,
+            "status": status,
+            "detail": "a scripted refusal: the request was not admitted",
+        }
+        return httpx.Response(
+            status,
+            headers={"content-type": "application/problem+json"},
+            content=json.dumps(problem).encode(),
+            request=request,
+        )
 
     def _wait_out_in_flight(self) -> None:
         """Under a profile whose server does not guard a key in flight, the application

@@ -4,8 +4,11 @@ checker's machine and must end with the invariant holding."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
+
+from idemclient import IdemError, State
 
 from .machine import DAY, KEY_TTL, PaymentsMachine
 from .world import OUTCOME_WRITES
@@ -303,3 +306,44 @@ def test_a_scripted_refusal_is_not_given_to_a_key_the_server_answers_from() -> N
     other = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
     assert state._record(other).state.value == "failed"
     state.teardown()
+
+
+def test_a_scripted_refusal_waiting_behind_another_fault_is_not_given_to_a_held_key() -> None:
+    # Found next (deep, reference): the refusal was queued on the server behind an
+    # apply-then-drop; the drop went first, and the refusal met the retry of a payment
+    # made. A scripted refusal is now answered at the wire, to the request it is for.
+    state = PaymentsMachine()
+    state.server_fault(fault="400")
+    state.server_crashes_after(after="FINISHED")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.never_twice_and_agreeing()
+    assert state._record(op).state is State.FAILED  # refused, never admitted
+    state.teardown()
+    assert state.final_resources(op) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (product, the profile-fixes branch's item 2): the reference profile's"
+    " look-up searches payments only; reconciled with it, a payout the server made is"
+    " found nowhere and settled not_sent",
+)
+def test_a_payout_reconciled_by_the_profiles_payment_look_up_is_not_settled_not_sent() -> None:
+    state = PaymentsMachine()
+    state.server_crashes_after(after="ADMITTED")
+    op = state.issue_new(way="batch", by="identity", kill_at=None, disk_full=NOTHING)
+    state.time_passes(seconds=KEY_TTL - 3600)
+    assert len(state._resources(op)) == 1  # the server's recovery made it
+
+    def by_the_profile(store: Any, wire: Any) -> object:
+        try:
+            with state._client(store, wire) as client:
+                return client.reconcile(state._record(op).operation_id)  # no lookup=
+        except IdemError as error:
+            return error
+
+    state._process(None, NOTHING, by_the_profile)
+    try:
+        assert state._record(op).state is not State.NOT_SENT
+    finally:
+        state.teardown()
