@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "set_testing"]
+__all__ = ["Clock", "ManualClock", "StepWatch", "SystemClock", "set_testing"]
 
 _testing = False
 
@@ -121,3 +121,31 @@ class ManualClock:
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)
         await anyio.lowlevel.checkpoint()
+
+
+class StepWatch:
+    """Notices a clock's wall time stepping back while a process runs.
+
+    Between two readings, wall time and monotonic time move alike; when wall time moves
+    less than monotonic time by more than `tolerance` seconds, the wall clock was set
+    back (after running fast, or to a slow time) by about the difference. A wall clock
+    set forward, or a machine that slept, moves wall time more: that is not a step back.
+    NTP's slewing moves wall time by at most half a millisecond a second, far inside
+    any tolerance between two readings of a running client.
+    """
+
+    def __init__(self, clock: Clock, tolerance: float) -> None:
+        self._clock = clock
+        self._tolerance = tolerance
+        self._lock = threading.Lock()
+        # The first reading: a step from now on, before the first call too, is seen.
+        self._last = (clock.time(), clock.monotonic())
+
+    def step_back(self) -> float:
+        """Seconds the wall clock went back since the last reading, if more than the
+        tolerance; else 0.0. Each step is reported once."""
+        wall, mono = self._clock.time(), self._clock.monotonic()
+        with self._lock:
+            last, self._last = self._last, (wall, mono)
+        behind = (mono - last[1]) - (wall - last[0])
+        return behind if behind > self._tolerance else 0.0

@@ -40,6 +40,7 @@ from ._call import (
     Settings,
     bound_body,
     buffered_body,
+    clock_went_back,
     unsettled_error,
 )
 from ._errors import StoreError
@@ -250,6 +251,12 @@ def operation(
 def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
     """Record the operation (or find it) and take its lease, waiting for a live owner."""
     settings, clock = call.settings, call.clock
+    step = settings.watch.step_back() if settings.watch is not None else 0.0
+    if step:
+        yield StoreCall(
+            clock_went_back,
+            {"store": settings.store, "step": step, "seen": "by a running client"},
+        )
     if call.intent is not None:
         begin: Begin = yield StoreCall(
             settings.store.begin,

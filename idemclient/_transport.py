@@ -25,12 +25,13 @@ import httpx
 from ._budget import RetryBudget
 from ._call import (
     CALL_OPTIONS,
+    CLOCK_SKEW,
     CallOptions,
     Settings,
     abody_from_chunks,
     body_from_chunks,
 )
-from ._clock import Clock, SystemClock
+from ._clock import Clock, StepWatch, SystemClock
 from ._db import is_postgres_url
 from ._deferred import DeferredStore
 from ._flow import (
@@ -82,6 +83,8 @@ def make_settings(
         raise ValueError("max_request_body must be >= 0")
     chosen = named(profile)  # an unknown name fails before the store is opened
     clock = clock or SystemClock()
+    # Watching from now: a step back before the first call is seen at that call.
+    watch = StepWatch(clock, tolerance=CLOCK_SKEW)
     owns_store = isinstance(store, str | os.PathLike)
     opening = functools.partial(
         open_store, store, secret_headers=secret_headers, persist_headers=persist_headers
@@ -106,6 +109,7 @@ def make_settings(
         max_request_body=max_request_body,
         rng=rng or random.Random(),
         profile=chosen,
+        watch=watch,
     )
 
 

@@ -385,6 +385,13 @@ class SQLStore(Store, ABC):
             conn.execute(self._sql.advance, (now,))
         return float(seen)
 
+    def clock_went_back(self, *, step: float) -> int:
+        if not step > 0.0 or step == float("inf"):
+            raise ValueError(f"a clock's step back is a positive number of seconds, not {step!r}")
+        # Durable as an intent is: what it keeps is what stops a second send.
+        with self._write(durable=self.durability is not Durability.BUFFERED) as conn:
+            return conn.execute(self._sql.stepped_back, (step, State.IN_FLIGHT.value)).rowcount
+
     def purge(self, operation_ids: Iterable[str]) -> int:
         ids = list(operation_ids)
         sql = self._sql

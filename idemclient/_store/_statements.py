@@ -122,6 +122,12 @@ _SEEN = (
     " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0))"
 )
 _ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
+# A clock went back: every unfinished operation that may have been applied, or is in
+# flight (its sender may have sent it), keeps the largest step seen.
+_STEPPED_BACK = (
+    "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p})"
+    " WHERE finished_at IS NULL AND (maybe_applied OR state = {p})"
+)
 _PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
 _PURGE = "DELETE FROM {t} WHERE id {any}"
 # Answered from the partial index on unfinished operations.
@@ -216,6 +222,7 @@ class Statements:
         self.reap: Final = render(_REAP)
         self.seen: Final = render(_SEEN)
         self.advance: Final = render(_ADVANCE)
+        self.stepped_back: Final = render(_STEPPED_BACK)
         self.purgeable: Final = render(_PURGEABLE)
         self.purge: Final = render(_PURGE)
         self.unfinished: Final = render(_UNFINISHED)
