@@ -30,10 +30,12 @@ from ._call import (
     Settings,
     abody_from_chunks,
     body_from_chunks,
+    clock_went_back,
 )
 from ._clock import Clock, StepWatch, SystemClock
 from ._db import is_postgres_url
 from ._deferred import DeferredStore
+from ._errors import StoreError
 from ._flow import (
     Body,
     Close,
@@ -47,7 +49,7 @@ from ._flow import (
     drive,
     handle,
 )
-from ._hooks import Hooks, StoreEvent
+from ._hooks import Hooks, StoreEvent, logger
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._store import Store
@@ -111,6 +113,32 @@ def make_settings(
         profile=chosen,
         watch=watch,
     )
+
+
+#: A client's last call may have run across a step back of its clock.
+_AT_CLOSE = "by a client as it closed"
+
+
+def _step_back(settings: Settings) -> float:
+    """How far the clock went back since the settings' watch last looked (0.0: not
+    past the tolerance)."""
+    return settings.watch.step_back() if settings.watch is not None else 0.0
+
+
+def _kept_at_close(settings: Settings, step: float) -> None:
+    """Keep a step back seen as a client closes. Closing goes on if the store cannot
+    take it (a store the caller closed first): the failure is logged, with the step."""
+    try:
+        clock_went_back(settings.store, step, seen=_AT_CLOSE)
+    except StoreError as error:
+        logger.error(
+            "the clock went back %.0fs (seen as a client closed), and the store could not"
+            " keep it: %s. Operations of that store that may have been applied may look"
+            " younger than they are; look them up rather than re-sending them",
+            step,
+            error,
+            extra={"event": "clock_went_back", "step": step, "marked": 0},
+        )
 
 
 def _start(start: Callable[[Store, Clock], None], clock: Clock, store: Store) -> None:
@@ -219,6 +247,9 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+        step = _step_back(self.settings)
+        if step:
+            _kept_at_close(self.settings, step)
         if self.settings.owns_store:
             self.settings.store.close()  # idempotent: every mount of a client shares it
 
@@ -266,5 +297,8 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+        step = _step_back(self.settings)
+        if step:
+            await anyio.to_thread.run_sync(_kept_at_close, self.settings, step)
         if self.settings.owns_store:  # in a worker thread, as every store call
             await anyio.to_thread.run_sync(self.settings.store.close)

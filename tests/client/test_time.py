@@ -271,3 +271,62 @@ def test_a_step_back_marks_only_what_may_have_been_applied_and_is_unfinished(
     assert stepped["order-1042"] == pytest.approx(DAY, abs=120)  # and the backoffs slept
     assert stepped["o-2"] is None  # finished: never sent again
     assert stepped["o-3"] is None  # never sent: its age does not matter
+
+
+@pytest.mark.parametrize("way", ["client", "async"])
+def test_a_step_back_during_the_last_call_is_kept_as_the_client_closes(
+    tmp_path: Path, way: str
+) -> None:
+    # The clock is set right while the process's last payment is on the wire; nothing
+    # else is sent before it closes. Without the check at close, the next start (after
+    # true time caught up with the record) sees nothing, and the payment is re-sent.
+    psp = FakePSP(*[error(httpx.ReadTimeout, apply=True)] * 8)
+    store = tmp_path / "c.db"
+    clock = SetClock()
+    clock.offset = 2 * DAY
+
+    def set_right(request: httpx.Request) -> httpx.Response:
+        clock.offset = 0.0
+        return psp.handler(request)
+
+    if way == "client":
+        with Client(
+            store=store,
+            clock=clock,
+            transport=httpx.MockTransport(set_right),
+            base_url="https://psp.test",
+        ) as c:
+            _maybe_applied(c)
+    else:
+
+        async def main() -> None:
+            async with AsyncClient(
+                store=store,
+                clock=clock,
+                transport=httpx.MockTransport(set_right),
+                base_url="https://psp.test",
+            ) as c:
+                with pytest.raises(Indeterminate):
+                    await c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
+
+        anyio.run(main)
+    _forgets(psp)
+    with (
+        client(psp, store, ManualClock(clock.time() + 2 * DAY + 60)) as c,
+        pytest.raises(ReconcileRequired, match="seen to go back"),
+    ):
+        c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
+    assert sum(psp.effects.values()) == 1
+
+
+def test_a_step_back_a_closed_store_cannot_keep_is_logged_and_closing_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = SetClock()
+    store = SQLiteStore(tmp_path / "c.db")
+    c = Client(store=store, clock=clock, transport=FakePSP().transport())
+    store.close()  # the caller's store, closed first
+    clock.offset = -DAY
+    with caplog.at_level(logging.ERROR, logger="idemclient"):
+        c.close()
+    assert "could not keep it" in caplog.text
