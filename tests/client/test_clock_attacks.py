@@ -3,6 +3,7 @@ product pay twice or misreport. Each is a strict xfail until the product is fixe
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import httpx
@@ -41,7 +42,7 @@ def _forgets(psp: FakePSP) -> None:
     psp.answers.clear()
 
 
-def _client(psp: FakePSP, store: Path, clock: ManualClock) -> Client:
+def _client(psp: FakePSP, store: str | Path, clock: ManualClock) -> Client:
     return Client(store=store, clock=clock, transport=psp.transport(), base_url="https://psp.test")
 
 
@@ -139,3 +140,37 @@ def test_small_steps_back_that_add_up_past_the_margin_are_seen(tmp_path: Path) -
         with pytest.raises(ReconcileRequired):
             _pay(c)
     assert psp.effects[stepped.key] == 1
+
+
+def two_hosts_one_fast_that_goes_away(store: str | Path) -> FakePSP:
+    """Host B runs all along with a right clock. Host A, two days fast, records a
+    payment on the shared store, maybe applied, and goes away for good. B meets it
+    an hour later ("recorded ahead of this clock": looked up) but keeps nothing, and
+    never starts again to compare its clock with the store's times; two days later
+    the record looks an hour old, the server forgot its key a day ago: B sends it
+    again. Returns the PSP, for its effects."""
+    psp = FakePSP(*[error(httpx.ReadTimeout, apply=True)] * 8)
+    clock_b = ManualClock(NOW - 60)
+    with _client(psp, store, clock_b) as host_b:
+        with (
+            _client(psp, store, ManualClock(NOW + 2 * DAY)) as host_a,
+            pytest.raises(Indeterminate),
+        ):
+            _pay(host_a)
+        clock_b.advance(HOUR)
+        with pytest.raises(ReconcileRequired, match="ahead of this clock"):
+            _pay(host_b)
+        clock_b.advance(DAY + HOUR)
+        _forgets(psp)
+        clock_b.advance(DAY)
+        with contextlib.suppress(ReconcileRequired):
+            _pay(host_b)  # looked up, as it should be; or sent again
+    return psp
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a record seen ahead of a running client's clock is not kept"
+)
+def test_a_long_running_client_keeps_a_record_another_clock_made_ahead(tmp_path: Path) -> None:
+    psp = two_hosts_one_fast_that_goes_away(tmp_path / "c.db")
+    assert sum(psp.effects.values()) == 1
