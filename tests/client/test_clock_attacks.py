@@ -174,3 +174,27 @@ def two_hosts_one_fast_that_goes_away(store: str | Path) -> FakePSP:
 def test_a_long_running_client_keeps_a_record_another_clock_made_ahead(tmp_path: Path) -> None:
     psp = two_hosts_one_fast_that_goes_away(tmp_path / "c.db")
     assert sum(psp.effects.values()) == 1
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the store's high-water mark stays ahead after the step is kept"
+)
+def test_one_start_a_month_fast_does_not_stop_the_next_months_retries(tmp_path: Path) -> None:
+    # Nuisance, never a second payment: one start with a clock a month fast (a host
+    # booted with a bad clock, set right a minute later) leaves the store's high-water
+    # mark a month ahead. Every later start for a month sees a "step back" and marks
+    # every maybe-applied payment, even one recorded minutes ago by a right clock and
+    # still well inside the server's key retention: its retry under the same key is
+    # refused for a look-up by hand.
+    psp = FakePSP(*[error(httpx.ReadTimeout, apply=True)] * 8)
+    store = tmp_path / "c.db"
+    with _client(psp, store, ManualClock(NOW + 30 * DAY)):
+        pass
+    with _client(psp, store, ManualClock(NOW + 60)):
+        pass  # the step is seen and kept here: nothing was unfinished
+    with _client(psp, store, ManualClock(NOW + 120)) as c, pytest.raises(Indeterminate):
+        _pay(c)  # recorded by a right clock
+    with _client(psp, store, ManualClock(NOW + 600)) as c:
+        outcome = c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
+    assert outcome.replayed  # the same key, within minutes: the server's stored answer
+    assert sum(psp.effects.values()) == 1
