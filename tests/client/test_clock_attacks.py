@@ -17,6 +17,7 @@ from idemclient import (
     ReconcileRequired,
 )
 from idemclient.errors import StoreError
+from idemclient.inbox import SQLiteInbox
 from idemclient.store import SQLiteStore
 from idemclient.transport import IdempotentTransport
 
@@ -237,3 +238,23 @@ def test_a_step_the_store_failed_to_keep_is_kept_at_the_next_call(
         with pytest.raises(ReconcileRequired):
             _pay(c)
     assert sum(psp.effects.values()) == 2  # order-1042 once, order-1043 once
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the inbox reaps by its clock alone, with no high-water mark"
+)
+def test_one_inbox_reap_a_month_fast_does_not_forget_ids_inside_the_window(tmp_path: Path) -> None:
+    # The store's reaping goes by its high-water mark, so one start a month fast drops
+    # nothing; the inbox's does not. A reaping job runs once on a host whose clock is a
+    # month fast; the clock is set right; the PSP redelivers a webhook an hour after
+    # the first delivery (its acknowledgement was lost): the handler runs again.
+    clock = SetClock()
+    calls: list[str] = []
+    with SQLiteInbox(tmp_path / "app.db", clock=clock) as inbox:
+        inbox.process("psp", "evt_1", lambda tx: calls.append("evt_1"))
+        clock.offset = 31 * DAY
+        inbox.reap()
+        clock.offset = 0.0
+        clock.advance(HOUR)
+        inbox.process("psp", "evt_1", lambda tx: calls.append("evt_1"))
+    assert calls == ["evt_1"]
