@@ -4,11 +4,16 @@ product pay twice or misreport. Each is a strict xfail until the product is fixe
 from __future__ import annotations
 
 import contextlib
+import datetime
+import time
+import types
 from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
+import idemclient._ops_cli
 from idemclient import (
     Client,
     Indeterminate,
@@ -16,6 +21,7 @@ from idemclient import (
     NotSent,
     ReconcileRequired,
 )
+from idemclient.cli import main
 from idemclient.errors import StoreError
 from idemclient.inbox import SQLiteInbox
 from idemclient.store import SQLiteStore
@@ -258,3 +264,37 @@ def test_one_inbox_reap_a_month_fast_does_not_forget_ids_inside_the_window(tmp_p
         clock.advance(HOUR)
         inbox.process("psp", "evt_1", lambda tx: calls.append("evt_1"))
     assert calls == ["evt_1"]
+
+
+class _MonthFast(datetime.datetime):
+    """The wall clock of a host 40 days fast, as `datetime.datetime.now` reads it."""
+
+    @classmethod
+    def now(cls, tz: datetime.tzinfo | None = None) -> _MonthFast:
+        return cls.fromtimestamp(time.time() + 40 * DAY, tz)
+
+
+@pytest.mark.xfail(strict=True, reason="purge --older-than goes by the clock alone")
+def test_purge_older_than_on_a_fast_clock_keeps_what_the_store_saw_recently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's reaping goes by its high-water mark; `ops purge --older-than 30` does
+    # not. Run on a host 40 days fast, it deletes a payment finished yesterday (its key
+    # with it). The application issues that operation id again (a job retried): a new
+    # key, a second payment.
+    psp = FakePSP()
+    store = tmp_path / "c.db"
+    yesterday = time.time() - DAY
+    with _client(psp, store, ManualClock(yesterday)) as c:
+        _pay(c)
+    # The command's own wall clock (it has no clock to inject): 40 days fast.
+    fast = types.SimpleNamespace(datetime=_MonthFast, UTC=datetime.UTC)
+    monkeypatch.setattr(idemclient._ops_cli, "datetime", fast)
+    result = CliRunner().invoke(
+        main, ["ops", "purge", "--store", str(store), "--older-than", "30", "--yes"]
+    )
+    monkeypatch.undo()
+    assert result.exit_code == 0, result.output
+    with _client(psp, store, ManualClock(yesterday + DAY)) as c:
+        _pay(c)
+    assert sum(psp.effects.values()) == 1
