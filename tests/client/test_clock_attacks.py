@@ -27,7 +27,7 @@ from idemclient.inbox import SQLiteInbox
 from idemclient.store import SQLiteStore
 from idemclient.transport import IdempotentTransport
 
-from .fakes import FakePSP, error
+from .fakes import OK, FakePSP, error
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
 DAY = 24 * 3600.0
@@ -298,3 +298,35 @@ def test_purge_older_than_on_a_fast_clock_keeps_what_the_store_saw_recently(
     with _client(psp, store, ManualClock(yesterday + DAY)) as c:
         _pay(c)
     assert sum(psp.effects.values()) == 1
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a record seen ahead of a running client's clock is not kept"
+)
+def test_a_step_forward_and_back_between_two_calls_of_a_running_client(tmp_path: Path) -> None:
+    # A service runs with a right clock. The host's clock jumps two days ahead and back
+    # while it is idle: its watch, comparing one reading with the next, sees wall time
+    # and monotonic time moved alike. Meanwhile a short job on the same host and store
+    # recorded a payment, maybe applied, dated two days ahead, and exited (its own clock
+    # never stepped back while it ran). The service meets the payment "ahead of its
+    # clock" and keeps nothing; two days later it looks young: sent again.
+    psp = FakePSP(OK, *[error(httpx.ReadTimeout, apply=True)] * 8)
+    store = tmp_path / "c.db"
+    clock = SetClock()
+    with _client(psp, store, clock) as service:
+        _pay(service, "o-0")  # a first payment: the service is running
+        clock.offset = 2 * DAY
+        job_clock = ManualClock(clock.time())
+        with _client(psp, store, job_clock) as job, pytest.raises(Indeterminate):
+            _pay(job)
+        clock.advance(job_clock.monotonic() - clock.monotonic())
+        clock.offset = 0.0
+        clock.advance(HOUR)
+        with pytest.raises(ReconcileRequired, match="ahead of this clock"):
+            _pay(service)
+        clock.advance(DAY + HOUR)
+        _forgets(psp)
+        clock.advance(DAY)
+        with contextlib.suppress(ReconcileRequired):
+            _pay(service)
+    assert psp.effects[psp.keys[1]] == 1
