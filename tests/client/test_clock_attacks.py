@@ -19,6 +19,7 @@ from idemclient import (
     Indeterminate,
     ManualClock,
     NotSent,
+    Outcome,
     ReconcileRequired,
     State,
 )
@@ -56,7 +57,7 @@ def _client(psp: FakePSP, store: str | Path, clock: ManualClock) -> Client:
     return Client(store=store, clock=clock, transport=psp.transport(), base_url="https://psp.test")
 
 
-def _pay(c: Client, reference: str = "order-1042") -> object:
+def _pay(c: Client, reference: str = "order-1042") -> Outcome:
     return c.post("/v1/payments", json={**PAYMENT, "reference": reference}, operation_id=reference)
 
 
