@@ -868,6 +868,26 @@ def clock_went_back(store: Store, step: float, *, seen: str) -> int:
     return marked
 
 
+def keep_step(settings: Settings, step: float, *, seen: str) -> int:
+    """`clock_went_back` for a step the settings' watch saw; once the store has it, the
+    watch stops reporting it (a store that failed to take it is asked again)."""
+    marked = clock_went_back(settings.store, step, seen=seen)
+    if settings.watch is not None:
+        settings.watch.kept(step)
+    return marked
+
+
+def check_store_clock(store: Store, clock: Clock) -> float:
+    """As a client or transport starts: note the clock's time in the store, and keep a
+    step back if it reads earlier than the latest time the store has seen (this clock,
+    or another user's, went back). Returns that latest time (0.0 for a new store)."""
+    now = clock.time()
+    seen = store.advance_clock(now=now)
+    if seen - now > CLOCK_SKEW:
+        clock_went_back(store, seen - now, seen="at a start, against the store's times")
+    return seen
+
+
 #: Appended to the evidence of an operation the retry budget stopped.
 BUDGET_STOP = "; stopped by the client's retry budget"
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})

@@ -23,7 +23,7 @@ import httpx
 
 from . import _reconcile
 from ._budget import RetryBudget
-from ._call import CLOCK_SKEW, Continuation, Settings, clock_went_back
+from ._call import Continuation, Settings, check_store_clock
 from ._clock import Clock
 from ._deferred import opened, unopened
 from ._exchange import install
@@ -211,11 +211,7 @@ def _start_store(store: Store, clock: Clock) -> None:
     """What a client does to its store as it starts: check the clock against the
     latest time the store has seen, and reap old bodies by the store's time."""
     now = clock.time()
-    seen = store.advance_clock(now=now)
-    if seen - now > CLOCK_SKEW:
-        # Earlier than the latest time the store has seen: this clock, or another user's,
-        # went back. Nothing is forgotten; what may have been applied is of unknown age.
-        clock_went_back(store, seen - now, seen="at a client's start, against the store's times")
+    seen = check_store_clock(store, clock)
     # Finished operations past the store's retention lose their bodies now, a bounded
     # batch per client start, so the table never becomes the largest one you own. By
     # the store's time, not only this clock's: a clock that jumped ahead drops no body

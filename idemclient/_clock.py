@@ -126,12 +126,13 @@ class ManualClock:
 class StepWatch:
     """Notices a clock's wall time stepping back while a process runs.
 
-    Between two readings, wall time and monotonic time move alike; when wall time moves
-    less than monotonic time by more than `tolerance` seconds, the wall clock was set
-    back (after running fast, or to a slow time) by about the difference. A wall clock
-    set forward, or a machine that slept, moves wall time more: that is not a step back.
-    NTP's slewing moves wall time by at most half a millisecond a second, far inside
-    any tolerance between two readings of a running client.
+    Wall time and monotonic time move alike, so their difference stays put; a wall
+    clock set back (after running fast, or to a slow time) lowers it by the step. The
+    watch keeps the highest difference seen: a clock set forward, or a machine that
+    slept (monotonic time stops, wall time does not), raises it, and a fall from it of
+    more than `tolerance` seconds is a step back, however many small steps it took.
+    NTP's slewing moves both clocks alike. A step is reported until `kept` says the
+    store has it, so a store that failed to take it is told again at the next call.
     """
 
     def __init__(self, clock: Clock, tolerance: float) -> None:
@@ -139,13 +140,18 @@ class StepWatch:
         self._tolerance = tolerance
         self._lock = threading.Lock()
         # The first reading: a step from now on, before the first call too, is seen.
-        self._last = (clock.time(), clock.monotonic())
+        self._highest = clock.time() - clock.monotonic()
 
     def step_back(self) -> float:
-        """Seconds the wall clock went back since the last reading, if more than the
-        tolerance; else 0.0. Each step is reported once."""
-        wall, mono = self._clock.time(), self._clock.monotonic()
+        """Seconds the wall clock is behind the highest point it was seen at, if more
+        than the tolerance; else 0.0."""
+        now = self._clock.time() - self._clock.monotonic()
         with self._lock:
-            last, self._last = self._last, (wall, mono)
-        behind = (mono - last[1]) - (wall - last[0])
+            self._highest = max(self._highest, now)
+            behind = self._highest - now
         return behind if behind > self._tolerance else 0.0
+
+    def kept(self, step: float) -> None:
+        """The store has kept a step of `step` seconds: watch from the point it fell to."""
+        with self._lock:
+            self._highest -= step

@@ -33,6 +33,7 @@ import httpx
 
 from . import _reconcile
 from ._call import (
+    CLOCK_SKEW,
     CONTINUATION,
     LEASE_MARGIN,
     Call,
@@ -41,6 +42,7 @@ from ._call import (
     bound_body,
     buffered_body,
     clock_went_back,
+    keep_step,
     unsettled_error,
 )
 from ._errors import StoreError
@@ -254,8 +256,7 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
     step = settings.watch.step_back() if settings.watch is not None else 0.0
     if step:
         yield StoreCall(
-            clock_went_back,
-            {"store": settings.store, "step": step, "seen": "by a running client"},
+            keep_step, {"settings": settings, "step": step, "seen": "by a running client"}
         )
     if call.intent is not None:
         begin: Begin = yield StoreCall(
@@ -275,6 +276,16 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
             raise call.busy_outcome(begin.record)
         yield Sleep(wait)
         begin = yield from _claim(call, owner)
+    record = begin.record
+    ahead = record.created_at - clock.time()
+    if ahead > CLOCK_SKEW and not record.state.finished:
+        # Recorded at a time this clock has not reached: a clock (this one now, or its
+        # recorder's then) went back. Kept before anything is sent: once true time has
+        # caught up, nothing else would show it.
+        yield StoreCall(
+            clock_went_back,
+            {"store": settings.store, "step": ahead, "seen": "on an operation recorded ahead"},
+        )
     return begin
 
 

@@ -30,7 +30,8 @@ from ._call import (
     Settings,
     abody_from_chunks,
     body_from_chunks,
-    clock_went_back,
+    check_store_clock,
+    keep_step,
 )
 from ._clock import Clock, StepWatch, SystemClock
 from ._db import is_postgres_url
@@ -75,7 +76,7 @@ def make_settings(
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
     deferred: bool = False,
-    start: Callable[[Store, Clock], None] | None = None,
+    start: Callable[[Store, Clock], object] | None = None,
     profile: str | Profile | None = None,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
@@ -91,15 +92,17 @@ def make_settings(
     opening = functools.partial(
         open_store, store, secret_headers=secret_headers, persist_headers=persist_headers
     )
-    begin = None if start is None else functools.partial(_start, start, clock)
+    # A transport used alone checks the clock against the store's times, as a client's
+    # start does (which also reaps).
+    begin = functools.partial(_start, start or check_store_clock, clock)
     if isinstance(store, str | os.PathLike) and deferred:
         where = "a PostgreSQL store" if is_postgres_url(store) else os.fspath(store)
         opened: Store = cast(Store, DeferredStore(opening, begin, where=where))
     else:
         given = opened = opening()  # opens a path; a Store object is only checked
-        if begin is not None and deferred:
+        if deferred:
             opened = cast(Store, DeferredStore(lambda: given, begin))
-        elif begin is not None:
+        else:
             begin(given)
     return Settings(
         owns_store=owns_store,
@@ -129,7 +132,7 @@ def _kept_at_close(settings: Settings, step: float) -> None:
     """Keep a step back seen as a client closes. Closing goes on if the store cannot
     take it (a store the caller closed first): the failure is logged, with the step."""
     try:
-        clock_went_back(settings.store, step, seen=_AT_CLOSE)
+        keep_step(settings, step, seen=_AT_CLOSE)
     except StoreError as error:
         logger.error(
             "the clock went back %.0fs (seen as a client closed), and the store could not"
@@ -141,7 +144,7 @@ def _kept_at_close(settings: Settings, step: float) -> None:
         )
 
 
-def _start(start: Callable[[Store, Clock], None], clock: Clock, store: Store) -> None:
+def _start(start: Callable[[Store, Clock], object], clock: Clock, store: Store) -> None:
     start(store, clock)
 
 

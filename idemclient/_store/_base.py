@@ -135,9 +135,9 @@ class OperationRecord:
     withheld_headers: tuple[str, ...] = ()
     #: the server profile it was sent under (None: recorded before profiles, `generic`)
     profile: str | None = None
-    #: seconds a clock of the store's users was seen to go back while this operation,
-    #: maybe applied, was unfinished (the largest such step): `created_at` may then be
-    #: later than it was recorded, by any amount. None: no step seen.
+    #: seconds a clock of the store's users was seen to go back while this operation was
+    #: unfinished (the largest such step): it may have been recorded by that clock
+    #: running fast, so its real age is unknown. None: no step seen.
     clock_stepped: float | None = None
 
 
@@ -329,10 +329,11 @@ class AdminStore(OperationLookup, Protocol):
 
     def clock_went_back(self, *, step: float) -> int:
         """Note that a clock of this store's users was seen to go back `step` seconds:
-        every unfinished operation that may have been applied (or is in flight, and so
-        may be) keeps that its `created_at` no longer tells its age (`clock_stepped`,
-        the largest step seen). Returns how many operations were marked. Nothing else
-        changes: such an operation is looked up, never sent again on its age alone."""
+        every unfinished operation keeps that its `created_at` no longer tells its age
+        (`clock_stepped`, the largest step seen; it may have been recorded by that clock
+        running fast), and a server's wait it keeps (`not_before`) comes back by the
+        step. Returns how many operations were marked. Once it may have been applied,
+        such an operation is looked up, never sent again on its age alone."""
         ...
 
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:

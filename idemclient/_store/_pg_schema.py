@@ -123,8 +123,8 @@ def _v3(conn: psycopg.Connection[Any], schema: str) -> None:
 
 
 def _v4(conn: psycopg.Connection[Any], schema: str) -> None:
-    # The largest step back of a clock seen while an operation that may have been
-    # applied was unfinished (see the SQLite store's version 6). Null: none seen.
+    # The largest step back of a clock seen while an operation was unfinished (see the
+    # SQLite store's version 6). Null: none seen.
     conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN clock_stepped double precision")
 
 

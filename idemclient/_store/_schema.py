@@ -152,9 +152,8 @@ def _v5(db: sqlite_utils.Database) -> None:
 
 def _v6(db: sqlite_utils.Database) -> None:
     # A clock of the store's users was seen to go back (set right after running fast, or
-    # set slow) while an operation that may have been applied was unfinished: its
-    # created_at no longer tells its age. The largest step seen, in seconds; null for
-    # none (see `Store.clock_went_back`).
+    # set slow) while an operation was unfinished: its created_at no longer tells its
+    # age. The largest step seen, in seconds; null for none (`Store.clock_went_back`).
     db.table("operations").add_column("clock_stepped", float)
 
 

@@ -390,7 +390,7 @@ class SQLStore(Store, ABC):
             raise ValueError(f"a clock's step back is a positive number of seconds, not {step!r}")
         # Durable as an intent is: what it keeps is what stops a second send.
         with self._write(durable=self.durability is not Durability.BUFFERED) as conn:
-            return conn.execute(self._sql.stepped_back, (step, State.IN_FLIGHT.value)).rowcount
+            return conn.execute(self._sql.stepped_back, (step, step)).rowcount
 
     def purge(self, operation_ids: Iterable[str]) -> int:
         ids = list(operation_ids)

@@ -122,11 +122,12 @@ _SEEN = (
     " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0))"
 )
 _ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
-# A clock went back: every unfinished operation that may have been applied, or is in
-# flight (its sender may have sent it), keeps the largest step seen.
+# A clock went back: every unfinished operation keeps the largest step seen (one not
+# sent yet may be sent, and applied, before it looks its age again), and a server's
+# wait, written by the clock ahead by that step, comes back by it.
 _STEPPED_BACK = (
-    "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p})"
-    " WHERE finished_at IS NULL AND (maybe_applied OR state = {p})"
+    "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p}),"
+    " not_before = not_before - {p} WHERE finished_at IS NULL"
 )
 _PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
 _PURGE = "DELETE FROM {t} WHERE id {any}"

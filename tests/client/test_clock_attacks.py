@@ -61,7 +61,6 @@ def _pay(c: Client, reference: str = "order-1042") -> Outcome:
     return c.post("/v1/payments", json={**PAYMENT, "reference": reference}, operation_id=reference)
 
 
-@pytest.mark.xfail(strict=True, reason="a not-sent operation is not marked at the step")
 def test_an_operation_not_sent_at_the_step_and_applied_later_is_not_sent_again(
     tmp_path: Path,
 ) -> None:
@@ -99,7 +98,6 @@ def _send(c: httpx.Client) -> httpx.Response:
     return c.post("/v1/payments", json=PAYMENT, headers={"Idempotency-Key": "key-order-1042"})
 
 
-@pytest.mark.xfail(strict=True, reason="a transport used directly never checks the store's times")
 def test_a_transport_started_behind_the_stores_times_keeps_the_step(tmp_path: Path) -> None:
     # A host two days fast records a payment, maybe applied, and stops. Its clock is
     # set right at boot; a service built on IdempotentTransport (no Client, no wrap())
@@ -115,8 +113,8 @@ def test_a_transport_started_behind_the_stores_times_keeps_the_step(tmp_path: Pa
         _send(c)
     clock = ManualClock(NOW + HOUR)
     with _transport_client(psp, store, clock) as c:
-        with pytest.raises(ReconcileRequired, match="ahead of this clock"):
-            _send(c)  # seen, but only for this call
+        with pytest.raises(ReconcileRequired, match="seen to go back"):
+            _send(c)  # the start saw the store's times ahead, and kept the step
         clock.advance(DAY + HOUR)
         _forgets(psp)
         clock.advance(DAY)
@@ -125,7 +123,6 @@ def test_a_transport_started_behind_the_stores_times_keeps_the_step(tmp_path: Pa
     assert sum(psp.effects.values()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="each step is compared with the last reading only")
 def test_small_steps_back_that_add_up_past_the_margin_are_seen(tmp_path: Path) -> None:
     # A clock an hour fast is brought back in steps of 200 s (under the 300 s the watch
     # tolerates), one between each two payments, as a stepping time daemon or an
@@ -179,9 +176,6 @@ def two_hosts_one_fast_that_goes_away(store: str | Path) -> FakePSP:
     return psp
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a record seen ahead of a running client's clock is not kept"
-)
 def test_a_long_running_client_keeps_a_record_another_clock_made_ahead(tmp_path: Path) -> None:
     psp = two_hosts_one_fast_that_goes_away(tmp_path / "c.db")
     assert sum(psp.effects.values()) == 1
@@ -211,7 +205,6 @@ def test_one_start_a_month_fast_does_not_stop_the_next_months_retries(tmp_path: 
     assert sum(psp.effects.values()) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="the watch forgets a step the store failed to keep")
 def test_a_step_the_store_failed_to_keep_is_kept_at_the_next_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,9 +295,6 @@ def test_purge_older_than_on_a_fast_clock_keeps_what_the_store_saw_recently(
     assert sum(psp.effects.values()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a record seen ahead of a running client's clock is not kept"
-)
 def test_a_step_forward_and_back_between_two_calls_of_a_running_client(tmp_path: Path) -> None:
     # A service runs with a right clock. The host's clock jumps two days ahead and back
     # while it is idle: its watch, comparing one reading with the next, sees wall time
@@ -336,7 +326,6 @@ def test_a_step_forward_and_back_between_two_calls_of_a_running_client(tmp_path:
     assert psp.effects[key] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="not_before is kept in wall time and not moved by a step")
 def test_a_retry_after_recorded_by_a_fast_clock_does_not_hold_a_payment_for_days(
     tmp_path: Path,
 ) -> None:

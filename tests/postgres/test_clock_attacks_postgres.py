@@ -12,9 +12,6 @@ from ..client.fakes import FakePSP, error
 from ..client.test_clock_attacks import NOW, PAYMENT, two_hosts_one_fast_that_goes_away
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a record seen ahead of a running client's clock is not kept"
-)
 def test_a_host_that_never_restarts_keeps_a_record_a_fast_host_made(pg_url: str) -> None:
     psp = two_hosts_one_fast_that_goes_away(pg_url)
     assert sum(psp.effects.values()) == 1
