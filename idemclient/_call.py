@@ -850,14 +850,14 @@ class Call:
 CLOCK_SKEW = 300.0
 
 
-def clock_went_back(store: Store, step: float, *, seen: str) -> int:
-    """Keep, in `store`, that a clock of its users went back `step` seconds (seen as
-    `seen` says): its unfinished operations that may have been applied are of unknown
-    age from now on, and are looked up rather than sent again."""
-    marked = store.clock_went_back(step=step)
+def clock_went_back(store: Store, step: float, *, now: float, seen: str) -> int:
+    """Keep, in `store`, that a clock of its users went back `step` seconds to `now`
+    (seen as `seen` says): its unfinished operations are of unknown age from now on,
+    and once they may have been applied are looked up rather than sent again."""
+    marked = store.clock_went_back(step=step, now=now)
     logger.warning(
         "the clock went back %.0fs (seen %s): %d unfinished operation(s) of the store %s"
-        " that may have been applied are of unknown age now, and will be looked up"
+        " are of unknown age now: once they may have been applied, they are looked up"
         " rather than sent again",
         step,
         seen,
@@ -871,7 +871,7 @@ def clock_went_back(store: Store, step: float, *, seen: str) -> int:
 def keep_step(settings: Settings, step: float, *, seen: str) -> int:
     """`clock_went_back` for a step the settings' watch saw; once the store has it, the
     watch stops reporting it (a store that failed to take it is asked again)."""
-    marked = clock_went_back(settings.store, step, seen=seen)
+    marked = clock_went_back(settings.store, step, now=settings.clock.time(), seen=seen)
     if settings.watch is not None:
         settings.watch.kept(step)
     return marked
@@ -884,7 +884,7 @@ def check_store_clock(store: Store, clock: Clock) -> float:
     now = clock.time()
     seen = store.advance_clock(now=now)
     if seen - now > CLOCK_SKEW:
-        clock_went_back(store, seen - now, seen="at a start, against the store's times")
+        clock_went_back(store, seen - now, now=now, seen="at a start, against the store's times")
     return seen
 
 

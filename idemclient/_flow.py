@@ -277,14 +277,20 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
         yield Sleep(wait)
         begin = yield from _claim(call, owner)
     record = begin.record
-    ahead = record.created_at - clock.time()
+    now = clock.time()
+    ahead = record.created_at - now
     if ahead > CLOCK_SKEW and not record.state.finished:
         # Recorded at a time this clock has not reached: a clock (this one now, or its
         # recorder's then) went back. Kept before anything is sent: once true time has
         # caught up, nothing else would show it.
         yield StoreCall(
             clock_went_back,
-            {"store": settings.store, "step": ahead, "seen": "on an operation recorded ahead"},
+            {
+                "store": settings.store,
+                "step": ahead,
+                "now": now,
+                "seen": "on an operation recorded ahead",
+            },
         )
     return begin
 

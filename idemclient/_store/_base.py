@@ -327,13 +327,16 @@ class AdminStore(OperationLookup, Protocol):
         the store had seen before (its high-water mark; 0.0 for a new store)."""
         ...
 
-    def clock_went_back(self, *, step: float) -> int:
-        """Note that a clock of this store's users was seen to go back `step` seconds:
+    def clock_went_back(self, *, step: float, now: float) -> int:
+        """Note that a clock of this store's users was seen to go back `step` seconds, to
+        `now`:
         every unfinished operation keeps that its `created_at` no longer tells its age
         (`clock_stepped`, the largest step seen; it may have been recorded by that clock
         running fast), and a server's wait it keeps (`not_before`) comes back by the
-        step. Returns how many operations were marked. Once it may have been applied,
-        such an operation is looked up, never sent again on its age alone."""
+        step. The store's high-water mark comes back to `now` (it was set by the clock
+        ahead: kept, the next start would see the same step and mark again what a right
+        clock recorded since). Returns how many operations were marked. Once it may have
+        been applied, such an operation is looked up, never sent again on its age alone."""
         ...
 
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:

@@ -129,6 +129,10 @@ _STEPPED_BACK = (
     "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p}),"
     " not_before = not_before - {p} WHERE finished_at IS NULL"
 )
+# ... and the store's high-water mark comes back to the clock's time: it was set by the
+# clock ahead, and every later start would see the same step again, and mark again what
+# a right clock recorded since.
+_REWIND = "UPDATE {clock} SET high_water = CASE WHEN high_water > {p} THEN {p} ELSE high_water END"
 _PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
 _PURGE = "DELETE FROM {t} WHERE id {any}"
 # Answered from the partial index on unfinished operations.
@@ -224,6 +228,7 @@ class Statements:
         self.seen: Final = render(_SEEN)
         self.advance: Final = render(_ADVANCE)
         self.stepped_back: Final = render(_STEPPED_BACK)
+        self.rewind: Final = render(_REWIND)
         self.purgeable: Final = render(_PURGEABLE)
         self.purge: Final = render(_PURGE)
         self.unfinished: Final = render(_UNFINISHED)

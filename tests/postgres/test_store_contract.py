@@ -288,8 +288,8 @@ def test_a_clock_step_back_marks_every_unfinished_operation(store: Store) -> Non
     store.finish("unsent", owner=owner, state=State.NOT_SENT, progress=wait)
     store.begin(make_intent("done", "k-4"), owner=owner, now=NOW, lease_until=NOW + 60)
     succeed(store, "done", owner)
-    assert store.clock_went_back(step=3600.0) == 3
-    assert store.clock_went_back(step=600.0) == 3  # the largest step is kept
+    assert store.clock_went_back(step=3600.0, now=NOW) == 3
+    assert store.clock_went_back(step=600.0, now=NOW) == 3  # the largest step is kept
     stepped = {r.operation_id: r.clock_stepped for r in store.operations()}
     assert stepped == {"flying": 3600.0, "maybe": 3600.0, "unsent": 3600.0, "done": None}
     unsent = store.get("unsent")
@@ -298,9 +298,14 @@ def test_a_clock_step_back_marks_every_unfinished_operation(store: Store) -> Non
     assert unsent.not_before == NOW + 120 - 3600.0 - 600.0
     taken = store.claim("maybe", owner=new_owner(), now=NOW + 1, lease_until=NOW + 60)
     assert taken.record.clock_stepped == 3600.0  # what a sender adopts
+    # The high-water mark comes back to the clock's time, never forward.
+    assert store.advance_clock(now=0.0) == NOW
+    store.advance_clock(now=NOW + 7200)
+    store.clock_went_back(step=60.0, now=NOW)
+    assert store.advance_clock(now=0.0) == NOW
     for bad in (0.0, -5.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="step back"):
-            store.clock_went_back(step=bad)
+            store.clock_went_back(step=bad, now=NOW)
 
 
 def test_purge_refuses_unfinished_operations(store: Store) -> None:

@@ -329,7 +329,7 @@ def test_a_version_5_store_gains_clock_stepped_and_a_step_back_marks_its_operati
         )
     with SQLiteStore(store_path) as store:
         [before] = store.unfinished()
-        assert store.clock_went_back(step=7200.0) == 1
+        assert store.clock_went_back(step=7200.0, now=NOW) == 1
         [after] = store.unfinished()
     assert (before.clock_stepped, after.clock_stepped) == (None, 7200.0)
     with sqlite3.connect(store_path) as conn:
