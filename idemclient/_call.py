@@ -34,7 +34,7 @@ from ._classify import (
     classify_error,
     classify_response,
 )
-from ._clock import Clock
+from ._clock import Clock, StepWatch
 from ._errors import (
     ChallengeRequired,
     Indeterminate,
@@ -47,7 +47,7 @@ from ._errors import (
     StoreError,
 )
 from ._fingerprint import fingerprint
-from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent
+from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent, logger
 from ._keys import new_key
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide, retention_set
@@ -111,6 +111,8 @@ class Settings:
     owns_store: bool = False
     #: what the server means by its answers (see `idemclient.profiles`)
     profile: Profile = DEFAULT_PROFILE
+    #: notices `clock` stepping back while the client runs (see `clock_went_back`)
+    watch: StepWatch | None = None
 
     def resolve(self, request: httpx.Request) -> Resolved:
         """The profile's facts for `request` (its endpoint's, where they differ)."""
@@ -475,6 +477,20 @@ class Call:
                         " sent again it would run again; look it up instead"
                     ),
                 )
+            stepped = self.record.clock_stepped if self.record is not None else None
+            if stepped is not None:
+                # A clock went back while it was unfinished: it may have been recorded
+                # by a clock running fast, so its age may be more than it looks, by any
+                # amount, and it looks young long after the server forgot its key.
+                self._reconcile = True
+                return Decision(
+                    "stop",
+                    reason=(
+                        f"maybe applied, and a clock of this store was seen to go back"
+                        f" {stepped:.0f}s while it was unfinished: its age, and so whether"
+                        " the server still holds its key, is unknown; look it up instead"
+                    ),
+                )
             if age < -CLOCK_SKEW:
                 # Recorded at a time this clock has not reached: the clock went back, or
                 # was fast then. Its real age is unknown, so it may be past retention.
@@ -832,6 +848,46 @@ class Call:
 #: How far a record's time may be ahead of this clock before it counts as a clock that
 #: went back (hosts sharing a PostgreSQL store are a little apart).
 CLOCK_SKEW = 300.0
+
+
+def clock_went_back(store: Store, step: float, *, now: float, seen: str) -> int:
+    """Keep, in `store`, that a clock of its users went back `step` seconds to `now`
+    (seen as `seen` says): its unfinished operations are of unknown age from now on,
+    and once they may have been applied are looked up rather than sent again."""
+    marked = store.clock_went_back(step=step, now=now)
+    logger.warning(
+        "the clock went back %.0fs (seen %s): %d unfinished operation(s) of the store %s"
+        " are of unknown age now: once they may have been applied, they are looked up"
+        " rather than sent again",
+        step,
+        seen,
+        marked,
+        store.path,
+        extra={"event": "clock_went_back", "step": step, "marked": marked},
+    )
+    return marked
+
+
+def keep_step(settings: Settings, step: float, *, seen: str) -> int:
+    """`clock_went_back` for a step the settings' watch saw; once the store has it, the
+    watch stops reporting it (a store that failed to take it is asked again)."""
+    marked = clock_went_back(settings.store, step, now=settings.clock.time(), seen=seen)
+    if settings.watch is not None:
+        settings.watch.kept(step)
+    return marked
+
+
+def check_store_clock(store: Store, clock: Clock) -> float:
+    """As a client or transport starts: note the clock's time in the store, and keep a
+    step back if it reads earlier than the latest time the store has seen (this clock,
+    or another user's, went back). Returns that latest time (0.0 for a new store)."""
+    now = clock.time()
+    seen = store.advance_clock(now=now)
+    if seen - now > CLOCK_SKEW:
+        clock_went_back(store, seen - now, now=now, seen="at a start, against the store's times")
+    return seen
+
+
 #: Appended to the evidence of an operation the retry budget stopped.
 BUDGET_STOP = "; stopped by the client's retry budget"
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})

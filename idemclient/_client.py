@@ -23,7 +23,7 @@ import httpx
 
 from . import _reconcile
 from ._budget import RetryBudget
-from ._call import CLOCK_SKEW, Continuation, Settings
+from ._call import Continuation, Settings, check_store_clock
 from ._clock import Clock
 from ._deferred import opened, unopened
 from ._exchange import install
@@ -105,6 +105,7 @@ def wrap(
         secret_headers=secret_headers,
         persist_headers=persist_headers,
         deferred=isinstance(client, httpx.AsyncClient),
+        start=_start_store,
     )
     _wrap_with(client, settings)
     return client
@@ -210,15 +211,7 @@ def _start_store(store: Store, clock: Clock) -> None:
     """What a client does to its store as it starts: check the clock against the
     latest time the store has seen, and reap old bodies by the store's time."""
     now = clock.time()
-    seen = store.advance_clock(now=now)
-    if seen - now > CLOCK_SKEW:
-        logger.warning(
-            "the clock reads %.0fs earlier than the latest time the store %s has seen:"
-            " it went back. Nothing is forgotten: operations recorded ahead of it count"
-            " as of unknown age, and are looked up rather than sent again.",
-            seen - now,
-            store.path,
-        )
+    seen = check_store_clock(store, clock)
     # Finished operations past the store's retention lose their bodies now, a bounded
     # batch per client start, so the table never becomes the largest one you own. By
     # the store's time, not only this clock's: a clock that jumped ahead drops no body

@@ -33,6 +33,7 @@ import httpx
 
 from . import _reconcile
 from ._call import (
+    CLOCK_SKEW,
     CONTINUATION,
     LEASE_MARGIN,
     Call,
@@ -40,6 +41,8 @@ from ._call import (
     Settings,
     bound_body,
     buffered_body,
+    clock_went_back,
+    keep_step,
     unsettled_error,
 )
 from ._errors import StoreError
@@ -250,6 +253,11 @@ def operation(
 def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
     """Record the operation (or find it) and take its lease, waiting for a live owner."""
     settings, clock = call.settings, call.clock
+    step = settings.watch.step_back() if settings.watch is not None else 0.0
+    if step:
+        yield StoreCall(
+            keep_step, {"settings": settings, "step": step, "seen": "by a running client"}
+        )
     if call.intent is not None:
         begin: Begin = yield StoreCall(
             settings.store.begin,
@@ -268,6 +276,22 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
             raise call.busy_outcome(begin.record)
         yield Sleep(wait)
         begin = yield from _claim(call, owner)
+    record = begin.record
+    now = clock.time()
+    ahead = record.created_at - now
+    if ahead > CLOCK_SKEW and not record.state.finished:
+        # Recorded at a time this clock has not reached: a clock (this one now, or its
+        # recorder's then) went back. Kept before anything is sent: once true time has
+        # caught up, nothing else would show it.
+        yield StoreCall(
+            clock_went_back,
+            {
+                "store": settings.store,
+                "step": ahead,
+                "now": now,
+                "seen": "on an operation recorded ahead",
+            },
+        )
     return begin
 
 
