@@ -502,26 +502,28 @@ class Core:
             _outcome(resource.ext2),
         )
         final = dataclasses.replace(resource, status="declined" if declined else "succeeded")
+        # The representation is built once: the answer and the event carry the same one.
+        represented = resource_json(final)
         if declined:
             problem = Problem(
                 402,
                 "declined",
                 "Payment declined",
                 f"an external system declined this {final.kind}",
-                extra={"resource": resource_json(final)},
+                extra={"resource": represented},
             )
             code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
         else:
-            code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
+            code, body, content_type = 201, json_bytes(represented), JSON_CONTENT_TYPE
         # The webhook events are queued in the same transaction (an outbox): they exist
         # if and only if the resource is final, and sending them is the deliverer's job.
         # With the lifecycle on, `<kind>.created` (the resource as it was made) comes
         # first, then the final status.
         events = events_for(
             final,
-            resource_json(final),
+            represented,
             common["now"],
-            created=resource_json(dataclasses.replace(final, status="pending"))
+            created={**represented, "status": "pending"}
             if self.webhook_lifecycle(final.client)
             else None,
         )

@@ -237,6 +237,14 @@ class Storage(Transactions):
             yield conn
 
     @contextmanager
+    def _write_one(self) -> Iterator[sqlite3.Connection]:
+        # The connection is in autocommit mode: a single statement is its own
+        # transaction (it takes the write lock before it reads, waiting as BEGIN
+        # IMMEDIATE would), committed or rolled back whole when it completes.
+        with self._lock:
+            yield self._conn
+
+    @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A connection for reads: each statement sees the last commit. Several reads
         that must agree with each other take `_snapshot()`."""
