@@ -5,13 +5,15 @@ a database in memory, keep the one write connection and its lock."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from idemclient.testing import ReferenceServer
 from idemclient.testing._protocol.rules import Phase
-from idemclient.testing._storage.sqlite import Storage
+from idemclient.testing._storage.sqlite import KeyRow, Storage
 
 from .server_helpers import Env
 
@@ -127,3 +129,51 @@ def test_single_statement_phases_leave_no_transaction_open(tmp_path: Path) -> No
     other.close()
     storage.close()
     assert (point, attempts, calls) == ("EXT1_SENT", 1, (1,))
+
+
+class _BlindReads(Storage):
+    """A storage whose plain reads see an empty database: as if another arrival
+    inserted the key between the read and the insert."""
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        blind = sqlite3.connect(":memory:")
+        try:
+            yield _EmptyRows(blind)
+        finally:
+            blind.close()
+
+
+class _EmptyRows:
+    """A connection that finds nothing, whatever it is asked."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, statement: str, params: object = ()) -> sqlite3.Cursor:
+        return self._conn.execute("SELECT 1 WHERE 0")
+
+
+def test_an_arrival_that_raced_the_read_finds_the_row_that_won(tmp_path: Path) -> None:
+    storage = _BlindReads(tmp_path / "psp.sqlite3")
+
+    def arrive(owner: str) -> tuple[bool, KeyRow]:
+        return storage.admit(
+            client="alice",
+            key="k-race",
+            request_hash=b"h",
+            endpoint="/v1/payments",
+            request_body=b"{}",
+            owner=owner,
+            now=1.0,
+        )
+
+    try:
+        first_owned, first = arrive("first")
+        second_owned, second = arrive("second")
+    finally:
+        storage.close()
+    assert first_owned
+    assert not second_owned
+    assert second == first
+    assert second.lease_owner == "first"

@@ -299,23 +299,26 @@ class Storage(Transactions):
 
         A key that exists is answered from one plain read, without the write lock: what
         happens next (replay, 409, 422, takeover) needs none, and a replay is then a
-        single read. A key the read does not find is inserted in a write transaction;
-        on a conflict there (a racing arrival), the row that caused it is read in the
-        same transaction, so it is that row (the reaper cannot delete it in between).
+        single read. A key the read does not find is inserted by one statement, its own
+        transaction. If that insert meets a conflict (an arrival that raced this one
+        since the read), the insert and a read run again in one transaction, so that
+        the row found is the row that caused the conflict (the reaper cannot delete it
+        in between).
         """
         with self._read() as conn:
             found = conn.execute(self._sql.select_key, (client, key)).fetchone()
         if found is not None:
             return False, KeyRow(*found)
-        with self._write() as conn:
-            row = conn.execute(
-                self._sql.admit,
-                (client, key, request_hash, endpoint, request_body, now, owner, now),
-            ).fetchone()
-            if row is not None:
-                return True, KeyRow(*row)
-            existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
-        return False, KeyRow(*existing)
+        params = (client, key, request_hash, endpoint, request_body, now, owner, now)
+        with self._write_one() as conn:
+            row = conn.execute(self._sql.admit, params).fetchone()
+        if row is None:
+            with self._write() as conn:
+                row = conn.execute(self._sql.admit, params).fetchone()
+                if row is None:
+                    existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
+                    return False, KeyRow(*existing)
+        return True, KeyRow(*row)
 
     def reap(self, *, created_before: float, now: float) -> int:
         """Delete finished keys created before `created_before`. (`now` is for backends
