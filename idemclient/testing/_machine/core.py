@@ -18,6 +18,7 @@ from `recovery_point` (probing the external system before calling it again).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import secrets
@@ -58,6 +59,9 @@ __all__ = ["Core"]
 
 logger = logging.getLogger("idemclient.testing")
 
+# The body's other fields as stored (`json.dumps(..., sort_keys=True)`), with one
+# encoder built once rather than one per payment.
+_FIELDS = json.JSONEncoder(sort_keys=True)
 #: resource kind -> id prefix
 ID_PREFIXES = {"payment": "pay", "payout": "po"}
 # In flight: come back soon. The owner usually finishes well inside a second; a lease
@@ -108,11 +112,18 @@ def _json_response(status: int, value: Any, *extra: tuple[str, str]) -> ServerRe
     return ServerResponse(status, (("content-type", JSON_CONTENT_TYPE), *extra), json_bytes(value))
 
 
+@functools.lru_cache(maxsize=1024)
+def _external_answer(answer: str) -> tuple[str, str]:
+    """(outcome, reference) in an external system's answer as stored on the resource.
+
+    A payment's later phases and its representation read the same answer several
+    times: it is parsed once (the answers are immutable strings, so sharing is safe)."""
+    value = json.loads(answer)
+    return value["outcome"], value["reference"]
+
+
 def _external_reference(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    reference: str = json.loads(answer)["reference"]
-    return reference
+    return None if answer is None else _external_answer(answer)[1]
 
 
 def resource_json(row: ResourceRow) -> dict[str, Any]:
@@ -487,7 +498,7 @@ class Core:
             amount=work.payment.amount,
             currency=work.payment.currency,
             status="pending",
-            fields=json.dumps(dict(work.payment.extra), sort_keys=True),
+            fields=_FIELDS.encode(dict(work.payment.extra)),
             ext1=None,
             ext2=None,
             created_at=now,
@@ -678,10 +689,7 @@ def _checkpoint(work: _Work, point: Phase) -> None:
 
 
 def _outcome(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    outcome: str = json.loads(answer)["outcome"]
-    return outcome
+    return None if answer is None else _external_answer(answer)[0]
 
 
 def _probe(external: ExternalSystem, key: str) -> ExternalRecord | _Unresolved | None:
