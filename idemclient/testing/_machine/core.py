@@ -18,6 +18,7 @@ from `recovery_point` (probing the external system before calling it again).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import secrets
@@ -58,6 +59,9 @@ __all__ = ["Core"]
 
 logger = logging.getLogger("idemclient.testing")
 
+# The body's other fields as stored (`json.dumps(..., sort_keys=True)`), with one
+# encoder built once rather than one per payment.
+_FIELDS = json.JSONEncoder(sort_keys=True)
 #: resource kind -> id prefix
 ID_PREFIXES = {"payment": "pay", "payout": "po"}
 # In flight: come back soon. The owner usually finishes well inside a second; a lease
@@ -108,11 +112,18 @@ def _json_response(status: int, value: Any, *extra: tuple[str, str]) -> ServerRe
     return ServerResponse(status, (("content-type", JSON_CONTENT_TYPE), *extra), json_bytes(value))
 
 
+@functools.lru_cache(maxsize=1024)
+def _external_answer(answer: str) -> tuple[str, str]:
+    """(outcome, reference) in an external system's answer as stored on the resource.
+
+    A payment's later phases and its representation read the same answer several
+    times: it is parsed once (the answers are immutable strings, so sharing is safe)."""
+    value = json.loads(answer)
+    return value["outcome"], value["reference"]
+
+
 def _external_reference(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    reference: str = json.loads(answer)["reference"]
-    return reference
+    return None if answer is None else _external_answer(answer)[1]
 
 
 def resource_json(row: ResourceRow) -> dict[str, Any]:
@@ -487,7 +498,7 @@ class Core:
             amount=work.payment.amount,
             currency=work.payment.currency,
             status="pending",
-            fields=json.dumps(dict(work.payment.extra), sort_keys=True),
+            fields=_FIELDS.encode(dict(work.payment.extra)),
             ext1=None,
             ext2=None,
             created_at=now,
@@ -502,26 +513,28 @@ class Core:
             _outcome(resource.ext2),
         )
         final = dataclasses.replace(resource, status="declined" if declined else "succeeded")
+        # The representation is built once: the answer and the event carry the same one.
+        represented = resource_json(final)
         if declined:
             problem = Problem(
                 402,
                 "declined",
                 "Payment declined",
                 f"an external system declined this {final.kind}",
-                extra={"resource": resource_json(final)},
+                extra={"resource": represented},
             )
             code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
         else:
-            code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
+            code, body, content_type = 201, json_bytes(represented), JSON_CONTENT_TYPE
         # The webhook events are queued in the same transaction (an outbox): they exist
         # if and only if the resource is final, and sending them is the deliverer's job.
         # With the lifecycle on, `<kind>.created` (the resource as it was made) comes
         # first, then the final status.
         events = events_for(
             final,
-            resource_json(final),
+            represented,
             common["now"],
-            created=resource_json(dataclasses.replace(final, status="pending"))
+            created={**represented, "status": "pending"}
             if self.webhook_lifecycle(final.client)
             else None,
         )
@@ -676,10 +689,7 @@ def _checkpoint(work: _Work, point: Phase) -> None:
 
 
 def _outcome(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    outcome: str = json.loads(answer)["outcome"]
-    return outcome
+    return None if answer is None else _external_answer(answer)[0]
 
 
 def _probe(external: ExternalSystem, key: str) -> ExternalRecord | _Unresolved | None:
