@@ -538,13 +538,14 @@ class _Common(Generic[HttpxClient]):
         field and final statuses), if it has one; else a ValueError asks for one.
         """
         profiled = self.settings.profile.lookup
+        quoting = None
         if lookup is None:
             if profiled is None:
                 raise ValueError(
                     f"the {self.settings.profile.name} profile knows no look-up: pass"
                     " lookup= (a URL template with {reference} or {key})"
                 )
-            lookup = profiled.template
+            lookup, quoting = profiled.template, profiled.quoting
             if statuses is None:
                 statuses = {
                     **dict.fromkeys(profiled.succeeded, State.SUCCEEDED),
@@ -552,7 +553,7 @@ class _Common(Generic[HttpxClient]):
                 }
             status_field = status_field or profiled.status_field
         judgement = _judgement(found, statuses, status_field or "status", reliable_404)
-        taken = yield Blocking(self._lookup_of, (operation_id, lookup))
+        taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting))
         if isinstance(taken, Outcome):
             return taken
         lease, url = taken
@@ -590,16 +591,23 @@ class _Common(Generic[HttpxClient]):
 
     # -- reconciliation: the store's half is in `_reconcile`, the network's above
 
-    def _lookup_of(self, operation_id: str, lookup: str) -> tuple[_reconcile.Taken, str] | Outcome:
+    def _lookup_of(
+        self, operation_id: str, lookup: str, quoting: str | None
+    ) -> tuple[_reconcile.Taken, str] | Outcome:
         """Lease an unfinished operation for a look-up, with the look-up's URL; a
-        finished one is its outcome. A bad template fails before the lease is taken."""
+        finished one is its outcome. A bad template fails before the lease is taken,
+        and a reference the template cannot carry safely leaves the operation
+        unsettled (`Indeterminate`), as it was."""
         store = self.settings.store
         record = store.get(operation_id)
         if record is None:
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
         if record.state.finished:
             return from_record(record)
-        url = _reconcile.lookup_url(lookup, record)
+        try:
+            url = _reconcile.lookup_url(lookup, record, quoting=quoting)
+        except _reconcile.Unquotable as exc:
+            raise _reconcile.unsettled(record, str(exc)) from exc
         taken = _reconcile.take(store, self.settings.clock, operation_id)
         if isinstance(taken, Outcome):
             return taken

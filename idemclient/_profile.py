@@ -26,6 +26,7 @@ from ._errors import InvalidKey
 from ._keys import validate_key
 
 __all__ = [
+    "QUOTINGS",
     "Endpoint",
     "Existing",
     "KeyFormat",
@@ -156,6 +157,13 @@ class Existing:
     fetch: str = "{path}/{id}"
 
 
+#: How a look-up template quotes what it fills in: "url", URL-quoting alone (a path
+#: segment or a query parameter's whole value); "search", a string inside the quotes of
+#: a search query (Stripe's search syntax: a quote is escaped with a backslash; a value
+#: with a backslash or a control character is refused, never sent).
+QUOTINGS = frozenset({"url", "search"})
+
+
 @dataclass(frozen=True, slots=True)
 class Lookup:
     """How `reconcile()` finds an operation on this server without sending it again."""
@@ -167,6 +175,15 @@ class Lookup:
     #: the server's statuses that are final: applied (succeeded) or refused (failed)
     succeeded: frozenset[str] = frozenset({"succeeded", "completed"})
     failed: frozenset[str] = frozenset({"failed", "declined"})
+    #: how `{reference}` and `{key}` are quoted (`QUOTINGS`); None: read from the
+    #: template (a slot right after a quote, ``'`` ``"`` or ``%27`` ``%22``, is "search")
+    quoting: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.quoting is not None and self.quoting not in QUOTINGS:
+            raise ValueError(
+                f"Lookup: quoting {self.quoting!r} is none of {', '.join(sorted(QUOTINGS))}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ __all__ = [
     "Finding",
     "LookupRules",
     "Taken",
+    "Unquotable",
     "Verdict",
     "apply",
     "default_found",
@@ -145,19 +146,69 @@ class Verdict:
         return self.finding == "not_found" or (self.finding == "found" and self.state is not None)
 
 
-def lookup_url(template: str, record: OperationRecord) -> str:
-    """`template` with `{key}` and `{reference}` filled in (URL-quoted)."""
-    return fill(template, key=record.key, reference=record.reference, name=record.operation_id)
+class Unquotable(ValueError):
+    """A value the look-up's template cannot carry safely: the look-up is not made, and
+    the operation stays as it was (never "not found")."""
 
 
-def fill(template: str, *, key: str, reference: str | None, name: str) -> str:
-    """`template` with `{key}` and `{reference}` filled in (URL-quoted); `name` is the
-    operation's, for errors."""
+def lookup_url(template: str, record: OperationRecord, *, quoting: str | None = None) -> str:
+    """`template` with `{key}` and `{reference}` filled in (see `fill`)."""
+    return fill(
+        template,
+        key=record.key,
+        reference=record.reference,
+        name=record.operation_id,
+        quoting=quoting,
+    )
+
+
+#: A slot right after one of these is inside a quoted string of a search query.
+_OPENING_QUOTES = ("'", '"', "%27", "%22")
+
+
+def quoting_of(template: str) -> str:
+    """How `template` quotes its slots when it does not say: "search" if a slot sits
+    right after a quote (``'{reference}'``, ``%27{reference}%27``), else "url"."""
+    lowered = template.lower()
+    for slot in ("{reference}", "{key}"):
+        at = lowered.find(slot)
+        while at != -1:
+            if lowered[:at].endswith(_OPENING_QUOTES):
+                return "search"
+            at = lowered.find(slot, at + 1)
+    return "url"
+
+
+def search_string(value: str, name: str) -> str:
+    """`value` as the inside of a quoted string of a search query (Stripe's syntax: a
+    quote escaped with a backslash). A backslash or a control character is refused:
+    how the server would read it is not published, and a look-up that reads another
+    value could match another payment, or none."""
+    for char in value:
+        if char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
+            raise Unquotable(
+                f"operation {name!r}: its reference {value!r} holds {char!r}, which a"
+                " search query's quoted string cannot carry safely; the look-up was not"
+                " made. Settle it by hand, or look it up by {key}"
+            )
+    return value.replace("'", "\\'").replace('"', '\\"')
+
+
+def fill(
+    template: str, *, key: str, reference: str | None, name: str, quoting: str | None = None
+) -> str:
+    """`template` with `{key}` and `{reference}` filled in, URL-quoted, and first
+    escaped as a search query's quoted string where `quoting` (or, None, the template
+    itself: `quoting_of`) says "search"; `name` is the operation's, for errors.
+    Raises `Unquotable` for a value the template cannot carry safely."""
     if "{reference}" in template and not reference:
         raise ValueError(
             f"operation {name!r} has no end-to-end reference to look up;"
             " use a look-up by {key} instead"
         )
+    if (quoting or quoting_of(template)) == "search":
+        key = search_string(key, name)
+        reference = search_string(reference, name) if reference else reference
     try:
         return template.format(key=quote(key, safe=""), reference=quote(reference or "", safe=""))
     except (KeyError, IndexError, ValueError) as exc:

@@ -123,6 +123,7 @@ stripe = Profile(
         "/v1/payment_intents/search?query=metadata%5B%27reference%27%5D%3A%27{reference}%27",
         succeeded=frozenset({"succeeded"}),
         failed=frozenset({"canceled"}),
+        quoting="search",
     ),
     assumptions=("v1 keys are kept at least 24 hours (the profile uses 24 h); v2 (/v2/) 30 days"),
 )
