@@ -26,6 +26,7 @@ from ._budget import RetryBudget
 from ._call import CLOCK_SKEW, Continuation, Settings
 from ._clock import Clock
 from ._deferred import opened, unopened
+from ._errors import ReconcileRequired
 from ._exchange import install
 from ._hooks import Hooks, logger
 from ._operations import (
@@ -45,7 +46,7 @@ from ._operations import (
 )
 from ._outcome import Outcome, State, from_record
 from ._policy import RetryPolicy
-from ._profile import Profile, existing_url
+from ._profile import Lookup, Profile, existing_url
 from ._redaction import origin_of
 from ._retrofit import replace_transports, transport_of
 from ._store import OperationRecord, Store
@@ -539,13 +540,14 @@ class _Common(Generic[HttpxClient]):
         """
         profiled = self.settings.profile.lookup
         quoting = None
+        covering: Lookup | None = None
         if lookup is None:
             if profiled is None:
                 raise ValueError(
                     f"the {self.settings.profile.name} profile knows no look-up: pass"
                     " lookup= (a URL template with {reference} or {key})"
                 )
-            lookup, quoting = profiled.template, profiled.quoting
+            lookup, quoting, covering = profiled.template, profiled.quoting, profiled
             if statuses is None:
                 statuses = {
                     **dict.fromkeys(profiled.succeeded, State.SUCCEEDED),
@@ -553,7 +555,7 @@ class _Common(Generic[HttpxClient]):
                 }
             status_field = status_field or profiled.status_field
         judgement = _judgement(found, statuses, status_field or "status", reliable_404)
-        taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting))
+        taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting, covering))
         if isinstance(taken, Outcome):
             return taken
         lease, url = taken
@@ -592,18 +594,30 @@ class _Common(Generic[HttpxClient]):
     # -- reconciliation: the store's half is in `_reconcile`, the network's above
 
     def _lookup_of(
-        self, operation_id: str, lookup: str, quoting: str | None
+        self, operation_id: str, lookup: str, quoting: str | None, covering: Lookup | None
     ) -> tuple[_reconcile.Taken, str] | Outcome:
         """Lease an unfinished operation for a look-up, with the look-up's URL; a
-        finished one is its outcome. A bad template fails before the lease is taken,
-        and a reference the template cannot carry safely leaves the operation
-        unsettled (`Indeterminate`), as it was."""
+        finished one is its outcome. A bad template fails before the lease is taken;
+        a reference the template cannot carry safely, or an operation the profile's
+        look-up (`covering`) does not find, leaves the operation as it was."""
         store = self.settings.store
         record = store.get(operation_id)
         if record is None:
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
         if record.state.finished:
             return from_record(record)
+        path = httpx.URL(record.url).path
+        if covering is not None and not covering.covers_path(path):
+            # "None found" there would say nothing of it: never read as "not applied".
+            raise ReconcileRequired(
+                f"operation {operation_id!r} (key {record.key}) was sent to"
+                f" {record.method} {path}, which the {self.settings.profile.name}"
+                f" profile's look-up ({covering.template}) does not find (it covers"
+                f" {', '.join(covering.covers)}). Nothing was looked up or changed:"
+                " pass lookup= (a URL template with {reference} or {key}) that finds"
+                " this operation's resource",
+                from_record(record),
+            )
         try:
             url = _reconcile.lookup_url(lookup, record, quoting=quoting)
         except _reconcile.Unquotable as exc:

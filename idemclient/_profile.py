@@ -168,7 +168,8 @@ QUOTINGS = frozenset({"url", "search"})
 class Lookup:
     """How `reconcile()` finds an operation on this server without sending it again."""
 
-    #: a URL template with ``{reference}`` or ``{key}``
+    #: a URL template with ``{reference}`` or ``{key}``; ``{path}`` at its start is the
+    #: operation's own URL (its path, at its origin): the look-up of its resource
     template: str
     #: where a payment's status is
     status_field: str = "status"
@@ -178,12 +179,25 @@ class Lookup:
     #: how `{reference}` and `{key}` are quoted (`QUOTINGS`); None: read from the
     #: template (a slot right after a quote, ``'`` ``"`` or ``%27`` ``%22``, is "search")
     quoting: str | None = None
+    #: the operations this look-up can find, as globs of their paths (``*`` matches
+    #: across ``/``); an operation elsewhere is not looked up here, since "none found"
+    #: would say nothing of it. Empty: every operation (a template starting with
+    #: ``{path}``, the operation's own path, covers every operation anyway)
+    covers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.quoting is not None and self.quoting not in QUOTINGS:
             raise ValueError(
                 f"Lookup: quoting {self.quoting!r} is none of {', '.join(sorted(QUOTINGS))}"
             )
+        if "{path}" in self.template and not self.template.startswith("{path}"):
+            raise ValueError("Lookup: {path} (the operation's path) must start the template")
+
+    def covers_path(self, path: str) -> bool:
+        """Whether an operation sent to `path` can be found by this look-up."""
+        if self.template.startswith("{path}") or not self.covers:
+            return True
+        return any(fnmatch.fnmatchcase(path, glob) for glob in self.covers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,7 +152,11 @@ class Unquotable(ValueError):
 
 
 def lookup_url(template: str, record: OperationRecord, *, quoting: str | None = None) -> str:
-    """`template` with `{key}` and `{reference}` filled in (see `fill`)."""
+    """`template` with `{key}` and `{reference}` filled in (see `fill`); a template that
+    starts with `{path}` is the operation's own URL (its origin and path) and the rest."""
+    if template.startswith("{path}"):
+        own = httpx.URL(record.url).copy_with(query=None, fragment=None)
+        template = str(own).replace("{", "{{").replace("}", "}}") + template[len("{path}") :]
     return fill(
         template,
         key=record.key,

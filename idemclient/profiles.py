@@ -104,7 +104,9 @@ reference = Profile(
     name="reference",
     replays_errors=True,
     retention_published=True,
-    lookup=Lookup("/v1/payments?reference={reference}"),
+    # Every collection of the reference server is searched by reference: an operation
+    # is looked up in its own (a payout among payouts, never among payments).
+    lookup=Lookup("{path}?reference={reference}"),
 )
 
 stripe = Profile(
@@ -124,6 +126,8 @@ stripe = Profile(
         succeeded=frozenset({"succeeded"}),
         failed=frozenset({"canceled"}),
         quoting="search",
+        # It searches PaymentIntents: "none found" says nothing of a payout or a refund.
+        covers=("*/v1/payment_intents",),
     ),
     assumptions=("v1 keys are kept at least 24 hours (the profile uses 24 h); v2 (/v2/) 30 days"),
 )

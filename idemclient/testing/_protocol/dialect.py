@@ -571,7 +571,7 @@ class Dialect:
         if lookup is None or request.method != "GET":
             return None
         path, _, query = lookup.template.partition("?")
-        if self.collection(path) is not None:
+        if path.startswith("{path}") or self.collection(path) is not None:
             return None  # a collection's own search answers it
         found: dict[str, str] = {}
         in_path = _slots(path, "[^/]+").fullmatch(request.path)
