@@ -26,7 +26,7 @@ from ._budget import RetryBudget
 from ._call import CLOCK_SKEW, Continuation, Settings
 from ._clock import Clock
 from ._deferred import opened, unopened
-from ._errors import ReconcileRequired
+from ._errors import Indeterminate, ReconcileRequired
 from ._exchange import install
 from ._hooks import Hooks, logger
 from ._operations import (
@@ -34,6 +34,7 @@ from ._operations import (
     Close,
     Http,
     Op,
+    Sent,
     arun,
     check_method,
     key_in_json,
@@ -159,6 +160,56 @@ def _check_origin(origin: str | None) -> None:
             raise ValueError(f"origin {origin!r} must be an http(s) URL with a host")
 
 
+def read_existing(settings: Settings, sent: Sent, url: httpx.URL) -> Op[Sent]:
+    """`sent`, once the resource an "already done, here it is" answer names (GoCardless)
+    is read: fetched through the client (with its auth) from `url`, the operation's,
+    and settled by its status (`Existing`): applied, `succeeded` with the resource as
+    its response; refused, `failed`. A resource not final, or a fetch that fails,
+    leaves it `indeterminate` (maybe applied: never "not sent"), to resume later."""
+    existing = settings.profile.existing
+    error = sent.error
+    if existing is None or not isinstance(error, Indeterminate) or error.outcome.existing is None:
+        return sent
+    before = error.outcome
+    named = before.existing
+    assert named is not None
+    where = existing_url(url, existing.fetch, named)
+    try:
+        fetched: httpx.Response = yield Http("get", (where,))
+    except httpx.HTTPError as exc:
+        verdict = _reconcile.Verdict("unknown", f"no answer ({type(exc).__name__}: {exc})")
+        fetched_or_none: httpx.Response | None = None
+    else:
+        rules = _reconcile.LookupRules(
+            statuses={
+                **dict.fromkeys(existing.succeeded, State.SUCCEEDED),
+                **dict.fromkeys(existing.failed, State.FAILED),
+            },
+            status_field=existing.status_field,
+        )
+        verdict = _reconcile.judge_resource(fetched, rules)
+        fetched_or_none = fetched
+    if fetched_or_none is not None and verdict.settles:
+        outcome: Outcome = yield Blocking(
+            _reconcile.settle_found,
+            (settings.store, settings.clock, before.operation_id, verdict),
+            {"where": f"GET {where}", "response": fetched_or_none},
+        )
+        outcome = dataclasses.replace(outcome, existing=named)
+        settings.hooks.outcome(outcome)
+        return Sent(outcome, response=fetched_or_none)
+    why = (
+        f"the server says it made {named} under key {before.key} already, and GET {where}"
+        f" says {verdict.why}: not a final answer. It is never sent as new: resume it"
+        " (or Client.reconcile) once the payment is final"
+    )
+    logger.warning("operation %r: %s", before.operation_id, why)
+    unsettled = dataclasses.replace(before, evidence=why)
+    return Sent(
+        unsettled, error=Indeterminate(f"operation {before.operation_id!r}: {why}", unsettled)
+    )
+
+
 def _resumed(
     client: httpx.Client | httpx.AsyncClient, limit: int | None, origin: str | None
 ) -> Op[list[Outcome]]:
@@ -171,6 +222,7 @@ def _resumed(
         try:
             record = yield Blocking(_moved, (settings, stored, origin))
             sent = yield from send_registered(client, record)
+            sent = yield from read_existing(settings, sent, httpx.URL(record.url))
         except ValueError as exc:  # refused before sending: the operation is as it was
             outcomes.append(_not_resumed(stored, str(exc)))
             continue
@@ -443,34 +495,10 @@ class _Common(Generic[HttpxClient]):
             kwargs = key_in_json(resolved, chosen, known, kwargs)
         options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
-        outcome = settle(sent)
-        if outcome.existing is not None and resolved.profile.existing is not None:
-            # "Already done, here it is": fetched through this client, with its auth.
-            where = existing_url(
-                self.http.build_request(method, url).url,
-                resolved.profile.existing.fetch,
-                outcome.existing,
-            )
-            # The payment is done either way: a fetch that fails (an error answer, or
-            # no answer at all) leaves the outcome with the server's own answer, never
-            # an exception that would read as "not sent".
-            try:
-                fetched: httpx.Response = yield Http("get", (where,))
-            except httpx.HTTPError as exc:
-                failure = f"{type(exc).__name__}: {exc}"
-            else:
-                if fetched.is_success:
-                    return dataclasses.replace(outcome, response=fetched)
-                failure = f"HTTP {fetched.status_code}"
-            logger.warning(
-                "operation %r: the server says it made %s already, and fetching it"
-                " from %s failed (%s); the outcome keeps the server's answer",
-                outcome.operation_id,
-                outcome.existing,
-                where,
-                failure,
-            )
-        return outcome
+        sent = yield from read_existing(
+            self.settings, sent, self.http.build_request(method, url).url
+        )
+        return settle(sent)
 
     @_verb("POST")
     def post(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:

@@ -155,6 +155,13 @@ class Existing:
     id_path: str
     #: where to fetch it, relative to the request's URL; ``{id}`` is the id
     fetch: str = "{path}/{id}"
+    #: where the fetched resource keeps its status (in the body, or in the one object
+    #: the body wraps it in: GoCardless's ``{"payments": {...}}``)
+    status_field: str = "status"
+    #: the resource's statuses that say the payment was applied, or refused; any other
+    #: (pending, submitted...) is not final, and the operation stays unsettled
+    succeeded: frozenset[str] = frozenset({"succeeded", "completed"})
+    failed: frozenset[str] = frozenset({"failed", "declined"})
 
 
 #: How a look-up template quotes what it fills in: "url", URL-quoting alone (a path

@@ -74,8 +74,10 @@ __all__ = [
     "default_found",
     "judge",
     "judge_found",
+    "judge_resource",
     "lookup_url",
     "release",
+    "settle_found",
     "take",
 ]
 
@@ -347,6 +349,33 @@ def judge(
     )
 
 
+def judge_resource(response: httpx.Response, rules: LookupRules) -> Verdict:
+    """What a fetched resource says of the payment it is: pure. Only a 2xx with a JSON
+    object is read (the object itself, or the one object it wraps the resource in); its
+    status decides, through `rules`, and a status that is not final (or none) is found
+    but not final. Anything else is unknown: a resource the server named is never
+    "not found"."""
+    code = response.status_code
+    if not 200 <= code < 300:
+        return Verdict("unknown", f"HTTP {code}")
+    try:
+        body = json.loads(response.content)
+    except (ValueError, UnicodeDecodeError):
+        return Verdict("unknown", f"HTTP {code} with a body that is not JSON")
+    if not isinstance(body, dict) or not body:
+        return Verdict("unknown", f"HTTP {code} with a body that is not a resource")
+    item: Item = body
+    if rules.status_field not in body and len(body) == 1:
+        (inner,) = body.values()
+        if isinstance(inner, dict):
+            item = inner  # an envelope: {"payments": {...}}
+    _, state = status_of(item, rules)
+    ending = "" if state is not None else ", which is not final"
+    return Verdict(
+        "found", f"HTTP {code}: {_described(item, rules)}{ending}", state=state, item=item
+    )
+
+
 def judge_found(response: httpx.Response, found: Callable[[httpx.Response], bool]) -> Verdict:
     """The judgement of a caller's own `found` (deprecated): True is a payment that
     succeeded, False is none; statuses other than 2xx judge as `judge` does."""
@@ -474,6 +503,24 @@ def _apply(
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
     raise unsettled(before, f"{where}: {verdict.why}")
+
+
+def settle_found(
+    store: SendingStore,
+    clock: Clock,
+    operation_id: str,
+    verdict: Verdict,
+    *,
+    where: str,
+    response: httpx.Response,
+) -> Outcome:
+    """Settle an unfinished operation by what a resource the server named came to
+    (`verdict` found, final): leased, recorded, given back. One that is finished
+    already is its outcome; one another caller holds raises `Indeterminate`."""
+    taken = take(store, clock, operation_id)
+    if isinstance(taken, Outcome):
+        return taken
+    return apply(store, clock, taken, verdict, where=where, response=response)
 
 
 def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:

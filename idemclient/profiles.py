@@ -209,12 +209,21 @@ gocardless = Profile(
     existing=Existing(
         Match(_statuses(409), codes=frozenset({"idempotent_creation_conflict"})),
         id_path="error.errors.*.links.conflicting_resource_id",
+        # Collected (confirmed, paid out) is applied; failed, cancelled or refused by
+        # the customer is not; anything else (pending_submission, submitted, a
+        # charge-back) is for the resource's owner to read, not final here. The
+        # reference server's own words (succeeded, declined) read the same.
+        succeeded=frozenset({"confirmed", "paid_out", "succeeded"}),
+        failed=frozenset({"failed", "cancelled", "customer_approval_denied", "declined"}),
     ),
     guards_in_flight=False,
     code_paths=("error.errors.*.reason",),
     assumptions=(
         "no replay: a key used before is answered 409 naming the resource, which is"
-        " fetched; " + _UNPUBLISHED_RETENTION + "; " + _UNGUARDED
+        " fetched, and its status says what the payment came to; "
+        + _UNPUBLISHED_RETENTION
+        + "; "
+        + _UNGUARDED
     ),
 )
 
