@@ -408,6 +408,8 @@ class Call:
         self._error: BaseException | None = None
         self._busy_poll = _BUSY_POLL_FIRST
         self.challenge: httpx.Response | None = None
+        #: the resource the last answer names as made under this key (GoCardless)
+        self.existing: str | None = None
         request.stream = httpx.ByteStream(body)
         if continuation is None:
             start = StartEvent(self.operation_id, self.key, request.method, str(request.url))
@@ -586,6 +588,15 @@ class Call:
                     " refusing a duplicate)"
                 )
             self.last_status = result.status_code
+            self.existing = None
+            if found.kind is AttemptKind.EXISTING:
+                self.existing = self.profile.existing_id(
+                    result.status_code, result.headers, result.content
+                )
+                self.evidence += (
+                    f" naming {self.existing or 'a resource'} as made under this key"
+                    " already: what it came to is read from the resource"
+                )
             if found.kind is AttemptKind.CHALLENGED:
                 self.evidence += (
                     " (the server asks for the request to be signed first: x-2fa-approval)"
@@ -622,6 +633,16 @@ class Call:
         bound_body(response, self.remaining)
 
     def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
+        if found.kind is AttemptKind.EXISTING:
+            return Decision(
+                "stop",
+                reason=(
+                    f"the server says it made {self.existing or 'a resource'} under this"
+                    " key already; whether that payment was applied, declined or is still"
+                    " running is read from the resource (Client fetches it; or"
+                    " Client.reconcile, or resume)"
+                ),
+            )
         if found.retry and self.maybe_applied and not self.profile.guards_in_flight:
             return Decision(
                 "stop",
@@ -717,7 +738,7 @@ class Call:
             from_store=from_store,
             last_status=response.status_code if response is not None else self.last_status,
             body_omitted=isinstance(response, AnswerWithoutBody),
-            existing=self._existing(record, response),
+            existing=self.existing or self._existing(record, response),
             key_conflict=self._conflict(record, response),
         )
         if (

@@ -236,6 +236,8 @@ def operation(
                 )
             )
         try:
+            if begin.taken_over and not call.profile.guards_in_flight:
+                return (yield from _await_holder(call, owner))
             return (yield from _attempts(call, owner))
         except BaseException as exc:
             if not call.settled:  # cut short: leave a truthful record, not a live lease
@@ -293,6 +295,44 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
             },
         )
     return begin
+
+
+def _await_holder(call: Call, owner: str) -> Flow:
+    """Taken over from an owner whose lease lapsed (a process paused, or dead) under a
+    profile whose server does not guard a key in flight: that owner's attempt may still
+    be running there, and the same key sent now would run beside it (a second payment).
+    Nothing is sent: the store is polled, within the deadline, for the answer that
+    owner records when it comes back (a final answer is recorded whoever holds the
+    lease); else the operation stops, maybe applied. Its lease released, a later call
+    (`resume`) sends it with its key: by then the earlier attempt has had this whole
+    call's deadline, beyond its own lease, to end."""
+    call.evidence = (
+        "taken over from a caller whose lease lapsed unreleased: its attempt may still be"
+        " running at the server"
+    )
+    while (wait := call.busy_wait()) is not None:
+        yield Sleep(wait)
+        record: OperationRecord | None = yield StoreCall(
+            call.settings.store.get, {"operation_id": call.operation_id}
+        )
+        if record is not None and record.state.finished:
+            return call.stored_answer(record)
+    return (
+        yield from _stop(
+            call,
+            owner,
+            Decision(
+                "stop",
+                reason=(
+                    "another caller's attempt under this key may still be running at the"
+                    f" server (its lease lapsed unreleased), and the {call.profile.name}"
+                    " profile's server does not refuse a second request while the first"
+                    " runs: nothing was sent. Resume it later, or look it up"
+                    " (Client.reconcile)"
+                ),
+            ),
+        )
+    )
 
 
 def _failed_after(continuation: Continuation, error: StoreError) -> Exception:

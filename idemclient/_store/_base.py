@@ -156,6 +156,9 @@ class Claim(enum.Enum):
 class Begin:
     claim: Claim
     record: OperationRecord
+    #: CLAIMED from an owner whose lease lapsed unreleased (a dead or paused process):
+    #: its attempt may still be running at the server
+    taken_over: bool = False
 
 
 class OperationLookup(Protocol):

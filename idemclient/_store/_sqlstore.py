@@ -554,7 +554,7 @@ class SQLStore(Store, ABC):
         )
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, self._record(row))
+        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None)
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another

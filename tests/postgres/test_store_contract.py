@@ -58,6 +58,16 @@ def test_begin_admits_once_then_finds(store: Store) -> None:
     assert after.record.lease_expires == NOW + 121
 
 
+def test_a_claim_says_whether_it_took_a_lapsed_lease_over(store: Store) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+    taken = store.claim("op-1", owner=second, now=NOW + 61, lease_until=NOW + 121)
+    assert (taken.claim, taken.taken_over) == (Claim.CLAIMED, True)  # first may be sending
+    store.finish("op-1", owner=second, state=State.INDETERMINATE, progress=progress())
+    released = store.claim("op-1", owner=first, now=NOW + 62, lease_until=NOW + 122)
+    assert (released.claim, released.taken_over) == (Claim.CLAIMED, False)  # given back
+
+
 def test_a_finished_operation_is_never_claimed(store: Store) -> None:
     owner = new_owner()
     store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from .._protocol.dialect import Dialect, InFlight, Mismatch
+from .._protocol.dialect import Dialect, InFlight, Mismatch, Search
 from .._protocol.messages import DropConnection, ServerRequest, ServerResponse, json_bytes
 from .._protocol.rules import (
     JSON_CONTENT_TYPE,
@@ -220,6 +220,8 @@ class Core:
     ) -> ServerResponse | DropConnection:
         client = parse_bearer(request.header_values("authorization"))
         if (asked := self.dialect.read_lookup(request)) is not None:
+            if isinstance(asked, Search):
+                return self._search_lookup(client, asked)
             return self._lookup(client, *asked)
         if (kind := self.dialect.collection(request.path)) is not None:
             if request.method == "POST":
@@ -299,6 +301,20 @@ class Core:
                 value = resource_json(row)
                 value["status"] = self.dialect.lookup_status(row.status)
                 found.append(value)
+        return _json_response(200, {"object": "list", "data": found, "has_more": False})
+
+    def _search_lookup(self, client: str, search: Search) -> ServerResponse:
+        """The profile's look-up by a search query (Stripe's): every clause read as
+        the provider reads it, over the caller's payments and payouts."""
+        found = []
+        for kind in ("payment", "payout"):
+            for row in self.storage.find_resources(client=client, kind=kind):
+                value = resource_json(row)
+                value["status"] = self.dialect.lookup_status(row.status)
+                fields = {"reference": row.reference, "status": value["status"]}
+                held = [fields.get(name) == wanted for name, wanted in search.clauses]
+                if any(held) if search.any_of else all(held):
+                    found.append(value)
         return _json_response(200, {"object": "list", "data": found, "has_more": False})
 
     # -- creation: admission, then the phase machine -----------------------------------
