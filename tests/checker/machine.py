@@ -481,9 +481,11 @@ class PaymentsMachine(RuleBasedStateMachine):
         """
         if self.setup.profile.guards_in_flight or not self.application_waits:
             return
-        # Past the server's lease, then its sweeps until a clock it stepped back (up to
-        # its tolerance) has caught up with the leases it stamped.
-        for span in (LEASE + 1, *[SWEEP_EVERY] * 4):
+        # Past the server's lease, then its sweeps until a clock it stepped back (from
+        # one end of SERVER_OFFSETS to the other) has caught up with the leases it
+        # stamped.
+        stepped = max(SERVER_OFFSETS) - min(SERVER_OFFSETS) + LEASE
+        for span in (LEASE + 1, *[SWEEP_EVERY] * math.ceil(stepped / SWEEP_EVERY)):
             # Every key row the server holds started (under django-idempotency-key, a
             # row's key is the client's key and the request's hash).
             if not self.server._storage.stale_keys(stale_before=math.inf, limit=1):

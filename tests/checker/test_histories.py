@@ -301,6 +301,21 @@ def test_gocardless_a_server_clock_stepped_back_is_waited_out_before_sending_aga
     assert len(state.final_resources(op)) == 1
 
 
+def test_wise_a_server_clock_stepped_back_end_to_end_is_waited_out_before_sending_again() -> None:
+    # Found next (deep, wise): stamped by a clock half an hour fast, then set half an
+    # hour slow, the lease outlasted the wait's first bound. The wait goes on until the
+    # server's clock has crossed the whole step.
+    state = PaymentsMachine.for_profile("wise")()
+    state.server_clock_jumps(offset=1790.0)
+    state.server_crashes_after(after="H1_DONE")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_clock_jumps(offset=-1790.0)
+    state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
 def test_a_scripted_refusal_is_not_given_to_a_key_the_server_answers_from() -> None:
     # Found as a modelling error once the checker's client spoke the reference profile
     # (whose server replays its stored answers, errors included, so the client takes a
