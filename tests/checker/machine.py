@@ -285,6 +285,15 @@ class Setup:
         return self.profile.replays_errors or self.profile.replay is not None
 
     @property
+    def refusable(self) -> frozenset[int]:
+        """The scripted refusals this profile's server may give: not a status the
+        profile reads as a replay (django-idempotency-key's 409), which to a key the
+        caller gave (an identity, `wrap()`) the client takes as the stored success,
+        by design (docs/profiles.md; the history is kept in test_histories.py)."""
+        replay = self.profile.replay.statuses if self.profile.replay is not None else ()
+        return frozenset(int(status) for status in REFUSALS) - frozenset(replay)
+
+    @property
     def keeps_refusals(self) -> bool:
         """The server keeps a refusal (a declined payment's 402) under its key. Where it
         keeps only some answers (Checkout.com's 2xx, named by the 5xx it does not keep;
@@ -694,7 +703,8 @@ class PaymentsMachine(RuleBasedStateMachine):
     @rule(fault=st.sampled_from(FAULTS))
     def server_fault(self, fault: str) -> None:
         if fault in REFUSALS:
-            self.refusals.append(int(fault))
+            if int(fault) in self.setup.refusable:
+                self.refusals.append(int(fault))
         else:
             inject(self.server, fault, self.slow_bodies)
 
