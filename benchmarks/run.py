@@ -15,6 +15,7 @@ tests/support/pgcluster.py, which the installed package does not ship):
     python -m benchmarks.run                 # the full run (a few minutes)
     python -m benchmarks.run --quick         # a smoke run of tiny sizes
     python -m benchmarks.run --only store    # one section
+    python -m benchmarks.run --only cpu      # the client's CPU on a mock transport
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 from idemclient.testing import spawn
 from tests.support.pgcluster import Cluster
 
-from . import batch_bench, contenders, server_bench, store_bench
+from . import batch_bench, client_cpu, contenders, server_bench, store_bench
 
 NOOP = "/_sandbox/noop"
 PAYMENTS = "/v1/payments"
@@ -217,7 +218,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--json", default="bench-results/results.json")
     parser.add_argument(
-        "--only", choices=["sequential", "concurrent", "batch", "store", "server"], default=None
+        "--only",
+        choices=["sequential", "concurrent", "cpu", "batch", "store", "server"],
+        default=None,
     )
     parser.add_argument(
         "--no-postgres", action="store_true", help="measure the SQLite contenders only"
@@ -265,6 +268,16 @@ def main() -> int:
             if wanted("batch"):
                 report["batch"] = batch_bench.run(url, work / "batch", sizes.batch_rows)
                 print_table("batches", report["batch"], batch_bench.COLUMNS)
+        if wanted("cpu"):
+            # No server, no disk: the client's own CPU per operation (see `client_cpu`).
+            report["client_cpu"] = client_cpu.run(
+                ops=300 if sizes.quick else 2000, rounds=2 if sizes.quick else 5
+            )
+            print_table(
+                "client CPU per operation, mock transport (thread CPU time)",
+                report["client_cpu"],
+                client_cpu.COLUMNS,
+            )
         if wanted("store"):
             report["store"] = {"sqlite": store_bench.run(work / "store", sizes.store_finished)}
             if pg_url is not None:
