@@ -413,7 +413,7 @@ class _Common(Generic[HttpxClient]):
         profile = self.settings.profile
         # The request's path matters only to a profile with facts per endpoint.
         path = self.http.build_request(method, url).url.path if profile.endpoints else ""
-        resolved = profile.resolve(method, path, self.settings.policy.methods)
+        resolved = self.settings.resolve_at(method, path)
         if not resolved.keyed:
             # Sent, it would carry a key the server does not read there, and a retry of
             # it would be a second request to the server.
