@@ -107,6 +107,10 @@ class HeaderRule:
     _verdicts: dict[str, int] = field(
         init=False, default_factory=dict, repr=False, compare=False, hash=False
     )
+    #: what `split_request` keeps (by position) and withholds, by sequence of names
+    _plans: dict[tuple[str, ...], tuple[tuple[int, ...], tuple[str, ...]]] = field(
+        init=False, default_factory=dict, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def of(cls, secret: Collection[str] = (), persist: Collection[str] = ()) -> HeaderRule:
@@ -151,17 +155,28 @@ class HeaderRule:
     def split_request(self, headers: Iterable[tuple[str, str]]) -> tuple[Headers, tuple[str, ...]]:
         """The headers persisted with their values, and the names of those withheld
         (each once, as first spelled; transient ones are neither)."""
-        kept: list[tuple[str, str]] = []
-        withheld: dict[str, str] = {}
-        for name, value in headers:
-            verdict = self._verdict(name)
-            if verdict & _TRANSIENT_NAME:
-                continue
-            if verdict & (_PERSISTED | _SECRET) == _PERSISTED:
-                kept.append((name, value))
-            else:
-                withheld.setdefault(name.lower(), name)
-        return tuple(kept), tuple(withheld.values())
+        pairs = tuple(headers)
+        names = tuple(name for name, _value in pairs)
+        plan = self._plans.get(names)
+        if plan is None:
+            # A client sends the same header names request after request: what is kept
+            # and what withheld is worked out once per sequence of names.
+            keep: list[int] = []
+            withheld: dict[str, str] = {}
+            for index, name in enumerate(names):
+                verdict = self._verdict(name)
+                if verdict & _TRANSIENT_NAME:
+                    continue
+                if verdict & (_PERSISTED | _SECRET) == _PERSISTED:
+                    keep.append(index)
+                else:
+                    withheld.setdefault(name.lower(), name)
+            plan = tuple(keep), tuple(withheld.values())
+            if len(self._plans) >= _VERDICTS_KEPT:
+                self._plans.clear()
+            self._plans[names] = plan
+        keep_at, withheld_names = plan
+        return tuple([pairs[index] for index in keep_at]), withheld_names
 
     def response(self, headers: Iterable[tuple[str, str]]) -> Headers:
         """A response's headers as stored: the secret and transient ones gone, and the

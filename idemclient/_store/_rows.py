@@ -91,7 +91,11 @@ def dump_headers(headers: Headers, withheld: Sequence[str] = ()) -> str:
     kept, never its value)."""
     pairs: list[list[str | None]] = [[name, value] for name, value in headers]
     pairs += [[name, None] for name in withheld]
-    return json.dumps(pairs, separators=(",", ":"))
+    return _COMPACT.encode(pairs)
+
+
+#: `json.dumps(..., separators=(",", ":"))`, without building an encoder per call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
 def _headers(value: Any) -> tuple[Headers, tuple[str, ...]]:
