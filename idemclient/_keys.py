@@ -7,9 +7,10 @@ the retry loop.
 from __future__ import annotations
 
 import re
+import secrets
+import threading
+import time
 import uuid
-
-import uuid6
 
 from ._errors import InvalidKey
 
@@ -31,8 +32,32 @@ _SEPARATOR = "\x1f"  # unit separator: cannot occur in a caller's printable iden
 
 
 def new_key() -> str:
-    """A fresh UUIDv7: random, and time-ordered for the server's index locality."""
-    return str(uuid6.uuid7())
+    """A fresh UUIDv7 (RFC 9562): random, and time-ordered for the server's index
+    locality. Within a process, each key's millisecond is later than the last one's
+    (as `uuid6.uuid7` does), so keys sort in the order they were made.
+
+    Written out rather than through `uuid6.uuid7()`: a key is made for every
+    operation, and the `UUID` object in between cost more than the rest of it."""
+    global _last_ms
+    millis = time.time_ns() // 1_000_000
+    with _clock_lock:
+        if millis <= _last_ms:
+            millis = _last_ms + 1
+        _last_ms = millis
+    value = (millis & _MS_MASK) << 80 | secrets.randbits(76)
+    value = value & _CLEAR | _VERSION_7 | _VARIANT
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+_last_ms = 0
+_clock_lock = threading.Lock()
+_MS_MASK = (1 << 48) - 1
+#: the version (bits 76..79) and variant (bits 62..63) fields cleared, then set:
+#: version 7, variant 0b10 (RFC 9562)
+_CLEAR = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
+_VERSION_7 = 7 << 76
+_VARIANT = 0x2 << 62
 
 
 def key_from_identity(*parts: str, namespace: uuid.UUID = DEFAULT_NAMESPACE) -> str:
