@@ -23,6 +23,7 @@ that lacks it is not, and an empty secret parameter counts as lacking it.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -156,7 +157,7 @@ class HeaderRule:
         """The headers persisted with their values, and the names of those withheld
         (each once, as first spelled; transient ones are neither)."""
         pairs = tuple(headers)
-        names = tuple(name for name, _value in pairs)
+        names = tuple(map(_first, pairs))
         plan = self._plans.get(names)
         if plan is None:
             # A client sends the same header names request after request: what is kept
@@ -190,6 +191,7 @@ class HeaderRule:
         return tuple(kept)
 
 
+_first = operator.itemgetter(0)
 #: The bits of a `HeaderRule` verdict on a header name.
 _TRANSIENT_NAME, _PERSISTED, _SECRET, _URL = 1, 2, 4, 8
 #: How many header names a `HeaderRule` remembers its verdict on.
