@@ -35,6 +35,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from idemclient import State
+from idemclient._call import fingerprint
+from idemclient._store import Intent, Progress, StoredResponse, new_owner, release_owner
+from idemclient.store import SQLiteStore
 from idemclient.testing import spawn
 from tests.support.pgcluster import Cluster
 
@@ -86,6 +92,53 @@ def fsync_alone(workdir: Path, n: int) -> float:
     finally:
         os.close(fd)
     return median_us(samples)
+
+
+def commits_alone(workdir: Path, n: int) -> dict[str, dict[str, float]]:
+    """The store's two writes per operation, timed alone (no client, no network): the
+    intent (`begin`) and the outcome (`finish`), per durability, medians in us. With
+    the fsync, the floor under idemclient's time above plain httpx: everything above
+    it is the client's Python."""
+    url = httpx.URL("http://127.0.0.1/_sandbox/noop")
+    body = json.dumps(contenders.BODY).encode()
+    answer = StoredResponse.of(200, (("content-type", "application/json"),), b"{}")
+    found: dict[str, dict[str, float]] = {}
+    for durability in ("full", "intent", "buffered"):
+        begins: list[float] = []
+        finishes: list[float] = []
+        with SQLiteStore(workdir / f"alone-{durability}.db", durability=durability) as store:
+            for i in range(n):
+                intent = Intent(
+                    operation_id=f"op-{i}",
+                    key=f"key-{i}",
+                    key_given=False,
+                    method="POST",
+                    url=str(url),
+                    headers=(("content-type", "application/json"),),
+                    body=body,
+                    fingerprint=fingerprint("POST", url, body),
+                )
+                owner = new_owner()
+                now = time.time()
+                started = time.perf_counter()
+                begin = store.begin(intent, owner=owner, now=now, lease_until=now + 60)
+                begins.append(time.perf_counter() - started)
+                progress = Progress(
+                    attempts=1, maybe_applied=True, evidence="HTTP 200 OK", not_before=None, now=now
+                )
+                started = time.perf_counter()
+                store.finish(
+                    intent.operation_id,
+                    owner=owner,
+                    state=State.SUCCEEDED,
+                    progress=progress,
+                    response=answer,
+                    known=begin.record,
+                )
+                finishes.append(time.perf_counter() - started)
+                release_owner(owner)
+        found[durability] = {"begin_us": median_us(begins), "finish_us": median_us(finishes)}
+    return found
 
 
 def sequential(
@@ -244,6 +297,12 @@ def main() -> int:
             if wanted("sequential"):
                 report["fsync_us"] = fsync_alone(work, 200 if sizes.quick else 1000)
                 print(f"fsync alone (100 bytes, this disk): {report['fsync_us']:.0f} us")
+                report["commits_alone"] = commits_alone(work, 100 if sizes.quick else 1000)
+                print_table(
+                    "the store's two writes alone (median)",
+                    report["commits_alone"],
+                    ["begin_us", "finish_us"],
+                )
                 for label, path in (("no-op endpoint", NOOP), ("new payment", PAYMENTS)):
                     folder = work / label.replace(" ", "-")
                     folder.mkdir()
