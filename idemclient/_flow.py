@@ -274,6 +274,9 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
                 "now": clock.time(),
                 "lease_until": call.lease_until(),
             },
+            # Flushed, it waits for the disk in a worker thread; under `BUFFERED` the
+            # store can make it on the loop (see `StoreCall.unwaiting`).
+            unwaiting=True,
         )
     else:
         begin = yield from _claim(call, owner)

@@ -113,6 +113,11 @@ class SQLiteStore(SQLStore):
     # -- writing ---------------------------------------------------------------------
 
     def _admit(self, values: tuple[Any, ...]) -> bool:
+        if self._unwaiting:
+            # Alone (`BUFFERED`, see `call_without_waiting`): intents other threads
+            # queued are theirs to admit once they hold the connection.
+            with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
+                return bool(conn.execute(_SQL.admit, values).rowcount == 1)
         ticket = _Admission(values)
         with self._queue_lock:
             self._queue.append(ticket)
@@ -190,6 +195,8 @@ class SQLiteStore(SQLStore):
         and the commit runs no checkpoint (that writes and flushes the database file):
         the next write made in a worker thread runs it.
         """
+        if self._flushes(getattr(call, "__name__", "")):
+            raise WouldWait  # refused before anything is done (`_Using` would, later)
         if not self._lock.acquire(blocking=False):
             raise WouldWait
         try:
@@ -211,6 +218,13 @@ class SQLiteStore(SQLStore):
             raise WouldWait from exc
         finally:
             self._lock.release()
+
+    def _flushes(self, method: str) -> bool:
+        """Whether this store's `method` flushes its commit under its durability: the
+        intent (`begin`), unless `BUFFERED`; anything, under `FULL`."""
+        if method == "begin":
+            return self.durability is not Durability.BUFFERED
+        return self.durability is Durability.FULL
 
     def close(self) -> None:
         with self._lock:

@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from idemclient import AsyncClient, ManualClock, State
+from idemclient._fingerprint import fingerprint
+from idemclient._store import Intent, WouldWait
 from idemclient.store import Durability, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -59,15 +61,17 @@ def make(store: SQLiteStore, transport: httpx.AsyncBaseTransport) -> AsyncClient
 
 
 @pytest.mark.parametrize(
-    ("durability", "on_the_loop"),
+    ("durability", "intent_on_the_loop", "outcome_on_the_loop"),
     [
-        (Durability.INTENT, True),  # the outcome's commit is not flushed: no waiting
-        (Durability.BUFFERED, True),
-        (Durability.FULL, False),  # flushed: it waits for the disk, in a worker thread
+        # The intent's commit is flushed: it waits for the disk (or for the group
+        # commit), in a worker thread; the outcome's is not.
+        (Durability.INTENT, False, True),
+        (Durability.BUFFERED, True, True),  # nothing flushed: no waiting
+        (Durability.FULL, False, False),  # everything flushed
     ],
 )
-async def test_the_outcome_is_written_on_the_loop_only_when_nothing_waits(
-    tmp_path: Path, durability: Durability, on_the_loop: bool
+async def test_writes_are_made_on_the_loop_only_when_nothing_waits(
+    tmp_path: Path, durability: Durability, intent_on_the_loop: bool, outcome_on_the_loop: bool
 ) -> None:
     loop_thread = threading.get_ident()
     with Recording(tmp_path / "ops.db", durability=durability) as store:
@@ -75,10 +79,10 @@ async def test_the_outcome_is_written_on_the_loop_only_when_nothing_waits(
             outcome = await client.post("/v1/payments", json=PAYMENT)
         assert outcome.state is State.SUCCEEDED
         assert store.get(outcome.operation_id).state is State.SUCCEEDED  # type: ignore[union-attr]
-        # The intent always waits for its fsync, or for the group commit: never here.
-        assert store.threads["begin"]
-        assert loop_thread not in store.threads["begin"]
-        assert (store.threads["finish"] == [loop_thread]) is on_the_loop
+        for write, on_the_loop in (("begin", intent_on_the_loop), ("finish", outcome_on_the_loop)):
+            # Made once: on the loop, or in a worker thread without being tried here.
+            made_in = store.threads[write]
+            assert made_in == [loop_thread] if on_the_loop else loop_thread not in made_in
         # What the store is told not to do while on the loop is undone after.
         conn = store._conn
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
@@ -169,3 +173,42 @@ async def test_another_process_holding_the_file_does_not_hold_the_loop(
         assert store.get(outcome.operation_id).state is State.SUCCEEDED  # type: ignore[union-attr]
         assert threading.get_ident() not in store.threads["finish"][-1:]
         assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5_000
+
+
+def test_a_flushed_write_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    # Whichever write asks for it: a commit that would be flushed waits for the disk.
+    with SQLiteStore(tmp_path / "ops.db", durability=Durability.INTENT) as store:
+        intent = Intent(
+            operation_id="op-1",
+            key="key-1",
+            key_given=True,
+            method="POST",
+            url="http://psp.test/v1/payments",
+            headers=(),
+            body=b"{}",
+            fingerprint=fingerprint("POST", httpx.URL("http://psp.test/v1/payments"), b"{}"),
+        )
+        store.register([intent], now=1.0)
+        with pytest.raises(WouldWait):
+            store.call_without_waiting(store.reopen, intent=intent, evidence="moved", now=2.0)
+        assert store.get("op-1").evidence == ""  # type: ignore[union-attr]
+        assert not store._lock._is_owned()  # type: ignore[attr-defined]
+
+
+async def test_an_operation_found_again_on_the_loop_is_answered_from_the_store(
+    tmp_path: Path,
+) -> None:
+    # `BUFFERED`: the intent's write is made on the loop, and so is finding the
+    # operation again (a transaction of its own): the stored answer, nothing sent.
+    sent: list[httpx.Request] = []
+    loop_thread = threading.get_ident()
+    with Recording(tmp_path / "ops.db", durability=Durability.BUFFERED) as store:
+        async with make(
+            store, Answering(lambda: sent.append(httpx.Request("POST", "/")))
+        ) as client:
+            first = await client.post("/v1/payments", json=PAYMENT, operation_id="order-7")
+            again = await client.post("/v1/payments", json=PAYMENT, operation_id="order-7")
+        assert len(sent) == 1
+        assert again.from_store
+        assert (again.key, again.state) == (first.key, State.SUCCEEDED)
+        assert store.threads["begin"] == [loop_thread, loop_thread]
