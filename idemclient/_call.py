@@ -34,7 +34,7 @@ from ._classify import (
     classify_error,
     classify_response,
 )
-from ._clock import Clock
+from ._clock import Clock, StepWatch
 from ._errors import (
     ChallengeRequired,
     Indeterminate,
@@ -47,7 +47,7 @@ from ._errors import (
     StoreError,
 )
 from ._fingerprint import fingerprint
-from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent
+from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent, logger
 from ._keys import new_key
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide, retention_set
@@ -111,6 +111,8 @@ class Settings:
     owns_store: bool = False
     #: what the server means by its answers (see `idemclient.profiles`)
     profile: Profile = DEFAULT_PROFILE
+    #: notices `clock` stepping back while the client runs (see `clock_went_back`)
+    watch: StepWatch | None = None
 
     #: the facts `resolve_at` found, by method and path: asked several times per
     #: request (the client, the exchange, the transport), the same each time
@@ -429,6 +431,8 @@ class Call:
         self._error: BaseException | None = None
         self._busy_poll = _BUSY_POLL_FIRST
         self.challenge: httpx.Response | None = None
+        #: the resource the last answer names as made under this key (GoCardless)
+        self.existing: str | None = None
         request.stream = httpx.ByteStream(body)
         if continuation is None and (
             settings.hooks.on_start is not None
@@ -499,6 +503,20 @@ class Call:
                         f"maybe applied, and its last answer (HTTP {unstored}) is one the"
                         f" {self.profile.name} profile's server does not keep under its key:"
                         " sent again it would run again; look it up instead"
+                    ),
+                )
+            stepped = self.record.clock_stepped if self.record is not None else None
+            if stepped is not None:
+                # A clock went back while it was unfinished: it may have been recorded
+                # by a clock running fast, so its age may be more than it looks, by any
+                # amount, and it looks young long after the server forgot its key.
+                self._reconcile = True
+                return Decision(
+                    "stop",
+                    reason=(
+                        f"maybe applied, and a clock of this store was seen to go back"
+                        f" {stepped:.0f}s while it was unfinished: its age, and so whether"
+                        " the server still holds its key, is unknown; look it up instead"
                     ),
                 )
             if age < -CLOCK_SKEW:
@@ -600,6 +618,15 @@ class Call:
                     " refusing a duplicate)"
                 )
             self.last_status = result.status_code
+            self.existing = None
+            if found.kind is AttemptKind.EXISTING:
+                self.existing = self.profile.existing_id(
+                    result.status_code, result.headers, result.content
+                )
+                self.evidence += (
+                    f" naming {self.existing or 'a resource'} as made under this key"
+                    " already: what it came to is read from the resource"
+                )
             if found.kind is AttemptKind.CHALLENGED:
                 self.evidence += (
                     " (the server asks for the request to be signed first: x-2fa-approval)"
@@ -641,6 +668,16 @@ class Call:
         bound_body(response, self.remaining)
 
     def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
+        if found.kind is AttemptKind.EXISTING:
+            return Decision(
+                "stop",
+                reason=(
+                    f"the server says it made {self.existing or 'a resource'} under this"
+                    " key already; whether that payment was applied, declined or is still"
+                    " running is read from the resource (Client fetches it; or"
+                    " Client.reconcile, or resume)"
+                ),
+            )
         if found.retry and self.maybe_applied and not self.profile.guards_in_flight:
             return Decision(
                 "stop",
@@ -736,7 +773,7 @@ class Call:
             from_store=from_store,
             last_status=response.status_code if response is not None else self.last_status,
             body_omitted=isinstance(response, AnswerWithoutBody),
-            existing=self._existing(record, response),
+            existing=self.existing or self._existing(record, response),
             key_conflict=self._conflict(record, response),
         )
         if (
@@ -867,6 +904,46 @@ class Call:
 #: How far a record's time may be ahead of this clock before it counts as a clock that
 #: went back (hosts sharing a PostgreSQL store are a little apart).
 CLOCK_SKEW = 300.0
+
+
+def clock_went_back(store: Store, step: float, *, now: float, seen: str) -> int:
+    """Keep, in `store`, that a clock of its users went back `step` seconds to `now`
+    (seen as `seen` says): its unfinished operations are of unknown age from now on,
+    and once they may have been applied are looked up rather than sent again."""
+    marked = store.clock_went_back(step=step, now=now)
+    logger.warning(
+        "the clock went back %.0fs (seen %s): %d unfinished operation(s) of the store %s"
+        " are of unknown age now: once they may have been applied, they are looked up"
+        " rather than sent again",
+        step,
+        seen,
+        marked,
+        store.path,
+        extra={"event": "clock_went_back", "step": step, "marked": marked},
+    )
+    return marked
+
+
+def keep_step(settings: Settings, step: float, *, seen: str) -> int:
+    """`clock_went_back` for a step the settings' watch saw; once the store has it, the
+    watch stops reporting it (a store that failed to take it is asked again)."""
+    marked = clock_went_back(settings.store, step, now=settings.clock.time(), seen=seen)
+    if settings.watch is not None:
+        settings.watch.kept(step)
+    return marked
+
+
+def check_store_clock(store: Store, clock: Clock) -> float:
+    """As a client or transport starts: note the clock's time in the store, and keep a
+    step back if it reads earlier than the latest time the store has seen (this clock,
+    or another user's, went back). Returns that latest time (0.0 for a new store)."""
+    now = clock.time()
+    seen = store.advance_clock(now=now)
+    if seen - now > CLOCK_SKEW:
+        clock_went_back(store, seen - now, now=now, seen="at a start, against the store's times")
+    return seen
+
+
 #: Appended to the evidence of an operation the retry budget stopped.
 BUDGET_STOP = "; stopped by the client's retry budget"
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})

@@ -10,7 +10,7 @@
 | 500, 502, 504                                 | SERVER_ERROR    | yes   | yes           | no    |
 | any other 5xx (501, 520, 524...)              | SERVER_ERROR    | no    | yes           | no    |
 | 422                                           | KEY_CONFLICT    | no    | no            | yes   |
-| the profile's "already done, here it is"      | EXISTING        | no    | yes           | yes   |
+| the profile's "already done, here it is"      | EXISTING        | no    | yes           | no    |
 | the profile's replay given another status     | REPLAYED        | no    | yes           | yes   |
 | the profile's "sign this first"               | CHALLENGED      | no    | no            | no    |
 | 401, 407                                      | UNAUTHENTICATED | no    | no            | no    |
@@ -31,10 +31,12 @@ those that matches none of them is an ordinary refusal there (a GoCardless 409 t
 not its creation conflict), not the generic row.
 
 Only a 2xx is a success and only a 4xx is a refusal: those are *final*, stored as the
-operation's answer. Everything else that ends a call without a retry leaves the
-operation unsettled: `indeterminate` if any attempt may have been applied, else
-`not_sent`. A 5xx is server or proxy trouble, not an answer about the payment, whether
-or not it is retried.
+operation's answer. "Already done, here it is" is neither: it names a resource made
+under the key, which may have been declined, or still be running; what it came to is
+read from the resource (`Client` fetches it), never from the name alone. Everything
+else that ends a call without a retry leaves the operation unsettled: `indeterminate`
+if any attempt may have been applied, else `not_sent`. A 5xx is server or proxy
+trouble, not an answer about the payment, whether or not it is retried.
 
 Two kinds go back to httpx instead of ending the call (`handoff`): 401 and 407 are about
 the credentials, refused before any processing, and an auth flow may send the request
@@ -132,7 +134,7 @@ _BY_KIND = dict(
         _row(AttemptKind.UNSENDABLE, retry=False, maybe_applied=False),
         _row(AttemptKind.MAYBE_APPLIED, retry=True, maybe_applied=True),
         _row(AttemptKind.UNKNOWN, retry=False, maybe_applied=True),
-        _row(AttemptKind.EXISTING, retry=False, maybe_applied=True, final=True),
+        _row(AttemptKind.EXISTING, retry=False, maybe_applied=True),
         _row(AttemptKind.REPLAYED, retry=False, maybe_applied=True, final=True),
         _row(AttemptKind.CHALLENGED, retry=False, maybe_applied=False),
     ]

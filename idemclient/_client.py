@@ -23,9 +23,10 @@ import httpx
 
 from . import _reconcile
 from ._budget import RetryBudget
-from ._call import CLOCK_SKEW, Continuation, Settings
+from ._call import Continuation, Settings, check_store_clock
 from ._clock import Clock
 from ._deferred import opened, unopened
+from ._errors import Indeterminate, ReconcileRequired
 from ._exchange import install
 from ._hooks import Hooks, logger
 from ._operations import (
@@ -33,6 +34,7 @@ from ._operations import (
     Close,
     Http,
     Op,
+    Sent,
     arun,
     check_method,
     key_in_json,
@@ -45,7 +47,7 @@ from ._operations import (
 )
 from ._outcome import Outcome, State, from_record
 from ._policy import RetryPolicy
-from ._profile import Profile, existing_url
+from ._profile import Lookup, Profile, existing_url
 from ._redaction import origin_of
 from ._retrofit import replace_transports, transport_of
 from ._store import OperationRecord, Store
@@ -105,6 +107,7 @@ def wrap(
         secret_headers=secret_headers,
         persist_headers=persist_headers,
         deferred=isinstance(client, httpx.AsyncClient),
+        start=_start_store,
     )
     _wrap_with(client, settings)
     return client
@@ -158,6 +161,56 @@ def _check_origin(origin: str | None) -> None:
             raise ValueError(f"origin {origin!r} must be an http(s) URL with a host")
 
 
+def read_existing(settings: Settings, sent: Sent, url: httpx.URL) -> Op[Sent]:
+    """`sent`, once the resource an "already done, here it is" answer names (GoCardless)
+    is read: fetched through the client (with its auth) from `url`, the operation's,
+    and settled by its status (`Existing`): applied, `succeeded` with the resource as
+    its response; refused, `failed`. A resource not final, or a fetch that fails,
+    leaves it `indeterminate` (maybe applied: never "not sent"), to resume later."""
+    existing = settings.profile.existing
+    error = sent.error
+    if existing is None or not isinstance(error, Indeterminate) or error.outcome.existing is None:
+        return sent
+    before = error.outcome
+    named = before.existing
+    assert named is not None
+    where = existing_url(url, existing.fetch, named)
+    try:
+        fetched: httpx.Response = yield Http("get", (where,))
+    except httpx.HTTPError as exc:
+        verdict = _reconcile.Verdict("unknown", f"no answer ({type(exc).__name__}: {exc})")
+        fetched_or_none: httpx.Response | None = None
+    else:
+        rules = _reconcile.LookupRules(
+            statuses={
+                **dict.fromkeys(existing.succeeded, State.SUCCEEDED),
+                **dict.fromkeys(existing.failed, State.FAILED),
+            },
+            status_field=existing.status_field,
+        )
+        verdict = _reconcile.judge_resource(fetched, rules)
+        fetched_or_none = fetched
+    if fetched_or_none is not None and verdict.settles:
+        outcome: Outcome = yield Blocking(
+            _reconcile.settle_found,
+            (settings.store, settings.clock, before.operation_id, verdict),
+            {"where": f"GET {where}", "response": fetched_or_none},
+        )
+        outcome = dataclasses.replace(outcome, existing=named)
+        settings.hooks.outcome(outcome)
+        return Sent(outcome, response=fetched_or_none)
+    why = (
+        f"the server says it made {named} under key {before.key} already, and GET {where}"
+        f" says {verdict.why}: not a final answer. It is never sent as new: resume it"
+        " (or Client.reconcile) once the payment is final"
+    )
+    logger.warning("operation %r: %s", before.operation_id, why)
+    unsettled = dataclasses.replace(before, evidence=why)
+    return Sent(
+        unsettled, error=Indeterminate(f"operation {before.operation_id!r}: {why}", unsettled)
+    )
+
+
 def _resumed(
     client: httpx.Client | httpx.AsyncClient, limit: int | None, origin: str | None
 ) -> Op[list[Outcome]]:
@@ -170,6 +223,7 @@ def _resumed(
         try:
             record = yield Blocking(_moved, (settings, stored, origin))
             sent = yield from send_registered(client, record)
+            sent = yield from read_existing(settings, sent, httpx.URL(record.url))
         except ValueError as exc:  # refused before sending: the operation is as it was
             outcomes.append(_not_resumed(stored, str(exc)))
             continue
@@ -210,15 +264,7 @@ def _start_store(store: Store, clock: Clock) -> None:
     """What a client does to its store as it starts: check the clock against the
     latest time the store has seen, and reap old bodies by the store's time."""
     now = clock.time()
-    seen = store.advance_clock(now=now)
-    if seen - now > CLOCK_SKEW:
-        logger.warning(
-            "the clock reads %.0fs earlier than the latest time the store %s has seen:"
-            " it went back. Nothing is forgotten: operations recorded ahead of it count"
-            " as of unknown age, and are looked up rather than sent again.",
-            seen - now,
-            store.path,
-        )
+    seen = check_store_clock(store, clock)
     # Finished operations past the store's retention lose their bodies now, a bounded
     # batch per client start, so the table never becomes the largest one you own. By
     # the store's time, not only this clock's: a clock that jumped ahead drops no body
@@ -442,34 +488,10 @@ class _Common(Generic[HttpxClient]):
             kwargs = key_in_json(resolved, chosen, known, kwargs)
         options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
-        outcome = settle(sent)
-        if outcome.existing is not None and resolved.profile.existing is not None:
-            # "Already done, here it is": fetched through this client, with its auth.
-            where = existing_url(
-                self.http.build_request(method, url).url,
-                resolved.profile.existing.fetch,
-                outcome.existing,
-            )
-            # The payment is done either way: a fetch that fails (an error answer, or
-            # no answer at all) leaves the outcome with the server's own answer, never
-            # an exception that would read as "not sent".
-            try:
-                fetched: httpx.Response = yield Http("get", (where,))
-            except httpx.HTTPError as exc:
-                failure = f"{type(exc).__name__}: {exc}"
-            else:
-                if fetched.is_success:
-                    return dataclasses.replace(outcome, response=fetched)
-                failure = f"HTTP {fetched.status_code}"
-            logger.warning(
-                "operation %r: the server says it made %s already, and fetching it"
-                " from %s failed (%s); the outcome keeps the server's answer",
-                outcome.operation_id,
-                outcome.existing,
-                where,
-                failure,
-            )
-        return outcome
+        sent = yield from read_existing(
+            self.settings, sent, self.http.build_request(method, url).url
+        )
+        return settle(sent)
 
     @_verb("POST")
     def post(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
@@ -538,13 +560,15 @@ class _Common(Generic[HttpxClient]):
         field and final statuses), if it has one; else a ValueError asks for one.
         """
         profiled = self.settings.profile.lookup
+        quoting = None
+        covering: Lookup | None = None
         if lookup is None:
             if profiled is None:
                 raise ValueError(
                     f"the {self.settings.profile.name} profile knows no look-up: pass"
                     " lookup= (a URL template with {reference} or {key})"
                 )
-            lookup = profiled.template
+            lookup, quoting, covering = profiled.template, profiled.quoting, profiled
             if statuses is None:
                 statuses = {
                     **dict.fromkeys(profiled.succeeded, State.SUCCEEDED),
@@ -552,7 +576,7 @@ class _Common(Generic[HttpxClient]):
                 }
             status_field = status_field or profiled.status_field
         judgement = _judgement(found, statuses, status_field or "status", reliable_404)
-        taken = yield Blocking(self._lookup_of, (operation_id, lookup))
+        taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting, covering))
         if isinstance(taken, Outcome):
             return taken
         lease, url = taken
@@ -590,16 +614,35 @@ class _Common(Generic[HttpxClient]):
 
     # -- reconciliation: the store's half is in `_reconcile`, the network's above
 
-    def _lookup_of(self, operation_id: str, lookup: str) -> tuple[_reconcile.Taken, str] | Outcome:
+    def _lookup_of(
+        self, operation_id: str, lookup: str, quoting: str | None, covering: Lookup | None
+    ) -> tuple[_reconcile.Taken, str] | Outcome:
         """Lease an unfinished operation for a look-up, with the look-up's URL; a
-        finished one is its outcome. A bad template fails before the lease is taken."""
+        finished one is its outcome. A bad template fails before the lease is taken;
+        a reference the template cannot carry safely, or an operation the profile's
+        look-up (`covering`) does not find, leaves the operation as it was."""
         store = self.settings.store
         record = store.get(operation_id)
         if record is None:
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
         if record.state.finished:
             return from_record(record)
-        url = _reconcile.lookup_url(lookup, record)
+        path = httpx.URL(record.url).path
+        if covering is not None and not covering.covers_path(path):
+            # "None found" there would say nothing of it: never read as "not applied".
+            raise ReconcileRequired(
+                f"operation {operation_id!r} (key {record.key}) was sent to"
+                f" {record.method} {path}, which the {self.settings.profile.name}"
+                f" profile's look-up ({covering.template}) does not find (it covers"
+                f" {', '.join(covering.covers)}). Nothing was looked up or changed:"
+                " pass lookup= (a URL template with {reference} or {key}) that finds"
+                " this operation's resource",
+                from_record(record),
+            )
+        try:
+            url = _reconcile.lookup_url(lookup, record, quoting=quoting)
+        except _reconcile.Unquotable as exc:
+            raise _reconcile.unsettled(record, str(exc)) from exc
         taken = _reconcile.take(store, self.settings.clock, operation_id)
         if isinstance(taken, Outcome):
             return taken

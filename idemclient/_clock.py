@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.lowlevel
 
-__all__ = ["Clock", "ManualClock", "SystemClock", "set_testing"]
+__all__ = ["Clock", "ManualClock", "StepWatch", "SystemClock", "set_testing"]
 
 _testing = False
 
@@ -121,3 +121,37 @@ class ManualClock:
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)
         await anyio.lowlevel.checkpoint()
+
+
+class StepWatch:
+    """Notices a clock's wall time stepping back while a process runs.
+
+    Wall time and monotonic time move alike, so their difference stays put; a wall
+    clock set back (after running fast, or to a slow time) lowers it by the step. The
+    watch keeps the highest difference seen: a clock set forward, or a machine that
+    slept (monotonic time stops, wall time does not), raises it, and a fall from it of
+    more than `tolerance` seconds is a step back, however many small steps it took.
+    NTP's slewing moves both clocks alike. A step is reported until `kept` says the
+    store has it, so a store that failed to take it is told again at the next call.
+    """
+
+    def __init__(self, clock: Clock, tolerance: float) -> None:
+        self._clock = clock
+        self._tolerance = tolerance
+        self._lock = threading.Lock()
+        # The first reading: a step from now on, before the first call too, is seen.
+        self._highest = clock.time() - clock.monotonic()
+
+    def step_back(self) -> float:
+        """Seconds the wall clock is behind the highest point it was seen at, if more
+        than the tolerance; else 0.0."""
+        now = self._clock.time() - self._clock.monotonic()
+        with self._lock:
+            self._highest = max(self._highest, now)
+            behind = self._highest - now
+        return behind if behind > self._tolerance else 0.0
+
+    def kept(self, step: float) -> None:
+        """The store has kept a step of `step` seconds: watch from the point it fell to."""
+        with self._lock:
+            self._highest -= step

@@ -33,6 +33,7 @@ import httpx
 
 from . import _reconcile
 from ._call import (
+    CLOCK_SKEW,
     CONTINUATION,
     LEASE_MARGIN,
     Call,
@@ -40,6 +41,8 @@ from ._call import (
     Settings,
     bound_body,
     buffered_body,
+    clock_went_back,
+    keep_step,
     unsettled_error,
 )
 from ._errors import StoreError
@@ -248,6 +251,8 @@ def operation(
                 )
             )
         try:
+            if begin.taken_over and not call.profile.guards_in_flight:
+                return (yield from _await_holder(call, owner))
             return (yield from _attempts(call, owner))
         except BaseException as exc:
             if not call.settled:  # cut short: leave a truthful record, not a live lease
@@ -265,6 +270,11 @@ def operation(
 def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
     """Record the operation (or find it) and take its lease, waiting for a live owner."""
     settings, clock = call.settings, call.clock
+    step = settings.watch.step_back() if settings.watch is not None else 0.0
+    if step:
+        yield StoreCall(
+            keep_step, {"settings": settings, "step": step, "seen": "by a running client"}
+        )
     if call.intent is not None:
         begin: Begin = yield StoreCall(
             settings.store.begin,
@@ -286,7 +296,61 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
             raise call.busy_outcome(begin.record)
         yield Sleep(wait)
         begin = yield from _claim(call, owner)
+    record = begin.record
+    now = clock.time()
+    ahead = record.created_at - now
+    if ahead > CLOCK_SKEW and not record.state.finished:
+        # Recorded at a time this clock has not reached: a clock (this one now, or its
+        # recorder's then) went back. Kept before anything is sent: once true time has
+        # caught up, nothing else would show it.
+        yield StoreCall(
+            clock_went_back,
+            {
+                "store": settings.store,
+                "step": ahead,
+                "now": now,
+                "seen": "on an operation recorded ahead",
+            },
+        )
     return begin
+
+
+def _await_holder(call: Call, owner: str) -> Flow:
+    """Taken over from an owner whose lease lapsed (a process paused, or dead) under a
+    profile whose server does not guard a key in flight: that owner's attempt may still
+    be running there, and the same key sent now would run beside it (a second payment).
+    Nothing is sent: the store is polled, within the deadline, for the answer that
+    owner records when it comes back (a final answer is recorded whoever holds the
+    lease); else the operation stops, maybe applied. Its lease released, a later call
+    (`resume`) sends it with its key: by then the earlier attempt has had this whole
+    call's deadline, beyond its own lease, to end."""
+    call.evidence = (
+        "taken over from a caller whose lease lapsed unreleased: its attempt may still be"
+        " running at the server"
+    )
+    while (wait := call.busy_wait()) is not None:
+        yield Sleep(wait)
+        record: OperationRecord | None = yield StoreCall(
+            call.settings.store.get, {"operation_id": call.operation_id}
+        )
+        if record is not None and record.state.finished:
+            return call.stored_answer(record)
+    return (
+        yield from _stop(
+            call,
+            owner,
+            Decision(
+                "stop",
+                reason=(
+                    "another caller's attempt under this key may still be running at the"
+                    f" server (its lease lapsed unreleased), and the {call.profile.name}"
+                    " profile's server does not refuse a second request while the first"
+                    " runs: nothing was sent. Resume it later, or look it up"
+                    " (Client.reconcile)"
+                ),
+            ),
+        )
+    )
 
 
 def _failed_after(continuation: Continuation, error: StoreError) -> Exception:

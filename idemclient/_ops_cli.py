@@ -87,6 +87,7 @@ def _record_json(record: OperationRecord) -> dict[str, Any]:
         "created_at": record.created_at,
         "updated_at": record.updated_at,
         "finished_at": record.finished_at,
+        "clock_stepped": record.clock_stepped,
         "status": None if response is None else response.status_code,
     }
 
@@ -229,6 +230,14 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
         ("updated", _when(record.updated_at)),
         ("finished", _when(record.finished_at)),
     ]
+    if record.clock_stepped is not None:
+        rows.append(
+            (
+                "age unknown",
+                f"a clock went back {record.clock_stepped:.0f}s while it was unfinished:"
+                " it is looked up, never sent again on its age",
+            )
+        )
     if record.response is not None:
         body = record.response.body.decode("utf-8", "replace")[:500]
         if record.response.body_omitted:

@@ -26,6 +26,7 @@ from ._errors import InvalidKey
 from ._keys import validate_key
 
 __all__ = [
+    "QUOTINGS",
     "Endpoint",
     "Existing",
     "KeyFormat",
@@ -154,19 +155,56 @@ class Existing:
     id_path: str
     #: where to fetch it, relative to the request's URL; ``{id}`` is the id
     fetch: str = "{path}/{id}"
+    #: where the fetched resource keeps its status (in the body, or in the one object
+    #: the body wraps it in: GoCardless's ``{"payments": {...}}``)
+    status_field: str = "status"
+    #: the resource's statuses that say the payment was applied, or refused; any other
+    #: (pending, submitted...) is not final, and the operation stays unsettled
+    succeeded: frozenset[str] = frozenset({"succeeded", "completed"})
+    failed: frozenset[str] = frozenset({"failed", "declined"})
+
+
+#: How a look-up template quotes what it fills in: "url", URL-quoting alone (a path
+#: segment or a query parameter's whole value); "search", a string inside the quotes of
+#: a search query (Stripe's search syntax: a quote is escaped with a backslash; a value
+#: with a backslash or a control character is refused, never sent).
+QUOTINGS = frozenset({"url", "search"})
 
 
 @dataclass(frozen=True, slots=True)
 class Lookup:
     """How `reconcile()` finds an operation on this server without sending it again."""
 
-    #: a URL template with ``{reference}`` or ``{key}``
+    #: a URL template with ``{reference}`` or ``{key}``; ``{path}`` at its start is the
+    #: operation's own URL (its path, at its origin): the look-up of its resource
     template: str
     #: where a payment's status is
     status_field: str = "status"
     #: the server's statuses that are final: applied (succeeded) or refused (failed)
     succeeded: frozenset[str] = frozenset({"succeeded", "completed"})
     failed: frozenset[str] = frozenset({"failed", "declined"})
+    #: how `{reference}` and `{key}` are quoted (`QUOTINGS`); None: read from the
+    #: template (a slot right after a quote, ``'`` ``"`` or ``%27`` ``%22``, is "search")
+    quoting: str | None = None
+    #: the operations this look-up can find, as globs of their paths (``*`` matches
+    #: across ``/``); an operation elsewhere is not looked up here, since "none found"
+    #: would say nothing of it. Empty: every operation (a template starting with
+    #: ``{path}``, the operation's own path, covers every operation anyway)
+    covers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.quoting is not None and self.quoting not in QUOTINGS:
+            raise ValueError(
+                f"Lookup: quoting {self.quoting!r} is none of {', '.join(sorted(QUOTINGS))}"
+            )
+        if "{path}" in self.template and not self.template.startswith("{path}"):
+            raise ValueError("Lookup: {path} (the operation's path) must start the template")
+
+    def covers_path(self, path: str) -> bool:
+        """Whether an operation sent to `path` can be found by this look-up."""
+        if self.template.startswith("{path}") or not self.covers:
+            return True
+        return any(fnmatch.fnmatchcase(path, glob) for glob in self.covers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,13 +68,16 @@ __all__ = [
     "Finding",
     "LookupRules",
     "Taken",
+    "Unquotable",
     "Verdict",
     "apply",
     "default_found",
     "judge",
     "judge_found",
+    "judge_resource",
     "lookup_url",
     "release",
+    "settle_found",
     "take",
 ]
 
@@ -145,19 +148,73 @@ class Verdict:
         return self.finding == "not_found" or (self.finding == "found" and self.state is not None)
 
 
-def lookup_url(template: str, record: OperationRecord) -> str:
-    """`template` with `{key}` and `{reference}` filled in (URL-quoted)."""
-    return fill(template, key=record.key, reference=record.reference, name=record.operation_id)
+class Unquotable(ValueError):
+    """A value the look-up's template cannot carry safely: the look-up is not made, and
+    the operation stays as it was (never "not found")."""
 
 
-def fill(template: str, *, key: str, reference: str | None, name: str) -> str:
-    """`template` with `{key}` and `{reference}` filled in (URL-quoted); `name` is the
-    operation's, for errors."""
+def lookup_url(template: str, record: OperationRecord, *, quoting: str | None = None) -> str:
+    """`template` with `{key}` and `{reference}` filled in (see `fill`); a template that
+    starts with `{path}` is the operation's own URL (its origin and path) and the rest."""
+    if template.startswith("{path}"):
+        own = httpx.URL(record.url).copy_with(query=None, fragment=None)
+        template = str(own).replace("{", "{{").replace("}", "}}") + template[len("{path}") :]
+    return fill(
+        template,
+        key=record.key,
+        reference=record.reference,
+        name=record.operation_id,
+        quoting=quoting,
+    )
+
+
+#: A slot right after one of these is inside a quoted string of a search query.
+_OPENING_QUOTES = ("'", '"', "%27", "%22")
+
+
+def quoting_of(template: str) -> str:
+    """How `template` quotes its slots when it does not say: "search" if a slot sits
+    right after a quote (``'{reference}'``, ``%27{reference}%27``), else "url"."""
+    lowered = template.lower()
+    for slot in ("{reference}", "{key}"):
+        at = lowered.find(slot)
+        while at != -1:
+            if lowered[:at].endswith(_OPENING_QUOTES):
+                return "search"
+            at = lowered.find(slot, at + 1)
+    return "url"
+
+
+def search_string(value: str, name: str) -> str:
+    """`value` as the inside of a quoted string of a search query (Stripe's syntax: a
+    quote escaped with a backslash). A backslash or a control character is refused:
+    how the server would read it is not published, and a look-up that reads another
+    value could match another payment, or none."""
+    for char in value:
+        if char == "\\" or ord(char) < 0x20 or ord(char) == 0x7F:
+            raise Unquotable(
+                f"operation {name!r}: its reference {value!r} holds {char!r}, which a"
+                " search query's quoted string cannot carry safely; the look-up was not"
+                " made. Settle it by hand, or look it up by {key}"
+            )
+    return value.replace("'", "\\'").replace('"', '\\"')
+
+
+def fill(
+    template: str, *, key: str, reference: str | None, name: str, quoting: str | None = None
+) -> str:
+    """`template` with `{key}` and `{reference}` filled in, URL-quoted, and first
+    escaped as a search query's quoted string where `quoting` (or, None, the template
+    itself: `quoting_of`) says "search"; `name` is the operation's, for errors.
+    Raises `Unquotable` for a value the template cannot carry safely."""
     if "{reference}" in template and not reference:
         raise ValueError(
             f"operation {name!r} has no end-to-end reference to look up;"
             " use a look-up by {key} instead"
         )
+    if (quoting or quoting_of(template)) == "search":
+        key = search_string(key, name)
+        reference = search_string(reference, name) if reference else reference
     try:
         return template.format(key=quote(key, safe=""), reference=quote(reference or "", safe=""))
     except (KeyError, IndexError, ValueError) as exc:
@@ -292,6 +349,33 @@ def judge(
     )
 
 
+def judge_resource(response: httpx.Response, rules: LookupRules) -> Verdict:
+    """What a fetched resource says of the payment it is: pure. Only a 2xx with a JSON
+    object is read (the object itself, or the one object it wraps the resource in); its
+    status decides, through `rules`, and a status that is not final (or none) is found
+    but not final. Anything else is unknown: a resource the server named is never
+    "not found"."""
+    code = response.status_code
+    if not 200 <= code < 300:
+        return Verdict("unknown", f"HTTP {code}")
+    try:
+        body = json.loads(response.content)
+    except (ValueError, UnicodeDecodeError):
+        return Verdict("unknown", f"HTTP {code} with a body that is not JSON")
+    if not isinstance(body, dict) or not body:
+        return Verdict("unknown", f"HTTP {code} with a body that is not a resource")
+    item: Item = body
+    if rules.status_field not in body and len(body) == 1:
+        (inner,) = body.values()
+        if isinstance(inner, dict):
+            item = inner  # an envelope: {"payments": {...}}
+    _, state = status_of(item, rules)
+    ending = "" if state is not None else ", which is not final"
+    return Verdict(
+        "found", f"HTTP {code}: {_described(item, rules)}{ending}", state=state, item=item
+    )
+
+
 def judge_found(response: httpx.Response, found: Callable[[httpx.Response], bool]) -> Verdict:
     """The judgement of a caller's own `found` (deprecated): True is a payment that
     succeeded, False is none; statuses other than 2xx judge as `judge` does."""
@@ -419,6 +503,24 @@ def _apply(
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
     raise unsettled(before, f"{where}: {verdict.why}")
+
+
+def settle_found(
+    store: SendingStore,
+    clock: Clock,
+    operation_id: str,
+    verdict: Verdict,
+    *,
+    where: str,
+    response: httpx.Response,
+) -> Outcome:
+    """Settle an unfinished operation by what a resource the server named came to
+    (`verdict` found, final): leased, recorded, given back. One that is finished
+    already is its outcome; one another caller holds raises `Indeterminate`."""
+    taken = take(store, clock, operation_id)
+    if isinstance(taken, Outcome):
+        return taken
+    return apply(store, clock, taken, verdict, where=where, response=response)
 
 
 def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:

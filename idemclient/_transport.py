@@ -25,14 +25,18 @@ import httpx
 from ._budget import RetryBudget
 from ._call import (
     CALL_OPTIONS,
+    CLOCK_SKEW,
     CallOptions,
     Settings,
     abody_from_chunks,
     body_from_chunks,
+    check_store_clock,
+    keep_step,
 )
-from ._clock import Clock, SystemClock
+from ._clock import Clock, StepWatch, SystemClock
 from ._db import is_postgres_url
 from ._deferred import DeferredStore
+from ._errors import StoreError
 from ._flow import (
     Body,
     Close,
@@ -46,7 +50,7 @@ from ._flow import (
     drive,
     handle,
 )
-from ._hooks import Hooks, StoreEvent
+from ._hooks import Hooks, StoreEvent, logger
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._store import Store, WouldWait
@@ -72,7 +76,7 @@ def make_settings(
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
     deferred: bool = False,
-    start: Callable[[Store, Clock], None] | None = None,
+    start: Callable[[Store, Clock], object] | None = None,
     profile: str | Profile | None = None,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
@@ -82,19 +86,23 @@ def make_settings(
         raise ValueError("max_request_body must be >= 0")
     chosen = named(profile)  # an unknown name fails before the store is opened
     clock = clock or SystemClock()
+    # Watching from now: a step back before the first call is seen at that call.
+    watch = StepWatch(clock, tolerance=CLOCK_SKEW)
     owns_store = isinstance(store, str | os.PathLike)
     opening = functools.partial(
         open_store, store, secret_headers=secret_headers, persist_headers=persist_headers
     )
-    begin = None if start is None else functools.partial(_start, start, clock)
+    # A transport used alone checks the clock against the store's times, as a client's
+    # start does (which also reaps).
+    begin = functools.partial(_start, start or check_store_clock, clock)
     if isinstance(store, str | os.PathLike) and deferred:
         where = "a PostgreSQL store" if is_postgres_url(store) else os.fspath(store)
         opened: Store = cast(Store, DeferredStore(opening, begin, where=where))
     else:
         given = opened = opening()  # opens a path; a Store object is only checked
-        if begin is not None and deferred:
+        if deferred:
             opened = cast(Store, DeferredStore(lambda: given, begin))
-        elif begin is not None:
+        else:
             begin(given)
     return Settings(
         owns_store=owns_store,
@@ -106,10 +114,37 @@ def make_settings(
         max_request_body=max_request_body,
         rng=rng or random.Random(),
         profile=chosen,
+        watch=watch,
     )
 
 
-def _start(start: Callable[[Store, Clock], None], clock: Clock, store: Store) -> None:
+#: A client's last call may have run across a step back of its clock.
+_AT_CLOSE = "by a client as it closed"
+
+
+def _step_back(settings: Settings) -> float:
+    """How far the clock went back since the settings' watch last looked (0.0: not
+    past the tolerance)."""
+    return settings.watch.step_back() if settings.watch is not None else 0.0
+
+
+def _kept_at_close(settings: Settings, step: float) -> None:
+    """Keep a step back seen as a client closes. Closing goes on if the store cannot
+    take it (a store the caller closed first): the failure is logged, with the step."""
+    try:
+        keep_step(settings, step, seen=_AT_CLOSE)
+    except StoreError as error:
+        logger.error(
+            "the clock went back %.0fs (seen as a client closed), and the store could not"
+            " keep it: %s. Operations of that store that may have been applied may look"
+            " younger than they are; look them up rather than re-sending them",
+            step,
+            error,
+            extra={"event": "clock_went_back", "step": step, "marked": 0},
+        )
+
+
+def _start(start: Callable[[Store, Clock], object], clock: Clock, store: Store) -> None:
     start(store, clock)
 
 
@@ -215,6 +250,9 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+        step = _step_back(self.settings)
+        if step:
+            _kept_at_close(self.settings, step)
         if self.settings.owns_store:
             self.settings.store.close()  # idempotent: every mount of a client shares it
 
@@ -277,5 +315,8 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+        step = _step_back(self.settings)
+        if step:
+            await anyio.to_thread.run_sync(_kept_at_close, self.settings, step)
         if self.settings.owns_store:  # in a worker thread, as every store call
             await anyio.to_thread.run_sync(self.settings.store.close)

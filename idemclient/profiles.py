@@ -104,7 +104,9 @@ reference = Profile(
     name="reference",
     replays_errors=True,
     retention_published=True,
-    lookup=Lookup("/v1/payments?reference={reference}"),
+    # Every collection of the reference server is searched by reference: an operation
+    # is looked up in its own (a payout among payouts, never among payments).
+    lookup=Lookup("{path}?reference={reference}"),
 )
 
 stripe = Profile(
@@ -123,6 +125,9 @@ stripe = Profile(
         "/v1/payment_intents/search?query=metadata%5B%27reference%27%5D%3A%27{reference}%27",
         succeeded=frozenset({"succeeded"}),
         failed=frozenset({"canceled"}),
+        quoting="search",
+        # It searches PaymentIntents: "none found" says nothing of a payout or a refund.
+        covers=("*/v1/payment_intents",),
     ),
     assumptions=("v1 keys are kept at least 24 hours (the profile uses 24 h); v2 (/v2/) 30 days"),
 )
@@ -204,12 +209,21 @@ gocardless = Profile(
     existing=Existing(
         Match(_statuses(409), codes=frozenset({"idempotent_creation_conflict"})),
         id_path="error.errors.*.links.conflicting_resource_id",
+        # Collected (confirmed, paid out) is applied; failed, cancelled or refused by
+        # the customer is not; anything else (pending_submission, submitted, a
+        # charge-back) is for the resource's owner to read, not final here. The
+        # reference server's own words (succeeded, declined) read the same.
+        succeeded=frozenset({"confirmed", "paid_out", "succeeded"}),
+        failed=frozenset({"failed", "cancelled", "customer_approval_denied", "declined"}),
     ),
     guards_in_flight=False,
     code_paths=("error.errors.*.reason",),
     assumptions=(
         "no replay: a key used before is answered 409 naming the resource, which is"
-        " fetched; " + _UNPUBLISHED_RETENTION + "; " + _UNGUARDED
+        " fetched, and its status says what the payment came to; "
+        + _UNPUBLISHED_RETENTION
+        + "; "
+        + _UNGUARDED
     ),
 )
 

@@ -17,6 +17,7 @@ asked for.
 from __future__ import annotations
 
 import contextlib
+import select
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ __all__ = [
     "COMMIT_ON",
     "Conn",
     "check_joinable",
+    "check_quiet",
     "connect_args",
     "display",
     "durable_level",
@@ -99,10 +101,15 @@ def open_then_pool(
     name: str,
     where: str,
     schema: str,
+    check: Callable[[Conn], None] = psycopg_pool.ConnectionPool.check_connection,
 ) -> tuple[T, Pool]:
     """`prepare(conn)` on one plain connection (open and migrate the tables, read a
     setting), then a pool of up to `max_connections`, each connection set up by
-    `configure` when made. psycopg's errors in connecting or preparing are ours."""
+    `configure` when made. psycopg's errors in connecting or preparing are ours.
+
+    `check` runs on a connection each time the pool hands it out and raises if it is
+    broken, so that it is replaced instead: by default an empty query (a round trip);
+    `check_quiet` asks the socket instead."""
     kwargs = connect_args(url, connect_timeout)
     with pg_errors(where, schema), psycopg.connect(url, **kwargs) as conn:
         prepared = prepare(conn)
@@ -114,11 +121,27 @@ def open_then_pool(
         timeout=connect_timeout,
         configure=configure,
         # A connection broken by a database restart is replaced, not handed out.
-        check=psycopg_pool.ConnectionPool.check_connection,
+        check=check,
         name=name,
         open=True,
     )
     return prepared, pool
+
+
+def check_quiet(conn: Conn) -> None:
+    """A pool's check on handing out a connection, without a round trip while its
+    socket is quiet.
+
+    An idle connection has nothing to read. One the server has given up (a restart, a
+    terminated backend) has: the server's last error message, or the end of the
+    stream. Only then does the full check run (an empty query), which fails on such a
+    connection, so that the pool replaces it instead of handing it out; a message that
+    is harmless (a notice) is read by that query and the connection goes out."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        psycopg_pool.ConnectionPool.check_connection(conn)
 
 
 def with_lock_timeout(seconds: float) -> Callable[[Conn], None]:

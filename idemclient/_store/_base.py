@@ -142,6 +142,10 @@ class OperationRecord:
     withheld_headers: tuple[str, ...] = ()
     #: the server profile it was sent under (None: recorded before profiles, `generic`)
     profile: str | None = None
+    #: seconds a clock of the store's users was seen to go back while this operation was
+    #: unfinished (the largest such step): it may have been recorded by that clock
+    #: running fast, so its real age is unknown. None: no step seen.
+    clock_stepped: float | None = None
 
 
 class Claim(enum.Enum):
@@ -159,6 +163,9 @@ class Claim(enum.Enum):
 class Begin:
     claim: Claim
     record: OperationRecord
+    #: CLAIMED from an owner whose lease lapsed unreleased (a dead or paused process):
+    #: its attempt may still be running at the server
+    taken_over: bool = False
 
 
 class OperationLookup(Protocol):
@@ -328,6 +335,18 @@ class AdminStore(OperationLookup, Protocol):
     def advance_clock(self, *, now: float) -> float:
         """Note that a clock of this store's users reads `now`; return the latest time
         the store had seen before (its high-water mark; 0.0 for a new store)."""
+        ...
+
+    def clock_went_back(self, *, step: float, now: float) -> int:
+        """Note that a clock of this store's users was seen to go back `step` seconds, to
+        `now`:
+        every unfinished operation keeps that its `created_at` no longer tells its age
+        (`clock_stepped`, the largest step seen; it may have been recorded by that clock
+        running fast), and a server's wait it keeps (`not_before`) comes back by the
+        step. The store's high-water mark comes back to `now` (it was set by the clock
+        ahead: kept, the next start would see the same step and mark again what a right
+        clock recorded since). Returns how many operations were marked. Once it may have
+        been applied, such an operation is looked up, never sent again on its age alone."""
         ...
 
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:

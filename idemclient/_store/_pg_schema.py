@@ -122,8 +122,14 @@ def _v3(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN profile text")
 
 
+def _v4(conn: psycopg.Connection[Any], schema: str) -> None:
+    # The largest step back of a clock seen while an operation was unfinished (see the
+    # SQLite store's version 6). Null: none seen.
+    conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN clock_stepped double precision")
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -49,7 +49,7 @@ COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at, profile"
+    " updated_at, finished_at, profile, clock_stepped"
 )
 
 
@@ -147,6 +147,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         updated_at,
         finished_at,
         profile,
+        clock_stepped,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -181,6 +182,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         finished_at=finished_at,
         withheld_headers=withheld,
         profile=profile,
+        clock_stepped=clock_stepped,
     )
 
 

@@ -150,6 +150,13 @@ def _v5(db: sqlite_utils.Database) -> None:
     db.table("operations").add_column("profile", str)
 
 
+def _v6(db: sqlite_utils.Database) -> None:
+    # A clock of the store's users was seen to go back (set right after running fast, or
+    # set slow) while an operation was unfinished: its created_at no longer tells its
+    # age. The largest step seen, in seconds; null for none (`Store.clock_went_back`).
+    db.table("operations").add_column("clock_stepped", float)
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -183,7 +190,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -382,6 +382,15 @@ class SQLStore(Store, ABC):
             conn.execute(self._sql.advance, (now,))
         return float(seen)
 
+    def clock_went_back(self, *, step: float, now: float) -> int:
+        if not step > 0.0 or step == float("inf"):
+            raise ValueError(f"a clock's step back is a positive number of seconds, not {step!r}")
+        # Durable as an intent is: what it keeps is what stops a second send.
+        with self._transaction(durable=self.durability is not Durability.BUFFERED) as conn:
+            marked = conn.execute(self._sql.stepped_back, (step, step)).rowcount
+            conn.execute(self._sql.rewind, (now, now))
+        return int(marked)
+
     def purge(self, operation_ids: Iterable[str]) -> int:
         ids = list(operation_ids)
         sql = self._sql
@@ -542,7 +551,7 @@ class SQLStore(Store, ABC):
         )
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, self._record(row))
+        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None)
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another

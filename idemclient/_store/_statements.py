@@ -122,6 +122,17 @@ _SEEN = (
     " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0))"
 )
 _ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
+# A clock went back: every unfinished operation keeps the largest step seen (one not
+# sent yet may be sent, and applied, before it looks its age again), and a server's
+# wait, written by the clock ahead by that step, comes back by it.
+_STEPPED_BACK = (
+    "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p}),"
+    " not_before = not_before - {p} WHERE finished_at IS NULL"
+)
+# ... and the store's high-water mark comes back to the clock's time: it was set by the
+# clock ahead, and every later start would see the same step again, and mark again what
+# a right clock recorded since.
+_REWIND = "UPDATE {clock} SET high_water = CASE WHEN high_water > {p} THEN {p} ELSE high_water END"
 _PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
 _PURGE = "DELETE FROM {t} WHERE id {any}"
 # Answered from the partial index on unfinished operations.
@@ -216,6 +227,8 @@ class Statements:
         self.reap: Final = render(_REAP)
         self.seen: Final = render(_SEEN)
         self.advance: Final = render(_ADVANCE)
+        self.stepped_back: Final = render(_STEPPED_BACK)
+        self.rewind: Final = render(_REWIND)
         self.purgeable: Final = render(_PURGEABLE)
         self.purge: Final = render(_PURGE)
         self.unfinished: Final = render(_UNFINISHED)

@@ -24,7 +24,7 @@ import httpx
 from .._clock import Clock
 from .._operations import Http, Op, Pause
 from .._policy import RetryPolicy, backoff_ceiling
-from .._reconcile import LookupRules, Verdict, fill, judge
+from .._reconcile import LookupRules, Unquotable, Verdict, fill, judge
 from .._retry_after import parse_retry_after
 from ._plan import KEY_FIELD, matches_payment, shows_row
 
@@ -158,7 +158,13 @@ class Asking:
         policy: RetryPolicy,
         clock: Clock,
     ) -> None:
-        self.url = fill(settings.template, key=key, reference=reference, name=reference)
+        #: why the look-up is not asked at all (a reference the template cannot carry)
+        self.refused: str | None = None
+        try:
+            self.url = fill(settings.template, key=key, reference=reference, name=reference)
+        except Unquotable as exc:
+            self.url = settings.template.replace("{reference}", "<reference>")
+            self.refused = str(exc)
         self._settings = settings
         self._payload = payload
         self._policy = policy
@@ -167,6 +173,13 @@ class Asking:
         self._key = key
         self._started = clock.monotonic()
         self._attempts = 0
+
+    def unasked(self) -> Asked | None:
+        """What the look-up comes to without asking: a reference the template cannot
+        carry safely is no look-up that works (never "not found")."""
+        if self.refused is None:
+            return None
+        return Asked(self.url, Verdict("unknown", self.refused), None)
 
     def answered(self, result: httpx.Response | Exception) -> float | Asked:
         self._attempts += 1
@@ -204,6 +217,9 @@ class Asking:
 def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:
     """Carry out `asking` through plain GETs of the client (no key, no store), as a step
     (see `_operations`): the same for a sync and an async client."""
+    unasked = asking.unasked()
+    if unasked is not None:
+        return unasked
     while True:
         result: httpx.Response | Exception
         try:

@@ -245,7 +245,10 @@ def past_retention(record: OperationRecord, *, now: float, retention: float) -> 
     """Older than the server's key retention, or of unknown age: a record's age may be
     up to `CLOCK_SKEW` more than it looks (the host that recorded it was fast), and a
     record dated after `now` (the clock went back, or another host's is ahead) may be
-    any age."""
+    any age, and so may one a clock was seen to go back while it was unfinished
+    (`clock_stepped`): it may have been recorded by that clock running fast."""
+    if record.clock_stepped is not None:
+        return True
     age = now - record.created_at
     return age < 0 or age + CLOCK_SKEW > retention
 

@@ -46,7 +46,7 @@ from typing import Any, TypedDict, Unpack
 import httpx
 
 from .. import __version__, _reconcile
-from .._client import AsyncClient, Client
+from .._client import AsyncClient, Client, read_existing
 from .._clock import Clock
 from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
 from .._hooks import Hooks, RetryEvent
@@ -60,6 +60,7 @@ from .._operations import (
     fingerprint,
     intent_for,
     send_registered,
+    settings_of,
 )
 from .._operations import run as run_op
 from .._outcome import Outcome, State
@@ -728,6 +729,8 @@ class _Run:
         hooks = self.tracker.hooks(outgoing.key)
         try:
             sent = yield from send_registered(self.http, outgoing, hooks=hooks)
+            # "Already done, here it is" (GoCardless): the resource says what it came to.
+            sent = yield from read_existing(settings_of(self.http), sent, httpx.URL(outgoing.url))
         except _Stopped:
             yield Blocking(self.stopped, (item,))
             return

@@ -428,6 +428,11 @@ def test_past_retention(created_at: float, past: bool) -> None:
     assert past_retention(record(created_at=created_at), now=NOW, retention=DAY) is past
 
 
+def test_a_record_a_clock_went_back_over_is_past_retention_whatever_its_age() -> None:
+    young = dataclasses.replace(record(created_at=NOW - 60), clock_stepped=2 * DAY)
+    assert past_retention(young, now=NOW, retention=DAY)
+
+
 # -- asking the server again ----------------------------------------------------------------
 
 

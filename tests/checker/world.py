@@ -34,6 +34,7 @@ WRITES = frozenset(
         "reopen",
         "reap",
         "advance_clock",
+        "clock_went_back",
         "move",
         "purge",
     }

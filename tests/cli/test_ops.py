@@ -92,6 +92,18 @@ def test_show_tells_everything_but_secrets(store_with_history: Path) -> None:
     assert "shop-1" not in out  # the bearer token was never stored
 
 
+def test_show_says_when_a_clock_went_back_over_an_operation(store_with_history: Path) -> None:
+    with SQLiteStore(store_with_history) as store:
+        assert store.clock_went_back(step=7200.0, now=time.time()) == 1  # order-2
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-2")
+    assert code == 0
+    assert "age unknown: a clock went back 7200s" in out
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-2", "--json")
+    assert json.loads(out)["clock_stepped"] == 7200.0
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-1")
+    assert "age unknown" not in out
+
+
 def test_show_by_key_and_unknown(store_with_history: Path) -> None:
     with SQLiteStore(store_with_history) as store:
         record = store.get("order-1")

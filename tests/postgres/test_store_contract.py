@@ -58,6 +58,16 @@ def test_begin_admits_once_then_finds(store: Store) -> None:
     assert after.record.lease_expires == NOW + 121
 
 
+def test_a_claim_says_whether_it_took_a_lapsed_lease_over(store: Store) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+    taken = store.claim("op-1", owner=second, now=NOW + 61, lease_until=NOW + 121)
+    assert (taken.claim, taken.taken_over) == (Claim.CLAIMED, True)  # first may be sending
+    store.finish("op-1", owner=second, state=State.INDETERMINATE, progress=progress())
+    released = store.claim("op-1", owner=first, now=NOW + 62, lease_until=NOW + 122)
+    assert (released.claim, released.taken_over) == (Claim.CLAIMED, False)  # given back
+
+
 def test_a_finished_operation_is_never_claimed(store: Store) -> None:
     owner = new_owner()
     store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
@@ -273,6 +283,39 @@ def test_the_store_keeps_the_latest_time_it_has_seen(store: Store) -> None:
     owner = new_owner()
     store.begin(make_intent("late", "k-late"), owner=owner, now=NOW + 500, lease_until=NOW)
     assert store.advance_clock(now=NOW) == NOW + 500  # rows count too
+
+
+def test_a_clock_step_back_marks_every_unfinished_operation(store: Store) -> None:
+    owner = new_owner()
+    # in flight, maybe applied, not sent (the server asked to wait), finished
+    store.begin(make_intent("flying", "k-1"), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.begin(make_intent("maybe", "k-2"), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish("maybe", owner=owner, state=State.INDETERMINATE, progress=progress())
+    store.begin(make_intent("unsent", "k-3"), owner=owner, now=NOW, lease_until=NOW + 60)
+    wait = Progress(
+        attempts=1, maybe_applied=False, evidence="HTTP 429", not_before=NOW + 120, now=NOW
+    )
+    store.finish("unsent", owner=owner, state=State.NOT_SENT, progress=wait)
+    store.begin(make_intent("done", "k-4"), owner=owner, now=NOW, lease_until=NOW + 60)
+    succeed(store, "done", owner)
+    assert store.clock_went_back(step=3600.0, now=NOW) == 3
+    assert store.clock_went_back(step=600.0, now=NOW) == 3  # the largest step is kept
+    stepped = {r.operation_id: r.clock_stepped for r in store.operations()}
+    assert stepped == {"flying": 3600.0, "maybe": 3600.0, "unsent": 3600.0, "done": None}
+    unsent = store.get("unsent")
+    assert unsent is not None
+    # The wait was written by the clock ahead: it comes back with each step.
+    assert unsent.not_before == NOW + 120 - 3600.0 - 600.0
+    taken = store.claim("maybe", owner=new_owner(), now=NOW + 1, lease_until=NOW + 60)
+    assert taken.record.clock_stepped == 3600.0  # what a sender adopts
+    # The high-water mark comes back to the clock's time, never forward.
+    assert store.advance_clock(now=0.0) == NOW
+    store.advance_clock(now=NOW + 7200)
+    store.clock_went_back(step=60.0, now=NOW)
+    assert store.advance_clock(now=0.0) == NOW
+    for bad in (0.0, -5.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="step back"):
+            store.clock_went_back(step=bad, now=NOW)
 
 
 def test_purge_refuses_unfinished_operations(store: Store) -> None:

@@ -267,7 +267,8 @@ def test_gocardless_conflict_is_done_and_the_resource_is_fetched_through_the_cli
             }
         },
     )
-    server = Scripted(httpx.ReadTimeout, conflict)
+    resource = {"payments": {"id": "PM00ABC", "status": "confirmed"}}  # collected
+    server = Scripted(httpx.ReadTimeout, conflict, get=lambda request: _json(200, resource))
     client = make(server, "gocardless", policy=RetryPolicy())
     # A timeout on a server not known to guard a request in flight: not retried.
     with pytest.raises(Indeterminate):
@@ -275,10 +276,10 @@ def test_gocardless_conflict_is_done_and_the_resource_is_fetched_through_the_cli
     outcome = client.post("/payments", json={"amount": 1}, operation_id="pay-1")
     assert outcome.state is State.SUCCEEDED
     assert outcome.existing == "PM00ABC"
+    assert outcome.json() == resource  # the resource, read through its envelope
     fetch = server.requests[-1]
     assert (fetch.method, fetch.url.path) == ("GET", "/payments/PM00ABC")
     assert fetch.headers["authorization"] == "Bearer sk_test"
-    assert outcome.json() == {"id": "PM00ABC"}
 
     other = _json(
         409,

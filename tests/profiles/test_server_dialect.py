@@ -8,7 +8,15 @@ import pytest
 
 from idemclient import profiles
 from idemclient.testing import ServerRequest
-from idemclient.testing._protocol.dialect import Dialect, InFlight, Mismatch, dialect_for
+from idemclient.testing._protocol.dialect import (
+    Dialect,
+    InFlight,
+    Mismatch,
+    Search,
+    dialect_for,
+    read_search,
+)
+from idemclient.testing._protocol.rules import Problem
 
 R, N, E = InFlight.ANSWER, InFlight.RUN, InFlight.EXISTING
 A, P, X, U = Mismatch.ANSWER, Mismatch.REPLAY, Mismatch.EXISTING, Mismatch.RUN
@@ -82,8 +90,11 @@ def _get(path: str, query: str = "") -> ServerRequest:
 def test_stripe_s_look_up_is_read_from_its_template() -> None:
     stripe = dialect_for("stripe")
     query = "query=metadata%5B%27reference%27%5D%3A%27inv-1%27"
-    assert stripe.read_lookup(_get("/v1/payment_intents/search", query)) == ("inv-1", None)
-    assert stripe.read_lookup(_get("/v1/payment_intents/search", "query=other")) is None
+    assert stripe.read_lookup(_get("/v1/payment_intents/search", query)) == Search(
+        (("reference", "inv-1"),)
+    )
+    with pytest.raises(Problem, match="Invalid search query"):  # read as Stripe reads it
+        stripe.read_lookup(_get("/v1/payment_intents/search", "query=other"))
     assert stripe.read_lookup(_get("/v1/payment_intents/search")) is None
     assert stripe.read_lookup(_get("/v1/payments", query)) is None
     assert stripe.lookup_status("declined") == "canceled"
@@ -110,3 +121,40 @@ def test_the_longest_retention_covers_every_endpoint() -> None:
     assert dialect_for("paypal").longest_retention == 45 * 24 * 3600
     assert dialect_for("mollie").longest_retention == 3600
     assert dialect_for("paypal").retention("POST", "/v2/checkout/orders") == 6 * 3600
+
+
+@pytest.mark.parametrize(
+    ("query", "read"),
+    [
+        ("metadata['reference']:'a'", Search((("reference", "a"),))),
+        ('metadata["reference"]:"a b"', Search((("reference", "a b"),))),  # double quotes
+        ("metadata['reference']:'it\\'s'", Search((("reference", "it's"),))),  # \' is '
+        ("status:succeeded", Search((("status", "succeeded"),))),  # a bare word
+        (
+            "metadata['reference']:'x' OR status:'y'",
+            Search((("reference", "x"), ("status", "y")), any_of=True),
+        ),
+        (
+            "metadata['reference']:'x' AND status:'y'",
+            Search((("reference", "x"), ("status", "y"))),
+        ),
+    ],
+)
+def test_a_stripe_search_query_is_read_as_stripe_reads_it(query: str, read: Search) -> None:
+    assert read_search(query) == read
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "metadata['reference']:'it's'",  # an unescaped quote ends the string early
+        "metadata['reference']:'open",  # never closed
+        "amount:'1'",  # a field the server does not search
+        "status:'1' OR status:'2' AND status:'3'",  # AND with OR
+        "",
+    ],
+)
+def test_a_search_query_stripe_would_refuse_is_a_400(query: str) -> None:
+    with pytest.raises(Problem) as raised:
+        read_search(query)
+    assert raised.value.status == 400

@@ -315,6 +315,28 @@ def test_a_version_1_store_is_migrated_and_keeps_its_operations(store_path: Path
     assert "operations_reference" in indexes
 
 
+def test_a_version_5_store_gains_clock_stepped_and_a_step_back_marks_its_operation(
+    store_path: Path,
+) -> None:
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:5]).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
+            " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+            " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 1.0)"
+        )
+    with SQLiteStore(store_path) as store:
+        [before] = store.unfinished()
+        assert store.clock_went_back(step=7200.0, now=NOW) == 1
+        [after] = store.unfinished()
+    assert (before.clock_stepped, after.clock_stepped) == (None, 7200.0)
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+
+
 def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(
     store_path: Path,
 ) -> None:

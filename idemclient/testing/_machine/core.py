@@ -18,6 +18,7 @@ from `recovery_point` (probing the external system before calling it again).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import secrets
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
-from .._protocol.dialect import Dialect, InFlight, Mismatch
+from .._protocol.dialect import Dialect, InFlight, Mismatch, Search
 from .._protocol.messages import DropConnection, ServerRequest, ServerResponse, json_bytes
 from .._protocol.rules import (
     JSON_CONTENT_TYPE,
@@ -58,6 +59,9 @@ __all__ = ["Core"]
 
 logger = logging.getLogger("idemclient.testing")
 
+# The body's other fields as stored (`json.dumps(..., sort_keys=True)`), with one
+# encoder built once rather than one per payment.
+_FIELDS = json.JSONEncoder(sort_keys=True)
 #: resource kind -> id prefix
 ID_PREFIXES = {"payment": "pay", "payout": "po"}
 # In flight: come back soon. The owner usually finishes well inside a second; a lease
@@ -108,11 +112,18 @@ def _json_response(status: int, value: Any, *extra: tuple[str, str]) -> ServerRe
     return ServerResponse(status, (("content-type", JSON_CONTENT_TYPE), *extra), json_bytes(value))
 
 
+@functools.lru_cache(maxsize=1024)
+def _external_answer(answer: str) -> tuple[str, str]:
+    """(outcome, reference) in an external system's answer as stored on the resource.
+
+    A payment's later phases and its representation read the same answer several
+    times: it is parsed once (the answers are immutable strings, so sharing is safe)."""
+    value = json.loads(answer)
+    return value["outcome"], value["reference"]
+
+
 def _external_reference(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    reference: str = json.loads(answer)["reference"]
-    return reference
+    return None if answer is None else _external_answer(answer)[1]
 
 
 def resource_json(row: ResourceRow) -> dict[str, Any]:
@@ -209,6 +220,8 @@ class Core:
     ) -> ServerResponse | DropConnection:
         client = parse_bearer(request.header_values("authorization"))
         if (asked := self.dialect.read_lookup(request)) is not None:
+            if isinstance(asked, Search):
+                return self._search_lookup(client, asked)
             return self._lookup(client, *asked)
         if (kind := self.dialect.collection(request.path)) is not None:
             if request.method == "POST":
@@ -288,6 +301,20 @@ class Core:
                 value = resource_json(row)
                 value["status"] = self.dialect.lookup_status(row.status)
                 found.append(value)
+        return _json_response(200, {"object": "list", "data": found, "has_more": False})
+
+    def _search_lookup(self, client: str, search: Search) -> ServerResponse:
+        """The profile's look-up by a search query (Stripe's): every clause read as
+        the provider reads it, over the caller's payments and payouts."""
+        found = []
+        for kind in ("payment", "payout"):
+            for row in self.storage.find_resources(client=client, kind=kind):
+                value = resource_json(row)
+                value["status"] = self.dialect.lookup_status(row.status)
+                fields = {"reference": row.reference, "status": value["status"]}
+                held = [fields.get(name) == wanted for name, wanted in search.clauses]
+                if any(held) if search.any_of else all(held):
+                    found.append(value)
         return _json_response(200, {"object": "list", "data": found, "has_more": False})
 
     # -- creation: admission, then the phase machine -----------------------------------
@@ -487,7 +514,7 @@ class Core:
             amount=work.payment.amount,
             currency=work.payment.currency,
             status="pending",
-            fields=json.dumps(dict(work.payment.extra), sort_keys=True),
+            fields=_FIELDS.encode(dict(work.payment.extra)),
             ext1=None,
             ext2=None,
             created_at=now,
@@ -502,26 +529,28 @@ class Core:
             _outcome(resource.ext2),
         )
         final = dataclasses.replace(resource, status="declined" if declined else "succeeded")
+        # The representation is built once: the answer and the event carry the same one.
+        represented = resource_json(final)
         if declined:
             problem = Problem(
                 402,
                 "declined",
                 "Payment declined",
                 f"an external system declined this {final.kind}",
-                extra={"resource": resource_json(final)},
+                extra={"resource": represented},
             )
             code, body, content_type = 402, json_bytes(problem.body()), PROBLEM_CONTENT_TYPE
         else:
-            code, body, content_type = 201, json_bytes(resource_json(final)), JSON_CONTENT_TYPE
+            code, body, content_type = 201, json_bytes(represented), JSON_CONTENT_TYPE
         # The webhook events are queued in the same transaction (an outbox): they exist
         # if and only if the resource is final, and sending them is the deliverer's job.
         # With the lifecycle on, `<kind>.created` (the resource as it was made) comes
         # first, then the final status.
         events = events_for(
             final,
-            resource_json(final),
+            represented,
             common["now"],
-            created=resource_json(dataclasses.replace(final, status="pending"))
+            created={**represented, "status": "pending"}
             if self.webhook_lifecycle(final.client)
             else None,
         )
@@ -676,10 +705,7 @@ def _checkpoint(work: _Work, point: Phase) -> None:
 
 
 def _outcome(answer: str | None) -> str | None:
-    if answer is None:
-        return None
-    outcome: str = json.loads(answer)["outcome"]
-    return outcome
+    return None if answer is None else _external_answer(answer)[0]
 
 
 def _probe(external: ExternalSystem, key: str) -> ExternalRecord | _Unresolved | None:

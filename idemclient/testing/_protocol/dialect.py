@@ -33,10 +33,11 @@ from urllib.parse import parse_qsl, unquote
 from ... import profiles as _builtins
 from ..._errors import InvalidKey
 from ..._profile import Match, Profile, Resolved
+from ..._reconcile import quoting_of
 from .messages import ServerRequest, ServerResponse, json_bytes
 from .rules import JSON_CONTENT_TYPE, Problem, parse_idempotency_key
 
-__all__ = ["Dialect", "InFlight", "Mismatch", "Route", "dialect_for"]
+__all__ = ["Dialect", "InFlight", "Mismatch", "Route", "Search", "dialect_for", "read_search"]
 
 _SENTINEL = "\x00idemclient-lookup\x00"
 #: the methods the server takes keys on (it creates with POST only)
@@ -559,15 +560,18 @@ class Dialect:
 
     # -- the look-up -------------------------------------------------------------------
 
-    def read_lookup(self, request: ServerRequest) -> tuple[str | None, str | None] | None:
+    def read_lookup(self, request: ServerRequest) -> tuple[str | None, str | None] | Search | None:
         """(reference, key) asked for by a request to the look-up, or None if it is not
         one. `{reference}` and `{key}` are read from where the template puts them: in
-        the path (one segment), or in a query parameter's value (matched by name)."""
+        the path (one segment), or in a query parameter's value (matched by name). A
+        template that puts them inside a search query's quotes (Stripe's) is answered
+        as that search: the query is parsed as the provider would (`read_search`), so
+        what a client fills in reads as what the provider would read."""
         lookup = self.profile.lookup
         if lookup is None or request.method != "GET":
             return None
         path, _, query = lookup.template.partition("?")
-        if self.collection(path) is not None:
+        if path.startswith("{path}") or self.collection(path) is not None:
             return None  # a collection's own search answers it
         found: dict[str, str] = {}
         in_path = _slots(path, "[^/]+").fullmatch(request.path)
@@ -575,9 +579,12 @@ class Dialect:
             return None
         found.update({k: unquote(v) for k, v in in_path.groupdict().items()})
         asked = dict(parse_qsl(request.query, keep_blank_values=True))
+        searched = (lookup.quoting or quoting_of(lookup.template)) == "search"
         for name, value in parse_qsl(_marked(query), keep_blank_values=True):
             if name not in asked:
                 return None
+            if searched and _SENTINEL in value:
+                return read_search(asked[name])
             matched = _slots(value, ".+", marked=True).fullmatch(asked[name])
             if matched is None:
                 return None
@@ -597,6 +604,87 @@ class Dialect:
 
     def __repr__(self) -> str:
         return f"Dialect({self.name!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """A search query as the provider reads it (the part the reference server
+    answers): clauses of (field, value), all of which (`any_of` False) or any of which
+    must hold. Fields: ``reference`` (``metadata['reference']``) and ``status``."""
+
+    clauses: tuple[tuple[str, str], ...]
+    any_of: bool = False
+
+
+_SEARCH_FIELDS = {
+    "metadata['reference']": "reference",
+    'metadata["reference"]': "reference",
+    "status": "status",
+}
+_FIELD = re.compile(r"""[A-Za-z_][A-Za-z0-9_.]*(?:\[(?:'[^'\]]*'|"[^"\]]*")\])?""")
+
+
+def read_search(query: str) -> Search:
+    """`query` read as Stripe's search query language reads it: clauses
+    ``field:'value'`` (or ``"value"``, or a bare word), where a backslash escapes the
+    next character inside quotes, joined by spaces or ``AND``, or by ``OR`` (not both).
+    Raises `Problem` (400) for a query it cannot read, as the provider refuses one."""
+    clauses: list[tuple[str, str]] = []
+    joins: set[str] = set()
+    at, size = 0, len(query)
+
+    def invalid(why: str) -> Problem:
+        return Problem(400, "invalid-search-query", "Invalid search query", why)
+
+    while True:
+        while at < size and query[at].isspace():
+            at += 1
+        if at >= size:
+            break
+        if clauses:
+            word = re.match(r"(AND|OR)(?=\s)", query[at:], re.IGNORECASE)
+            if word is not None:
+                joins.add(word.group(1).upper())
+                at += word.end()
+                while at < size and query[at].isspace():
+                    at += 1
+        field = _FIELD.match(query, at)
+        if field is None or not query.startswith(":", field.end()):
+            raise invalid(f"expected field:value at character {at}")
+        name = _SEARCH_FIELDS.get(field.group())
+        if name is None:
+            raise invalid(f"the field {field.group()!r} is not searchable here")
+        at = field.end() + 1
+        if at < size and query[at] in "'\"":
+            closing, value, at = query[at], [], at + 1
+            while True:
+                if at >= size:
+                    raise invalid("a quoted value is not closed")
+                char = query[at]
+                if char == "\\":
+                    if at + 1 >= size:
+                        raise invalid("a backslash ends the query")
+                    value.append(query[at + 1])
+                    at += 2
+                    continue
+                at += 1
+                if char == closing:
+                    break
+                value.append(char)
+            text = "".join(value)
+            if at < size and not query[at].isspace():
+                raise invalid(f"unexpected {query[at]!r} after a quoted value")
+        else:
+            bare = re.match(r"[^\s'\"]+", query[at:])
+            if bare is None:
+                raise invalid(f"expected a value at character {at}")
+            text, at = bare.group(), at + bare.end()
+        clauses.append((name, text))
+    if not clauses:
+        raise invalid("an empty query")
+    if len(joins) > 1:
+        raise invalid("AND and OR cannot be combined in one query")
+    return Search(tuple(clauses), any_of=joins == {"OR"})
 
 
 def dialect_for(profile: str | Profile | None) -> Dialect:

@@ -18,9 +18,14 @@ from urllib.parse import parse_qsl
 __all__ = ["DropConnection", "ServerRequest", "ServerResponse", "json_bytes"]
 
 
+# One encoder, built once: `json.dumps` with these options would build a new one for
+# every call, which is a good part of what a replay costs.
+_CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
 def json_bytes(value: Any) -> bytes:
     """Compact, key-sorted JSON: the same value always gives the same bytes."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,6 +227,15 @@ def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+# Built once: `json.loads` with hooks would build a new decoder (and its scanner) for
+# every body.
+_PAYMENT_DECODER = json.JSONDecoder(
+    parse_constant=_reject_constant,
+    parse_float=_finite_float,
+    object_pairs_hook=_unique_names,
+)
+
+
 def parse_payment(body: bytes) -> tuple[Payment, bytes]:
     """The instruction in `body` and its canonical bytes, or a 400/413 `Problem`.
 
@@ -241,13 +250,7 @@ def parse_payment(body: bytes) -> tuple[Payment, bytes]:
             f"a payment body is at most {MAX_BODY_BYTES} bytes",
         )
     try:
-        text = body.decode("utf-8")
-        value = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            object_pairs_hook=_unique_names,
-        )
+        value = _PAYMENT_DECODER.decode(body.decode("utf-8"))
     except Problem:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError):

@@ -1,10 +1,16 @@
 """The reference server's durable state: SQLite, with the seed's key table.
 
-One connection, one lock: SQLite serialises writers anyway, and each transaction here
-is a handful of statements, so the lock is held for microseconds and never across an
-external call. Every write transaction is `BEGIN IMMEDIATE`, so several server
-processes may share one database file and still let SQLite arbitrate (with a busy
-timeout) exactly as the seed lets the database arbitrate admission.
+One connection for writes, one lock: SQLite serialises writers anyway, and each
+transaction here is a handful of statements, so the lock is held for microseconds and
+never across an external call. Every write transaction is `BEGIN IMMEDIATE`, so several
+server processes may share one database file and still let SQLite arbitrate (with a
+busy timeout) exactly as the seed lets the database arbitrate admission.
+
+Reads of a file in WAL mode take neither that lock nor that connection: each borrows a
+read-only connection from a small pool (one per thread reading at the same moment), and
+WAL lets it read the last commit while a write is under way. A replay (a finished key
+answered again) is one such read. A database in memory, or a file the file system kept
+out of WAL mode, reads through the write connection, under the lock, as before.
 
 The phases, look-ups and outbox writes are `_transactions.Transactions`, shared with
 the PostgreSQL backend; this module holds what SQLite does its own way: the schema,
@@ -179,9 +185,16 @@ class Storage(Transactions):
 
     def __init__(self, path: str | os.PathLike[str] = ":memory:", *, busy_timeout: float = 10.0):
         self.path = os.fspath(path)
+        self._busy_timeout = busy_timeout
         self._lock = threading.Lock()
         # Autocommit: every write below is a BEGIN IMMEDIATE transaction of its own.
         self._conn = connect(self.path, busy_timeout=busy_timeout, check=False)
+        # The read pool (see the module docstring): idle read-only connections, and the
+        # lock that guards only the list (never held across a statement).
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._pooled_reads = False
         try:
             self._prepare()
         except BaseException:
@@ -192,6 +205,8 @@ class Storage(Transactions):
         conn = self._conn
         if self.path != MEMORY:
             use_wal(conn, self.path, required=False)
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            self._pooled_reads = str(mode).lower() == "wal"
         # A lost outcome commit costs one replayed phase, which the protocol absorbs;
         # NORMAL keeps commits cheap without risking corruption.
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -209,6 +224,11 @@ class Storage(Transactions):
 
     def close(self) -> None:
         with self._lock:
+            with self._readers_lock:
+                self._closed = True
+                readers, self._readers = self._readers, []
+            for reader in readers:
+                reader.close()
             self._conn.close()
 
     @contextmanager
@@ -217,9 +237,50 @@ class Storage(Transactions):
             yield conn
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _write_one(self) -> Iterator[sqlite3.Connection]:
+        # The connection is in autocommit mode: a single statement is its own
+        # transaction (it takes the write lock before it reads, waiting as BEGIN
+        # IMMEDIATE would), committed or rolled back whole when it completes.
         with self._lock:
             yield self._conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A connection for reads: each statement sees the last commit. Several reads
+        that must agree with each other take `_snapshot()`."""
+        if not self._pooled_reads:
+            with self._lock:
+                yield self._conn
+            return
+        with self._readers_lock:
+            reader = self._readers.pop() if self._readers else None
+            closed = self._closed
+        if closed:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        if reader is None:
+            reader = self._open_reader()
+        try:
+            yield reader
+        finally:
+            with self._readers_lock:
+                keep = not self._closed and not reader.in_transaction
+                if keep:
+                    self._readers.append(reader)
+            if not keep:
+                reader.close()
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        # One view for several reads: the write connection, under the lock, so no
+        # commit of this server lands between them.
+        with self._lock:
+            yield self._conn
+
+    def _open_reader(self) -> sqlite3.Connection:
+        reader = connect(self.path, busy_timeout=self._busy_timeout, check=False)
+        # A reader must never write, not even by mistake.
+        reader.execute("PRAGMA query_only = ON")
+        return reader
 
     # -- admission (one transaction) and maintenance ----------------------------------
 
@@ -236,18 +297,28 @@ class Storage(Transactions):
     ) -> tuple[bool, KeyRow]:
         """Insert the key, or find it. `(True, row)` means this attempt owns the request.
 
-        Both statements run in one transaction, so the row found on a conflict is the
-        row that caused it (the reaper cannot delete it in between).
+        A key that exists is answered from one plain read, without the write lock: what
+        happens next (replay, 409, 422, takeover) needs none, and a replay is then a
+        single read. A key the read does not find is inserted by one statement, its own
+        transaction. If that insert meets a conflict (an arrival that raced this one
+        since the read), the insert and a read run again in one transaction, so that
+        the row found is the row that caused the conflict (the reaper cannot delete it
+        in between).
         """
-        with self._write() as conn:
-            row = conn.execute(
-                self._sql.admit,
-                (client, key, request_hash, endpoint, request_body, now, owner, now),
-            ).fetchone()
-            if row is not None:
-                return True, KeyRow(*row)
-            existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
-        return False, KeyRow(*existing)
+        with self._read() as conn:
+            found = conn.execute(self._sql.select_key, (client, key)).fetchone()
+        if found is not None:
+            return False, KeyRow(*found)
+        params = (client, key, request_hash, endpoint, request_body, now, owner, now)
+        with self._write_one() as conn:
+            row = conn.execute(self._sql.admit, params).fetchone()
+        if row is None:
+            with self._write() as conn:
+                row = conn.execute(self._sql.admit, params).fetchone()
+                if row is None:
+                    existing = conn.execute(self._sql.select_key, (client, key)).fetchone()
+                    return False, KeyRow(*existing)
+        return True, KeyRow(*row)
 
     def reap(self, *, created_before: float, now: float) -> int:
         """Delete finished keys created before `created_before`. (`now` is for backends

@@ -7,8 +7,9 @@ subclasses it with its `Statements` (see `_statements`) and its connections:
 
 - `_write()`: one transaction, committed when the block ends, rolled back if it raises;
 - `_read()`: a connection for reads;
-- `_write_one()`: a connection for a single write statement (by default a transaction;
-  PostgreSQL lets it commit on its own);
+- `_write_one()`: a connection for a single write statement, which commits on its own
+  (autocommit: a statement is a transaction by itself, without BEGIN and COMMIT around
+  it; the default is a transaction, for a backend that cannot);
 - `_snapshot()`: one consistent view for several reads (by default `_read()`).
 
 What a backend does its own way stays there: opening and closing, admission (SQLite
@@ -99,9 +100,10 @@ class Transactions(ABC):
         return True
 
     def mark_sent(self, *, client: str, key: str, owner: str, now: float, point: Phase) -> bool:
-        """Commit the intent to call an external system (EXTn_SENT), before the call."""
+        """Commit the intent to call an external system (EXTn_SENT), before the call.
+        One statement, so one transaction by itself."""
         try:
-            with self._write() as conn:
+            with self._write_one() as conn:
                 _fenced(conn, self._sql.mark_sent, (point.value, now, now, client, key, owner))
         except _LeaseLost:
             return False
@@ -299,8 +301,9 @@ class Transactions(ABC):
         amount: int,
         now: float,
     ) -> tuple[ExternalRecord, bool]:
-        """Apply an instruction under `key` unless that key was seen. (record, applied now)."""
-        with self._write() as conn:
+        """Apply an instruction under `key` unless that key was seen. (record, applied now).
+        One statement, so one transaction by itself."""
+        with self._write_one() as conn:
             row = conn.execute(
                 self._sql.external_apply,
                 (system, key, resource_id, outcome, reference, amount, now),

@@ -1,5 +1,7 @@
-"""GoCardless's "already done, here it is": the payment is made whatever the fetch of
-the resource it names comes to, so a fetch that fails must not read as "not sent"."""
+"""GoCardless's "already done, here it is": a resource was made under the key, but
+whether its payment was applied, declined or is still running is read from the
+resource. A fetch that fails says nothing of it: the operation stays maybe applied
+(`indeterminate`), never "not sent" and never "succeeded"."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import AsyncClient, Client, ManualClock, State
+from idemclient import AsyncClient, Client, Indeterminate, ManualClock, State
 
 from ..scripted import Scripted
 
@@ -34,22 +36,23 @@ def _unreachable(request: httpx.Request) -> httpx.Response:
     [_unreachable, lambda request: httpx.Response(503)],
     ids=["connect-error", "http-503"],
 )
-def test_a_failed_fetch_keeps_the_operation_succeeded(
+def test_a_failed_fetch_leaves_the_operation_maybe_applied(
     make: Callable[..., Client], get: Callable[[httpx.Request], httpx.Response]
 ) -> None:
     server = Scripted(httpx.Response(409, json=CONFLICT), get=get)
     client = make(server, "gocardless")
-    outcome = client.post("/payments", json={"amount": 100})
-    assert outcome.state is State.SUCCEEDED
-    assert outcome.existing == "PM123"
-    assert outcome.status_code == 409  # the server's own answer, kept
+    with pytest.raises(Indeterminate, match="PM123") as raised:
+        client.post("/payments", json={"amount": 100})
+    assert raised.value.outcome.existing == "PM123"
+    assert raised.value.outcome.maybe_applied
     (record,) = client.store.operations()
-    assert record.state is State.SUCCEEDED
+    assert record.state is State.INDETERMINATE
+    assert record.maybe_applied
     assert len(server.posts) == 1
 
 
 @pytest.mark.anyio
-async def test_a_failed_fetch_keeps_the_operation_succeeded_async(
+async def test_a_failed_fetch_leaves_the_operation_maybe_applied_async(
     store_path: Path, clock: ManualClock
 ) -> None:
     server = Scripted(httpx.Response(409, json=CONFLICT), get=_unreachable)
@@ -60,6 +63,48 @@ async def test_a_failed_fetch_keeps_the_operation_succeeded_async(
         base_url="https://api.psp.test",
         profile="gocardless",
     ) as client:
-        outcome = await client.post("/payments", json={"amount": 100})
-    assert outcome.state is State.SUCCEEDED
-    assert outcome.existing == "PM123"
+        with pytest.raises(Indeterminate) as raised:
+            await client.post("/payments", json={"amount": 100})
+    assert raised.value.outcome.state is State.INDETERMINATE
+    assert raised.value.outcome.existing == "PM123"
+    assert len(server.posts) == 1
+
+
+@pytest.mark.parametrize(
+    ("resource", "state"),
+    [
+        ({"payments": {"id": "PM123", "status": "paid_out"}}, State.SUCCEEDED),
+        ({"payments": {"id": "PM123", "status": "confirmed"}}, State.SUCCEEDED),
+        ({"payments": {"id": "PM123", "status": "failed"}}, State.FAILED),
+        ({"payments": {"id": "PM123", "status": "cancelled"}}, State.FAILED),
+        ({"id": "PM123", "status": "declined"}, State.FAILED),  # not wrapped
+        ({"payments": {"id": "PM123", "status": "pending_submission"}}, None),
+        ({"payments": {"id": "PM123", "status": "submitted"}}, None),
+        ({"payments": {"id": "PM123"}}, None),  # no status at all
+    ],
+)
+@pytest.mark.anyio
+async def test_the_resource_s_status_is_what_the_operation_came_to(
+    store_path: Path, clock: ManualClock, resource: dict[str, object], state: State | None
+) -> None:
+    server = Scripted(
+        httpx.Response(409, json=CONFLICT), get=lambda request: httpx.Response(200, json=resource)
+    )
+    async with AsyncClient(
+        store=store_path,
+        clock=clock,
+        transport=httpx.MockTransport(server),
+        base_url="https://api.psp.test",
+        profile="gocardless",
+    ) as client:
+        if state is None:
+            with pytest.raises(Indeterminate, match="not a final answer"):
+                await client.post("/payments", json={"amount": 100}, operation_id="op")
+        else:
+            outcome = await client.post("/payments", json={"amount": 100}, operation_id="op")
+            assert outcome.state is state
+            assert outcome.json() == resource
+        record = await client.aoperation("op")
+    assert record is not None
+    assert record.state is (state or State.INDETERMINATE)
+    assert len(server.posts) == 1
