@@ -459,7 +459,7 @@ class _Common(Generic[HttpxClient]):
         profile = self.settings.profile
         # The request's path matters only to a profile with facts per endpoint.
         path = self.http.build_request(method, url).url.path if profile.endpoints else ""
-        resolved = profile.resolve(method, path, self.settings.policy.methods)
+        resolved = self.settings.resolve_at(method, path)
         if not resolved.keyed:
             # Sent, it would carry a key the server does not read there, and a retry of
             # it would be a second request to the server.
@@ -488,9 +488,13 @@ class _Common(Generic[HttpxClient]):
             kwargs = key_in_json(resolved, chosen, known, kwargs)
         options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
-        sent = yield from read_existing(
-            self.settings, sent, self.http.build_request(method, url).url
-        )
+        if profile.existing is not None:
+            # Only a profile whose server answers "already done, here it is" needs the
+            # operation's URL again (building a request costs as much as the rest of
+            # the client's work on one).
+            sent = yield from read_existing(
+                self.settings, sent, self.http.build_request(method, url).url
+            )
         return settle(sent)
 
     @_verb("POST")
@@ -724,9 +728,10 @@ class AsyncClient(_Common[httpx.AsyncClient]):
 
     Nothing is opened when it is built, on the event loop or before there is one: the
     store is opened (and its old bodies reaped) in a worker thread when the client is
-    entered (`async with`), or else at its first use; every store call runs in a worker
-    thread, so the event loop is never blocked by the store. Where a method's return
-    type reads `Op[X]`, it returns an awaitable of the `X`.
+    entered (`async with`), or else at its first use; every store call that could wait
+    runs in a worker thread, so the event loop is never blocked by the store (the
+    outcome's unflushed SQLite write is made on the loop when nothing holds the store).
+    Where a method's return type reads `Op[X]`, it returns an awaitable of the `X`.
     """
 
     _factory = httpx.AsyncClient

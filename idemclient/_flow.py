@@ -3,9 +3,9 @@
 The flow is a generator. It yields what it needs done, an `Effect` (call the store,
 send one attempt, read or close a response, sleep), and the transport's driver does it
 (`IdempotentTransport` in the calling thread, `AsyncIdempotentTransport` awaiting, with
-store calls in a worker thread) and sends back the result, or throws in what was
-raised. So every rule is here once; the two transports differ only in how they do
-things, and cannot drift apart.
+store calls in a worker thread unless the store can make one without waiting) and sends
+back the result, or throws in what was raised. So every rule is here once; the two
+transports differ only in how they do things, and cannot drift apart.
 
 What one operation request goes through (`operation`):
 
@@ -78,6 +78,9 @@ class StoreCall:
 
     fn: Callable[..., Any]
     kwargs: dict[str, Any]
+    #: async: made on the event loop if the store can make it without waiting (see
+    #: `SQLiteStore.call_without_waiting`), else in a worker thread
+    unwaiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,30 +144,42 @@ def advance(
 def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:
     """Do each effect `flow` asks for with `do`, in this thread, until it returns; what
     `do` raises is thrown into the flow, which decides."""
-    done, value = advance(flow, None, None)
-    while not done:
-        done, value = advance(flow, *_attempt(do, value))
-    return value
-
-
-def _attempt(do: Callable[[Any], Any], effect: Any) -> tuple[Any, BaseException | None]:
+    # `advance` and a helper per effect, inlined: this loop turns a few times for
+    # every request.
+    send, throw = flow.send, flow.throw
     try:
-        return do(effect), None
-    except BaseException as exc:
-        return None, exc
+        effect = send(None)
+        while True:
+            try:
+                result = do(effect)
+            except BaseException as exc:
+                error = exc
+            else:
+                effect = send(result)
+                continue
+            # Thrown in outside the handler, so that what the flow raises is not
+            # chained to it unless the flow chains it.
+            effect = throw(error)
+    except StopIteration as done:
+        return done.value
 
 
 async def adrive(flow: Generator[Any, Any, Any], do: Callable[[Any], Awaitable[Any]]) -> Any:
     """`drive`, awaiting each effect."""
-    done, value = advance(flow, None, None)
-    while not done:
-        answer: tuple[Any, BaseException | None]
-        try:
-            answer = await do(value), None
-        except BaseException as exc:  # thrown into the flow, which decides
-            answer = None, exc
-        done, value = advance(flow, *answer)
-    return value
+    send, throw = flow.send, flow.throw
+    try:
+        effect = send(None)
+        while True:
+            try:
+                result = await do(effect)
+            except BaseException as exc:  # thrown into the flow, which decides
+                error = exc
+            else:
+                effect = send(result)
+                continue
+            effect = throw(error)
+    except StopIteration as done:
+        return done.value
 
 
 def handle(settings: Settings, request: httpx.Request) -> Flow:
@@ -269,6 +284,9 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
                 "now": clock.time(),
                 "lease_until": call.lease_until(),
             },
+            # Flushed, it waits for the disk in a worker thread; under `BUFFERED` the
+            # store can make it on the loop (see `StoreCall.unwaiting`).
+            unwaiting=True,
         )
     else:
         begin = yield from _claim(call, owner)
@@ -450,6 +468,9 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
                 "response": stored,
                 "known": call.record,
             },
+            # The outcome's write, the one per operation that is not flushed (but under
+            # `FULL`): spared the hop to a worker thread where the store can.
+            unwaiting=True,
         ),
         response,
     )
