@@ -728,10 +728,9 @@ class AsyncClient(_Common[httpx.AsyncClient]):
 
     Nothing is opened when it is built, on the event loop or before there is one: the
     store is opened (and its old bodies reaped) in a worker thread when the client is
-    entered (`async with`), or else at its first use; every store call that could wait
-    runs in a worker thread, so the event loop is never blocked by the store (the
-    outcome's unflushed SQLite write is made on the loop when nothing holds the store).
-    Where a method's return type reads `Op[X]`, it returns an awaitable of the `X`.
+    entered (`async with`), or else at its first use; every store call runs in a worker
+    thread, so the event loop is never blocked by the store. Where a method's return
+    type reads `Op[X]`, it returns an awaitable of the `X`.
     """
 
     _factory = httpx.AsyncClient

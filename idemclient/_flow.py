@@ -3,9 +3,9 @@
 The flow is a generator. It yields what it needs done, an `Effect` (call the store,
 send one attempt, read or close a response, sleep), and the transport's driver does it
 (`IdempotentTransport` in the calling thread, `AsyncIdempotentTransport` awaiting, with
-store calls in a worker thread unless the store can make one without waiting) and sends
-back the result, or throws in what was raised. So every rule is here once; the two
-transports differ only in how they do things, and cannot drift apart.
+store calls in a worker thread) and sends back the result, or throws in what was
+raised. So every rule is here once; the two transports differ only in how they do
+things, and cannot drift apart.
 
 What one operation request goes through (`operation`):
 
@@ -78,9 +78,6 @@ class StoreCall:
 
     fn: Callable[..., Any]
     kwargs: dict[str, Any]
-    #: async: made on the event loop if the store can make it without waiting (see
-    #: `SQLiteStore.call_without_waiting`), else in a worker thread
-    unwaiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +281,6 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
                 "now": clock.time(),
                 "lease_until": call.lease_until(),
             },
-            # Flushed, it waits for the disk in a worker thread; under `BUFFERED` the
-            # store can make it on the loop (see `StoreCall.unwaiting`).
-            unwaiting=True,
         )
     else:
         begin = yield from _claim(call, owner)
@@ -468,9 +462,6 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
                 "response": stored,
                 "known": call.record,
             },
-            # The outcome's write, the one per operation that is not flushed (but under
-            # `FULL`): spared the hop to a worker thread where the store can.
-            unwaiting=True,
         ),
         response,
     )

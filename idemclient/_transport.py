@@ -53,7 +53,7 @@ from ._flow import (
 from ._hooks import Hooks, StoreEvent, logger
 from ._policy import RetryPolicy
 from ._profile import Profile
-from ._store import Store, WouldWait
+from ._store import Store
 from ._store._open import open_store
 from .profiles import named
 
@@ -259,10 +259,8 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
 
 class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
     """The async twin of `IdempotentTransport`: the same flow, awaited. Store calls run
-    in a worker thread so that an fsync or a lock never blocks the event loop; only a
-    call the flow marks `unwaiting` (the outcome's write) is made on the loop, and only
-    where the store can make it without waiting (`call_without_waiting`). A store
-    given as a path is opened at its first call, in a worker thread too."""
+    in a worker thread so that an fsync never blocks the event loop; a store given as
+    a path is opened at its first call, in a worker thread too."""
 
     _default = httpx.AsyncHTTPTransport
     _deferred = True
@@ -280,10 +278,11 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def _do(self, effect: Effect) -> Any:
         if isinstance(effect, StoreCall):
+            call = functools.partial(effect.fn, **effect.kwargs)
             if self.settings.hooks.on_store is None:
-                return await self._store_call(effect)
+                return await anyio.to_thread.run_sync(call)
             with _timed(self.settings.hooks, effect):
-                return await self._store_call(effect)
+                return await anyio.to_thread.run_sync(call)
         if isinstance(effect, Send):
             return await self.inner.handle_async_request(effect.request)
         if isinstance(effect, Read):
@@ -298,20 +297,6 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
                 raise TypeError("an async transport needs a request with an async body")
             return await abody_from_chunks(stream, effect.limit)
         raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover - Shield is unwrapped
-
-    async def _store_call(self, effect: StoreCall) -> Any:
-        if effect.unwaiting:
-            # On the event loop only what cannot block it: the store refuses (WouldWait)
-            # whatever would wait for a lock, another process or the disk.
-            # The store the method is bound to (a `DeferredStore` not yet opened hands
-            # out no bound method: opening it waits for the disk).
-            now = getattr(getattr(effect.fn, "__self__", None), "call_without_waiting", None)
-            if now is not None:
-                try:
-                    return now(effect.fn, **effect.kwargs)
-                except WouldWait:
-                    pass
-        return await anyio.to_thread.run_sync(functools.partial(effect.fn, **effect.kwargs))
 
     async def aclose(self) -> None:
         await self.inner.aclose()

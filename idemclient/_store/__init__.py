@@ -18,7 +18,6 @@ from ._base import (
     SendingStore,
     Store,
     StoredResponse,
-    WouldWait,
 )
 from ._cipher import BodyEncryption
 from ._owners import new_owner, owner_is_dead, release_owner
@@ -42,7 +41,6 @@ __all__ = [
     "SendingStore",
     "Store",
     "StoredResponse",
-    "WouldWait",
     "new_owner",
     "owner_is_dead",
     "release_owner",

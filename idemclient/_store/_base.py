@@ -25,7 +25,6 @@ __all__ = [
     "SendingStore",
     "Store",
     "StoredResponse",
-    "WouldWait",
 ]
 
 Headers = tuple[tuple[str, str], ...]
@@ -54,12 +53,6 @@ class Durability(enum.StrEnum):
     FULL = "full"
     INTENT = "intent"
     BUFFERED = "buffered"
-
-
-class WouldWait(Exception):
-    """A store call asked to be made without waiting (see
-    `SQLiteStore.call_without_waiting`) would have had to wait: for a lock, for another
-    connection, or for the disk. Nothing was written; make the call in a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)

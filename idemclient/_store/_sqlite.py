@@ -21,15 +21,15 @@ import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Collection, Iterable, Iterator
+from typing import Any, ClassVar
 
 from .._db.dialect import SQLITE
-from .._db.errors import sqlite_busy, sqlite_error
+from .._db.errors import sqlite_error
 from .._db.sqlite import immediate
 from .._errors import StoreError, StoreUnavailable
 from .._outcome import State
-from ._base import Durability, Headers, Intent, WouldWait
+from ._base import Durability, Headers, Intent
 from ._cipher import BodyEncryption
 from ._rows import DEFAULT_MAX_STORED_BODY
 from ._schema import open_database
@@ -37,8 +37,6 @@ from ._sqlstore import SQLStore, admission_values, refused
 from ._statements import Statements
 
 __all__ = ["SQLiteStore"]
-
-T = TypeVar("T")
 
 # A write transaction (BEGIN IMMEDIATE) holds the whole file: no row locks.
 _SQL = Statements(SQLITE, table="operations", order="created_at", clock_table="store_clock")
@@ -96,11 +94,7 @@ class SQLiteStore(SQLStore):
         self._queue_lock = threading.Lock()
         self._queue: list[_Admission] = []
         self._conn = open_database(self._path, busy_timeout=busy_timeout)
-        self._busy_ms = int(busy_timeout * 1000)
-        self._autocheckpoint: int = self._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
         self._synchronous: str | None = None
-        #: a call is being made without waiting (see `call_without_waiting`)
-        self._unwaiting = False
         self._closed = False
 
     @property
@@ -113,11 +107,6 @@ class SQLiteStore(SQLStore):
     # -- writing ---------------------------------------------------------------------
 
     def _admit(self, values: tuple[Any, ...]) -> bool:
-        if self._unwaiting:
-            # Alone (`BUFFERED`, see `call_without_waiting`): intents other threads
-            # queued are theirs to admit once they hold the connection.
-            with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
-                return bool(conn.execute(_SQL.admit, values).rowcount == 1)
         ticket = _Admission(values)
         with self._queue_lock:
             self._queue.append(ticket)
@@ -183,49 +172,6 @@ class SQLiteStore(SQLStore):
                 raise refused(conflicts)
         return created
 
-    def call_without_waiting(self, call: Callable[..., T], /, **kwargs: Any) -> T:
-        """`call(**kwargs)`, one of this store's writes, made now in this thread only if
-        it needs no waiting; else `WouldWait` is raised and nothing is written.
-
-        For the async transports: a write made this way spares the hop to a worker
-        thread, and never blocks the event loop. So it is refused when this store's
-        lock is held (another thread is writing, maybe waiting on an fsync), when its
-        commit would be flushed (`durable`: the intent, or anything under `FULL`), and
-        when another connection holds the file (SQLite is told not to wait for it);
-        and the commit runs no checkpoint (that writes and flushes the database file):
-        the next write made in a worker thread runs it.
-        """
-        if self._flushes(getattr(call, "__name__", "")):
-            raise WouldWait  # refused before anything is done (`_Using` would, later)
-        if not self._lock.acquire(blocking=False):
-            raise WouldWait
-        try:
-            if self._closed:
-                raise WouldWait  # the worker thread says so, as for every call
-            conn = self._conn
-            conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
-                self._unwaiting = True
-                try:
-                    return call(**kwargs)
-                finally:
-                    self._unwaiting = False
-                    conn.execute(f"PRAGMA wal_autocheckpoint = {self._autocheckpoint}")
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        except sqlite3.Error as exc:  # a pragma failed: the worker thread tries it all
-            raise WouldWait from exc
-        finally:
-            self._lock.release()
-
-    def _flushes(self, method: str) -> bool:
-        """Whether this store's `method` flushes its commit under its durability: the
-        intent (`begin`), unless `BUFFERED`; anything, under `FULL`."""
-        if method == "begin":
-            return self.durability is not Durability.BUFFERED
-        return self.durability is Durability.FULL
-
     def close(self) -> None:
         with self._lock:
             if not self._closed:
@@ -269,8 +215,6 @@ class _Using:
         try:
             if store._closed:
                 raise StoreUnavailable(store._path, "is closed")
-            if store._unwaiting and self.durable:
-                raise WouldWait  # a flushed commit waits for the disk
             synchronous = "FULL" if self.durable else "NORMAL"
             if synchronous != store._synchronous:
                 try:
@@ -286,16 +230,11 @@ class _Using:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, _tb: object
     ) -> None:
-        store = self.store
         try:
             if isinstance(error, sqlite3.Error):
-                if store._unwaiting and sqlite_busy(error):
-                    # Another connection holds the file, and SQLite did not wait for it:
-                    # nothing of this statement was written.
-                    raise WouldWait from error
-                raise store._translate(error) from error
+                raise self.store._translate(error) from error
         finally:
-            store._lock.release()
+            self.store._lock.release()
 
 
 def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:
