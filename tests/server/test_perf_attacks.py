@@ -1,0 +1,71 @@
+"""Attacks on the reference server's cost cut (issue 17): the PostgreSQL pool's check
+by socket. Each test is a history where the server is wrong today; it is marked
+xfail(strict) until the server is fixed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from idemclient._db.postgres import check_quiet
+from idemclient.testing._storage import postgres
+from tests.support.pgcluster import Cluster
+
+#: the first descriptor `select.select` cannot watch (FD_SETSIZE)
+FD_SETSIZE = 1024
+
+
+@pytest.fixture
+def high_descriptors() -> Iterator[None]:
+    """Every descriptor below FD_SETSIZE taken: what opens next (a database connection)
+    gets one above it, as in a server process holding a thousand client sockets."""
+    taken: list[int] = []
+    try:
+        while not taken or taken[-1] < FD_SETSIZE:
+            taken.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in taken:
+            os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def fd_db(pg_cluster: Cluster) -> str:
+    return pg_cluster.create_database("perf_attack_descriptors")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="check_quiet asks select.select, which raises ValueError for a descriptor "
+    "at or above FD_SETSIZE (1024): a healthy connection is judged broken",
+)
+def test_a_quiet_connection_above_fd_setsize_passes_the_check(
+    fd_db: str, high_descriptors: None
+) -> None:
+    with psycopg.connect(fd_db, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        assert conn.fileno() >= FD_SETSIZE
+        check_quiet(conn)  # healthy and idle: handed out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="every pooled connection fails check_quiet once descriptors pass 1024: the "
+    "pool replaces each one and hands none out until its timeout",
+)
+def test_the_server_is_answered_by_its_pool_in_a_process_with_many_sockets(
+    fd_db: str, high_descriptors: None
+) -> None:
+    # History: the reference server on PostgreSQL, in a process that already holds a
+    # thousand descriptors (client sockets under load, a test session's files). Every
+    # connection its pool opens has a descriptor above 1024; the check made on handing
+    # one out raises for each, so every phase and every replay waits out the pool's
+    # timeout and fails. Before the cost cut the check was a query, which works.
+    storage = postgres.PostgresStorage(fd_db, connect_timeout=1.0)
+    try:
+        assert storage.key_row(client="shop-1", key="k-1") is None
+    finally:
+        storage.close()
