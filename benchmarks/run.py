@@ -15,6 +15,7 @@ tests/support/pgcluster.py, which the installed package does not ship):
     python -m benchmarks.run                 # the full run (a few minutes)
     python -m benchmarks.run --quick         # a smoke run of tiny sizes
     python -m benchmarks.run --only store    # one section
+    python -m benchmarks.run --only cpu      # the client's CPU on a mock transport
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from idemclient import State
+from idemclient._call import fingerprint
+from idemclient._store import Intent, Progress, StoredResponse, new_owner, release_owner
+from idemclient.store import SQLiteStore
 from idemclient.testing import spawn
 from tests.support.pgcluster import Cluster
 
-from . import batch_bench, contenders, server_bench, store_bench
+from . import batch_bench, client_cpu, contenders, server_bench, store_bench
 
 NOOP = "/_sandbox/noop"
 PAYMENTS = "/v1/payments"
@@ -85,6 +92,53 @@ def fsync_alone(workdir: Path, n: int) -> float:
     finally:
         os.close(fd)
     return median_us(samples)
+
+
+def commits_alone(workdir: Path, n: int) -> dict[str, dict[str, float]]:
+    """The store's two writes per operation, timed alone (no client, no network): the
+    intent (`begin`) and the outcome (`finish`), per durability, medians in us. With
+    the fsync, the floor under idemclient's time above plain httpx: everything above
+    it is the client's Python."""
+    url = httpx.URL("http://127.0.0.1/_sandbox/noop")
+    body = json.dumps(contenders.BODY).encode()
+    answer = StoredResponse.of(200, (("content-type", "application/json"),), b"{}")
+    found: dict[str, dict[str, float]] = {}
+    for durability in ("full", "intent", "buffered"):
+        begins: list[float] = []
+        finishes: list[float] = []
+        with SQLiteStore(workdir / f"alone-{durability}.db", durability=durability) as store:
+            for i in range(n):
+                intent = Intent(
+                    operation_id=f"op-{i}",
+                    key=f"key-{i}",
+                    key_given=False,
+                    method="POST",
+                    url=str(url),
+                    headers=(("content-type", "application/json"),),
+                    body=body,
+                    fingerprint=fingerprint("POST", url, body),
+                )
+                owner = new_owner()
+                now = time.time()
+                started = time.perf_counter()
+                begin = store.begin(intent, owner=owner, now=now, lease_until=now + 60)
+                begins.append(time.perf_counter() - started)
+                progress = Progress(
+                    attempts=1, maybe_applied=True, evidence="HTTP 200 OK", not_before=None, now=now
+                )
+                started = time.perf_counter()
+                store.finish(
+                    intent.operation_id,
+                    owner=owner,
+                    state=State.SUCCEEDED,
+                    progress=progress,
+                    response=answer,
+                    known=begin.record,
+                )
+                finishes.append(time.perf_counter() - started)
+                release_owner(owner)
+        found[durability] = {"begin_us": median_us(begins), "finish_us": median_us(finishes)}
+    return found
 
 
 def sequential(
@@ -217,7 +271,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--json", default="bench-results/results.json")
     parser.add_argument(
-        "--only", choices=["sequential", "concurrent", "batch", "store", "server"], default=None
+        "--only",
+        choices=["sequential", "concurrent", "cpu", "batch", "store", "server"],
+        default=None,
     )
     parser.add_argument(
         "--no-postgres", action="store_true", help="measure the SQLite contenders only"
@@ -241,6 +297,12 @@ def main() -> int:
             if wanted("sequential"):
                 report["fsync_us"] = fsync_alone(work, 200 if sizes.quick else 1000)
                 print(f"fsync alone (100 bytes, this disk): {report['fsync_us']:.0f} us")
+                report["commits_alone"] = commits_alone(work, 100 if sizes.quick else 1000)
+                print_table(
+                    "the store's two writes alone (median)",
+                    report["commits_alone"],
+                    ["begin_us", "finish_us"],
+                )
                 for label, path in (("no-op endpoint", NOOP), ("new payment", PAYMENTS)):
                     folder = work / label.replace(" ", "-")
                     folder.mkdir()
@@ -265,6 +327,16 @@ def main() -> int:
             if wanted("batch"):
                 report["batch"] = batch_bench.run(url, work / "batch", sizes.batch_rows)
                 print_table("batches", report["batch"], batch_bench.COLUMNS)
+        if wanted("cpu"):
+            # No server, no disk: the client's own CPU per operation (see `client_cpu`).
+            report["client_cpu"] = client_cpu.run(
+                ops=300 if sizes.quick else 2000, rounds=2 if sizes.quick else 5
+            )
+            print_table(
+                "client CPU per operation, mock transport (thread CPU time)",
+                report["client_cpu"],
+                client_cpu.COLUMNS,
+            )
         if wanted("store"):
             report["store"] = {"sqlite": store_bench.run(work / "store", sizes.store_finished)}
             if pg_url is not None:

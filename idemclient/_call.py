@@ -114,9 +114,27 @@ class Settings:
     #: notices `clock` stepping back while the client runs (see `clock_went_back`)
     watch: StepWatch | None = None
 
+    #: the facts `resolve_at` found, by method and path: asked several times per
+    #: request (the client, the exchange, the transport), the same each time
+    _resolved: dict[tuple[str, str], Resolved] = dataclasses.field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
+
     def resolve(self, request: httpx.Request) -> Resolved:
         """The profile's facts for `request` (its endpoint's, where they differ)."""
-        return self.profile.resolve(request.method, request.url.path, self.policy.methods)
+        # Only a profile with facts per endpoint looks at the path (parsing it costs).
+        return self.resolve_at(request.method, request.url.path if self.profile.endpoints else "")
+
+    def resolve_at(self, method: str, path: str) -> Resolved:
+        """The profile's facts for `method` at `path` (see `Profile.resolve`)."""
+        cache = self._resolved
+        found = cache.get((method, path))
+        if found is None:
+            found = self.profile.resolve(method, path, self.policy.methods)
+            if len(cache) >= _RESOLVED_KEPT:  # paths with ids in them are endless
+                cache.clear()
+            cache[(method, path)] = found
+        return found
 
     @property
     def methods(self) -> frozenset[str]:
@@ -135,6 +153,9 @@ class Settings:
             return self.policy.key_retention
         return resolved.key_retention
 
+
+#: How many (method, path) facts a `Settings` keeps at most.
+_RESOLVED_KEPT = 256
 
 #: What reading a caller's body can raise: a file opened write-only or in text mode, a
 #: closed file, a generator httpx has already consumed.
@@ -213,6 +234,8 @@ def buffered_body(request: httpx.Request, limit: int) -> bytes | None:
         content = request.content
     except httpx.RequestNotRead:
         return None
+    if type(content) is bytes and len(content) <= limit:
+        return content  # already whole and immutable: nothing to copy
     return body_from_chunks((content,), limit)
 
 
@@ -411,7 +434,10 @@ class Call:
         #: the resource the last answer names as made under this key (GoCardless)
         self.existing: str | None = None
         request.stream = httpx.ByteStream(body)
-        if continuation is None:
+        if continuation is None and (
+            settings.hooks.on_start is not None
+            or (self.call_hooks is not None and self.call_hooks.on_start is not None)
+        ):
             start = StartEvent(self.operation_id, self.key, request.method, str(request.url))
             settings.hooks.start(start)
             if self.call_hooks is not None:
@@ -532,17 +558,21 @@ class Call:
         self.attempts_here += 1
         self.total_attempts += 1
         self._sending = True
-        event = AttemptEvent(
-            operation_id=self.operation_id,
-            key=self.key,
-            method=self.request.method,
-            url=str(self.request.url),
-            attempt=self.total_attempts,
-            timeout=timeout,
-        )
-        self.settings.hooks.attempt(event)
-        if self.call_hooks is not None:
-            self.call_hooks.attempt(event, log=False)
+        hooks, call_hooks = self.settings.hooks, self.call_hooks
+        if hooks.takes_attempt() or (
+            call_hooks is not None and call_hooks.takes_attempt(log=False)
+        ):
+            event = AttemptEvent(
+                operation_id=self.operation_id,
+                key=self.key,
+                method=self.request.method,
+                url=str(self.request.url),
+                attempt=self.total_attempts,
+                timeout=timeout,
+            )
+            hooks.attempt(event)
+            if call_hooks is not None:
+                call_hooks.attempt(event, log=False)
         return timeout
 
     def reads_first(self, response: httpx.Response) -> bool:
@@ -608,6 +638,11 @@ class Call:
             self._error = result
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind
+        hooks, call_hooks = self.settings.hooks, self.call_hooks
+        if hooks.on_attempt_end is None and (
+            call_hooks is None or call_hooks.on_attempt_end is None
+        ):
+            return found
         event = AttemptEndEvent(
             operation_id=self.operation_id,
             key=self.key,
@@ -617,9 +652,9 @@ class Call:
             evidence=self.evidence,
             maybe_applied=self.maybe_applied,
         )
-        self.settings.hooks.attempt_end(event)
-        if self.call_hooks is not None:
-            self.call_hooks.attempt_end(event)
+        hooks.attempt_end(event)
+        if call_hooks is not None:
+            call_hooks.attempt_end(event)
         return found
 
     def _may_be_known(self) -> bool:

@@ -459,7 +459,7 @@ class _Common(Generic[HttpxClient]):
         profile = self.settings.profile
         # The request's path matters only to a profile with facts per endpoint.
         path = self.http.build_request(method, url).url.path if profile.endpoints else ""
-        resolved = profile.resolve(method, path, self.settings.policy.methods)
+        resolved = self.settings.resolve_at(method, path)
         if not resolved.keyed:
             # Sent, it would carry a key the server does not read there, and a retry of
             # it would be a second request to the server.
@@ -488,9 +488,13 @@ class _Common(Generic[HttpxClient]):
             kwargs = key_in_json(resolved, chosen, known, kwargs)
         options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
-        sent = yield from read_existing(
-            self.settings, sent, self.http.build_request(method, url).url
-        )
+        if profile.existing is not None:
+            # Only a profile whose server answers "already done, here it is" needs the
+            # operation's URL again (building a request costs as much as the rest of
+            # the client's work on one).
+            sent = yield from read_existing(
+                self.settings, sent, self.http.build_request(method, url).url
+            )
         return settle(sent)
 
     @_verb("POST")

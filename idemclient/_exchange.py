@@ -22,11 +22,10 @@ installs a `send` on the client that opens one for each call (`install`).
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -200,7 +199,7 @@ def install(
 
         @functools.wraps(original)
         def send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-            with _exchanging(owner, request, tell) as ended:
+            with _Exchanging(owner, request, tell) as ended:
                 ended.response = original(request, *args, **kwargs)
                 return ended.response
 
@@ -210,46 +209,54 @@ def install(
 
         @functools.wraps(aoriginal)
         async def asend(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-            with _exchanging(owner, request, tell) as ended:
+            with _Exchanging(owner, request, tell) as ended:
                 ended.response = await aoriginal(request, *args, **kwargs)
                 return ended.response
 
         client.send = asend  # type: ignore[method-assign]  # the instance's own send
 
 
-@dataclass(slots=True)
-class _Ended:
-    """What one send came to: the response httpx gave back, if it gave one."""
-
-    response: httpx.Response | None = None
-
-
-@contextlib.contextmanager
-def _exchanging(
-    owner: object, request: httpx.Request, tell: Callable[[Continuation], None]
-) -> Iterator[_Ended]:
+class _Exchanging:
     """One send of a wrapped client, sync or async alike: the exchange is current
     while httpx works on the request, an error raised above the transport after a
-    handoff says what it means for the operation, and the exchange ends either way."""
-    exchange = Exchange(owner, request)
-    if isinstance(owner, Settings):
-        # Where the caller's request carries its key under the client's profile: an
-        # auth flow that rebuilds the request before it is first sent must carry that
-        # header over, not the generic one (or the caller's key= is lost for a new one).
-        slot = owner.resolve(request).key
-        exchange.key_header = slot.header, slot.quoted
-    token = _CURRENT.set(exchange)
-    ended = _Ended()
-    try:
-        yield ended
-    except Exception as exc:
-        unsettled = _unsettled(exchange, exc)
-        if unsettled is exc:
-            raise
-        raise unsettled from exc
-    finally:
-        _CURRENT.reset(token)
-        _end(exchange, ended.response, tell)
+    handoff says what it means for the operation, and the exchange ends either way.
+
+    A class rather than a generator-based context manager: it is entered once per
+    request, and that costs a third as much."""
+
+    __slots__ = ("exchange", "response", "tell", "token")
+
+    def __init__(
+        self, owner: object, request: httpx.Request, tell: Callable[[Continuation], None]
+    ) -> None:
+        exchange = Exchange(owner, request)
+        if isinstance(owner, Settings):
+            # Where the caller's request carries its key under the client's profile: an
+            # auth flow that rebuilds the request before it is first sent must carry
+            # that header over, not the generic one (or the caller's key= is lost for
+            # a new one).
+            slot = owner.resolve(request).key
+            exchange.key_header = slot.header, slot.quoted
+        self.exchange = exchange
+        self.tell = tell
+        #: the response httpx gave back, if it gave one
+        self.response: httpx.Response | None = None
+
+    def __enter__(self) -> _Exchanging:
+        self.token = _CURRENT.set(self.exchange)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _tb: object
+    ) -> None:
+        try:
+            if isinstance(error, Exception):
+                unsettled = _unsettled(self.exchange, error)
+                if unsettled is not error:
+                    raise unsettled from error
+        finally:
+            _CURRENT.reset(self.token)
+            _end(self.exchange, self.response, self.tell)
 
 
 def _unsettled(exchange: Exchange, error: Exception) -> Exception:

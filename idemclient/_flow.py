@@ -141,30 +141,42 @@ def advance(
 def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:
     """Do each effect `flow` asks for with `do`, in this thread, until it returns; what
     `do` raises is thrown into the flow, which decides."""
-    done, value = advance(flow, None, None)
-    while not done:
-        done, value = advance(flow, *_attempt(do, value))
-    return value
-
-
-def _attempt(do: Callable[[Any], Any], effect: Any) -> tuple[Any, BaseException | None]:
+    # `advance` and a helper per effect, inlined: this loop turns a few times for
+    # every request.
+    send, throw = flow.send, flow.throw
     try:
-        return do(effect), None
-    except BaseException as exc:
-        return None, exc
+        effect = send(None)
+        while True:
+            try:
+                result = do(effect)
+            except BaseException as exc:
+                error = exc
+            else:
+                effect = send(result)
+                continue
+            # Thrown in outside the handler, so that what the flow raises is not
+            # chained to it unless the flow chains it.
+            effect = throw(error)
+    except StopIteration as done:
+        return done.value
 
 
 async def adrive(flow: Generator[Any, Any, Any], do: Callable[[Any], Awaitable[Any]]) -> Any:
     """`drive`, awaiting each effect."""
-    done, value = advance(flow, None, None)
-    while not done:
-        answer: tuple[Any, BaseException | None]
-        try:
-            answer = await do(value), None
-        except BaseException as exc:  # thrown into the flow, which decides
-            answer = None, exc
-        done, value = advance(flow, *answer)
-    return value
+    send, throw = flow.send, flow.throw
+    try:
+        effect = send(None)
+        while True:
+            try:
+                result = await do(effect)
+            except BaseException as exc:  # thrown into the flow, which decides
+                error = exc
+            else:
+                effect = send(result)
+                continue
+            effect = throw(error)
+    except StopIteration as done:
+        return done.value
 
 
 def handle(settings: Settings, request: httpx.Request) -> Flow:

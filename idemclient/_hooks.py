@@ -116,12 +116,19 @@ class Hooks:
     #: told by the client's hooks only (not a call's): see `StoreEvent`
     on_store: Callable[[StoreEvent], None] | None = None
 
+    def takes_attempt(self, *, log: bool = True) -> bool:
+        """Whether `attempt` does anything: a hook, or (with `log`) a DEBUG record. The
+        event is built only then (its URL costs a serialization)."""
+        return self.on_attempt is not None or (log and logger.isEnabledFor(logging.DEBUG))
+
     def start(self, event: StartEvent) -> None:
         if self.on_start is not None:
             self.on_start(event)
 
     def attempt(self, event: AttemptEvent, *, log: bool = True) -> None:
-        if log:
+        # The record's fields are built only for a logger that takes it: on the hot
+        # path, DEBUG is almost always off.
+        if log and logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "attempt %d of %s %s (key %s, timeout %.3fs)",
                 event.attempt,
@@ -151,7 +158,7 @@ class Hooks:
             self.on_store(event)
 
     def retry(self, event: RetryEvent, *, log: bool = True) -> None:
-        if log:
+        if log and logger.isEnabledFor(logging.INFO):
             logger.info(
                 "retrying operation %s (key %s) in %.3fs after attempt %d: %s",
                 event.operation_id,
@@ -185,6 +192,8 @@ def log_outcome(outcome: Outcome) -> None:
     level = (
         logging.WARNING if outcome.state in (State.INDETERMINATE, State.NOT_SENT) else logging.INFO
     )
+    if not logger.isEnabledFor(level):
+        return
     logger.log(
         level,
         "operation %s (key %s) %s after %d attempt(s)%s: %s",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -121,15 +120,17 @@ def from_record(record: OperationRecord, **changes: Any) -> Outcome:
     """The `Outcome` an operation's stored record stands for, as the store has it
     (`from_store`, no response); `changes` are what the caller saw beyond the record
     (a response, other evidence...). Every outcome made from a record is made here."""
-    outcome = Outcome(
-        operation_id=record.operation_id,
-        key=record.key,
-        state=record.state,
-        attempts=record.attempts,
-        evidence=record.evidence,
-        not_before=record.not_before,
-        maybe_applied=record.maybe_applied,
-        from_store=True,
-        body_omitted=record.response is not None and record.response.body_omitted,
-    )
-    return dataclasses.replace(outcome, **changes) if changes else outcome
+    fields: dict[str, Any] = {
+        "operation_id": record.operation_id,
+        "key": record.key,
+        "state": record.state,
+        "attempts": record.attempts,
+        "evidence": record.evidence,
+        "not_before": record.not_before,
+        "maybe_applied": record.maybe_applied,
+        "from_store": True,
+        "body_omitted": record.response is not None and record.response.body_omitted,
+    }
+    # Built once with the changes (an unknown name is a TypeError, as for any call).
+    fields.update(changes)
+    return Outcome(**fields)

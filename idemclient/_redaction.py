@@ -22,9 +22,11 @@ that lacks it is not, and an empty secret parameter counts as lacking it.
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -80,8 +82,10 @@ def _squeezed(name: str) -> str:
     return _NOT_ALNUM.sub("", name.lower())
 
 
+@functools.lru_cache(maxsize=1024)
 def looks_secret(name: str) -> bool:
     """Whether a header or query parameter called `name` may hold a credential."""
+    # Cached: the same few header names are judged for every request and answer.
     squeezed = _squeezed(name)
     if squeezed in _NOT_SECRET:
         return False
@@ -99,6 +103,15 @@ class HeaderRule:
 
     secret: frozenset[str] = frozenset()
     persist: frozenset[str] = frozenset()
+    #: what the rule says of each header name seen (see `_verdict`): the same few
+    #: names come with every request and answer
+    _verdicts: dict[str, int] = field(
+        init=False, default_factory=dict, repr=False, compare=False, hash=False
+    )
+    #: what `split_request` keeps (by position) and withholds, by sequence of names
+    _plans: dict[tuple[str, ...], tuple[tuple[int, ...], tuple[str, ...]]] = field(
+        init=False, default_factory=dict, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def of(cls, secret: Collection[str] = (), persist: Collection[str] = ()) -> HeaderRule:
@@ -123,31 +136,66 @@ class HeaderRule:
         lowered = name.lower()
         return lowered in self.secret or lowered in DEFAULT_SECRET_HEADERS or looks_secret(name)
 
+    def _verdict(self, name: str) -> int:
+        """What the rule says of a header `name`: a set of `_TRANSIENT_NAME`,
+        `_PERSISTED`, `_SECRET`, `_URL` bits."""
+        verdict = self._verdicts.get(name)
+        if verdict is None:
+            lowered = name.lower()
+            verdict = (
+                (_TRANSIENT_NAME if lowered in _TRANSIENT else 0)
+                | (_PERSISTED if lowered in PERSISTED_HEADERS or lowered in self.persist else 0)
+                | (_SECRET if self.is_secret(name) else 0)
+                | (_URL if lowered in _URL_HEADERS else 0)
+            )
+            if len(self._verdicts) >= _VERDICTS_KEPT:  # a server may invent names
+                self._verdicts.clear()
+            self._verdicts[name] = verdict
+        return verdict
+
     def split_request(self, headers: Iterable[tuple[str, str]]) -> tuple[Headers, tuple[str, ...]]:
         """The headers persisted with their values, and the names of those withheld
         (each once, as first spelled; transient ones are neither)."""
-        kept: list[tuple[str, str]] = []
-        withheld: dict[str, str] = {}
-        for name, value in headers:
-            lowered = name.lower()
-            if lowered in _TRANSIENT:
-                continue
-            if (lowered in PERSISTED_HEADERS or lowered in self.persist) and not self.is_secret(
-                name
-            ):
-                kept.append((name, value))
-            else:
-                withheld.setdefault(lowered, name)
-        return tuple(kept), tuple(withheld.values())
+        pairs = tuple(headers)
+        names = tuple(map(_first, pairs))
+        plan = self._plans.get(names)
+        if plan is None:
+            # A client sends the same header names request after request: what is kept
+            # and what withheld is worked out once per sequence of names.
+            keep: list[int] = []
+            withheld: dict[str, str] = {}
+            for index, name in enumerate(names):
+                verdict = self._verdict(name)
+                if verdict & _TRANSIENT_NAME:
+                    continue
+                if verdict & (_PERSISTED | _SECRET) == _PERSISTED:
+                    keep.append(index)
+                else:
+                    withheld.setdefault(name.lower(), name)
+            plan = tuple(keep), tuple(withheld.values())
+            if len(self._plans) >= _VERDICTS_KEPT:
+                self._plans.clear()
+            self._plans[names] = plan
+        keep_at, withheld_names = plan
+        return tuple([pairs[index] for index in keep_at]), withheld_names
 
     def response(self, headers: Iterable[tuple[str, str]]) -> Headers:
         """A response's headers as stored: the secret and transient ones gone, and the
         URLs some carry (`Location`, `Content-Location`) without their credentials."""
-        return tuple(
-            (name, redact_location(value) if name.lower() in _URL_HEADERS else value)
-            for name, value in headers
-            if name.lower() not in _TRANSIENT and not self.is_secret(name)
-        )
+        kept: list[tuple[str, str]] = []
+        for name, value in headers:
+            verdict = self._verdict(name)
+            if verdict & (_TRANSIENT_NAME | _SECRET):
+                continue
+            kept.append((name, redact_location(value) if verdict & _URL else value))
+        return tuple(kept)
+
+
+_first = operator.itemgetter(0)
+#: The bits of a `HeaderRule` verdict on a header name.
+_TRANSIENT_NAME, _PERSISTED, _SECRET, _URL = 1, 2, 4, 8
+#: How many header names a `HeaderRule` remembers its verdict on.
+_VERDICTS_KEPT = 512
 
 
 def missing_headers(withheld: Iterable[str], headers: Iterable[tuple[str, str]]) -> list[str]:
@@ -167,6 +215,8 @@ def redact_url(url: httpx.URL) -> httpx.URL:
     its fingerprint is what every earlier version computed."""
     if url.userinfo:
         url = url.copy_with(userinfo=b"")
+    if not url.query:
+        return url  # no query to parse (parsing it costs more than the rest)
     pairs = url.params.multi_items()
     if not any(looks_secret(name) for name, _value in pairs):
         return url

@@ -139,8 +139,11 @@ def check_quiet(conn: Conn) -> None:
     is harmless (a notice) is read by that query and the connection goes out."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
+    # poll, not select: select cannot take a descriptor at or above FD_SETSIZE (1024),
+    # which a server holding many sockets hands its connections.
+    waiting = select.poll()
+    waiting.register(conn.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    if waiting.poll(0):
         psycopg_pool.ConnectionPool.check_connection(conn)
 
 

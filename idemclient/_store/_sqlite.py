@@ -180,21 +180,10 @@ class SQLiteStore(SQLStore):
 
     # -- the connection --------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _use(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+    def _use(self, *, durable: bool = False) -> _Using:
         """The connection, under the lock, with the fsync level this commit needs, and
         SQLite's errors turned into ours (naming the file)."""
-        with self._lock:
-            if self._closed:
-                raise StoreUnavailable(self._path, "is closed")
-            synchronous = "FULL" if durable else "NORMAL"
-            try:
-                if synchronous != self._synchronous:
-                    self._conn.execute(f"PRAGMA synchronous = {synchronous}")
-                    self._synchronous = synchronous
-                yield self._conn
-            except sqlite3.Error as exc:
-                raise self._translate(exc) from exc
+        return _Using(self, durable)
 
     # Outside a transaction, each statement commits on its own.
     _write = _use
@@ -208,6 +197,44 @@ class SQLiteStore(SQLStore):
 
     def _translate(self, error: sqlite3.Error) -> StoreError:
         return sqlite_error(self._path, error)
+
+
+class _Using:
+    """`SQLiteStore._use`: a context manager of its own rather than a generator, since
+    every store call enters one (twice per operation)."""
+
+    __slots__ = ("durable", "store")
+
+    def __init__(self, store: SQLiteStore, durable: bool) -> None:
+        self.store = store
+        self.durable = durable
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self.store
+        store._lock.acquire()
+        try:
+            if store._closed:
+                raise StoreUnavailable(store._path, "is closed")
+            synchronous = "FULL" if self.durable else "NORMAL"
+            if synchronous != store._synchronous:
+                try:
+                    store._conn.execute(f"PRAGMA synchronous = {synchronous}")
+                except sqlite3.Error as exc:
+                    raise store._translate(exc) from exc
+                store._synchronous = synchronous
+        except BaseException:
+            store._lock.release()
+            raise
+        return store._conn
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _tb: object
+    ) -> None:
+        try:
+            if isinstance(error, sqlite3.Error):
+                raise self.store._translate(error) from error
+        finally:
+            self.store._lock.release()
 
 
 def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:

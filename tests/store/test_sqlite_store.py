@@ -3,6 +3,7 @@ bytes on disk), refusing files that are not ours, migrations, processes creating
 store at once, and group commit. The behaviour every backend shares is pinned by
 tests/postgres/test_store_contract.py, which runs on SQLite and PostgreSQL alike."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -399,3 +400,31 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(
     assert dict(record.response.headers) == {"location": record.url}
     files = [store_path, *store_path.parent.glob(store_path.name + "-*")]
     assert not any(secret.encode() in path.read_bytes() for path in files)
+
+
+# -- answers without reading back ------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [State.SUCCEEDED, State.NOT_SENT])
+def test_finish_answers_the_record_as_written(store: SQLiteStore, state: State) -> None:
+    # `finish` answers from the record `begin` gave, without reading the row back: what
+    # it answers must be the row, every field of it (a field added to the record and
+    # not carried over shows here).
+    intent = dataclasses.replace(
+        make_intent(headers=(("content-type", "application/json"), ("x-trace", "t-1"))),
+        profile="stripe",
+    )
+    owner = new_owner()
+    begun = store.begin(intent, owner=owner, now=NOW, lease_until=NOW + 60)
+    answer = StoredResponse.of(201, (("content-type", "application/json"),), b'{"id":"p1"}')
+    finished = store.finish(
+        intent.operation_id,
+        owner=owner,
+        state=state,
+        progress=progress(2, now=NOW + 1),
+        response=answer if state.finished else None,
+        known=begun.record,
+    )
+    assert finished == store.get(intent.operation_id)
+    assert finished.withheld_headers == ("x-trace",)
+    assert (finished.reference, finished.profile) == ("ref-1", "stripe")

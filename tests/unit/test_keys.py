@@ -20,6 +20,15 @@ def test_new_keys_sort_by_creation_time() -> None:
     assert uuid.UUID(first).bytes[:6] <= uuid.UUID(second).bytes[:6]
 
 
+def test_new_keys_are_rfc_9562_and_sort_in_the_order_made() -> None:
+    keys = [new_key() for _ in range(2000)]  # many within one millisecond
+    assert keys == sorted(keys)
+    for key in keys:
+        parsed = uuid.UUID(key)
+        assert parsed.variant == uuid.RFC_4122
+        assert str(parsed) == key  # lowercase, hyphenated as a UUID prints
+
+
 def test_identity_keys_are_deterministic_uuid5() -> None:
     key = key_from_identity("batch-7", "row-12", "payout", "2026-11-30")
     assert key == key_from_identity("batch-7", "row-12", "payout", "2026-11-30")
