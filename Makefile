@@ -55,12 +55,14 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --site-dir site
 
 # The model-based checker (tests/checker) for as long as asked, its seed printed:
-# `make check-deep MINUTES=60`, `make check-deep SEED=1234` to replay. `make test` runs
-# it bounded (tests/checker/test_checker.py).
+# `make check-deep MINUTES=60`, `make check-deep SEED=1234` to replay; in one server
+# profile with `PROFILE=stripe` (default: every built-in profile in turn). `make test`
+# runs it bounded (tests/checker/test_checker.py).
 MINUTES ?= 10
 SEED    ?=
+PROFILE ?=
 check-deep: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.checker.deep --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.checker.deep --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) $(if $(PROFILE),--profile $(PROFILE))
 
 # Real-process trials against `idemclient server` on loopback, SQLite and PostgreSQL,
 # each with faults and a SIGKILL of the client (and in a share, of a server); one table

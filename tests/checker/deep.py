@@ -1,35 +1,47 @@
 """`make check-deep`: the checker for as long as asked, with its seed printed.
 
-    python -m tests.checker.deep --minutes 10 [--seed N] [--steps 40]
+    python -m tests.checker.deep --minutes 10 [--seed N] [--steps 40] [--profile NAME]
 
-Runs batches of generated histories until the time is up; a failure prints the
-shrunk history as a script of steps (and the seed that found it), and exits 1.
-Re-run with the same `--seed` to replay the same histories.
+Runs batches of generated histories until the time is up: in one server profile
+(`--profile`, the server speaking it and the client built with it), or by default in
+every built-in profile in turn, a batch each. A failure prints the shrunk history as a
+script of steps (with the profile and the seed that found it), and exits 1. Re-run with
+the same `--seed` (and `--profile`) to replay the same histories.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import random
 import sys
 import time
 import traceback
+from collections import Counter
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from .machine import PaymentsMachine
+from .machine import PROFILES, PaymentsMachine
 
-HISTORIES = [0]
+#: histories built, per profile
+HISTORIES: Counter[str] = Counter()
 
 
-class CountedMachine(PaymentsMachine):
-    """The checker's machine, counting the histories it is built for."""
+def counted(profile: str) -> type[PaymentsMachine]:
+    """The checker's machine in `profile`, counting the histories it is built for."""
+    machine = PaymentsMachine.for_profile(profile)
 
-    def __init__(self) -> None:
-        HISTORIES[0] += 1
-        super().__init__()
+    def __init__(self: PaymentsMachine) -> None:
+        HISTORIES[profile] += 1
+        machine.__init__(self)
+
+    return type(f"Counted{machine.__name__}", (machine,), {"__init__": __init__})
+
+
+def summary() -> str:
+    return ", ".join(f"{name} {HISTORIES[name]}" for name in PROFILES if HISTORIES[name])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,34 +49,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--steps", type=int, default=40, help="steps per history, at most")
-    parser.add_argument("--batch", type=int, default=200, help="histories per batch")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="histories per batch (default: 200 in one profile, 25 per profile in turn)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="the server profile to run in (default: every built-in profile in turn)",
+    )
     args = parser.parse_args(argv)
     chosen_seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    print(f"checker: seed={chosen_seed} minutes={args.minutes} (replay: --seed {chosen_seed})")
+    profiles = [args.profile] if args.profile else list(PROFILES)
+    where = args.profile or "all profiles in turn"
+    replay = f"--seed {chosen_seed}" + (f" --profile {args.profile}" if args.profile else "")
+    print(f"checker: seed={chosen_seed} profile={where} minutes={args.minutes} (replay: {replay})")
     sys.stdout.flush()
     logging.disable(logging.CRITICAL)  # the client's warnings, thousands of them
     rng = random.Random(chosen_seed)
+    batch = args.batch or (200 if args.profile else 25)
     deadline = time.monotonic() + args.minutes * 60
     batches = 0
     chosen = settings(
-        max_examples=args.batch,
+        max_examples=batch,
         stateful_step_count=args.steps,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
         phases=[Phase.generate, Phase.shrink, Phase.explain],
     )
-    while time.monotonic() < deadline:
+    machines = {name: counted(name) for name in profiles}
+    for profile in itertools.cycle(profiles):
+        if time.monotonic() >= deadline:
+            break
         batch_seed = rng.randrange(2**64)
         try:
-            run_state_machine_as_test(seed(batch_seed)(CountedMachine), settings=chosen)
+            run_state_machine_as_test(seed(batch_seed)(machines[profile]), settings=chosen)
         except BaseException:  # the failure and its shrunk history are the report
             traceback.print_exc()
-            print(f"checker: FAILED after {HISTORIES[0]} histories (seed={chosen_seed})")
+            print(
+                f"checker: FAILED in profile {profile} after {sum(HISTORIES.values())}"
+                f" histories (seed={chosen_seed}; {summary()})"
+            )
             return 1
         batches += 1
-        print(f"checker: {HISTORIES[0]} histories, no failure", flush=True)
-    print(f"checker: seed={chosen_seed}: {HISTORIES[0]} histories in {batches} batches, no failure")
+        print(f"checker: {profile}: {HISTORIES[profile]} histories, no failure", flush=True)
+    print(
+        f"checker: seed={chosen_seed}: {sum(HISTORIES.values())} histories in {batches}"
+        f" batches, no failure ({summary()})"
+    )
     return 0
 
 

@@ -14,6 +14,10 @@ and its recovery worker runs; time passes (leases lapse, keys age); the client's
 the server's clocks jump forward and back; the server reaps old keys; an operator
 purges finished operations from the client's store.
 
+The server speaks one server profile and every client is built with the same one
+(`PaymentsMachine` speaks `reference`; `PaymentsMachine.for_profile(name)` another
+built-in); what the machine needs of the profile is derived from its fields (`Setup`).
+
 Each application process is a new client on the same store file: nothing survives a
 process but the file. Everything runs in this thread (the async client's store calls
 in anyio's worker threads, one at a time), on one timeline (`world.World`), so a
@@ -21,7 +25,8 @@ failing history shrinks and replays.
 
 The invariant, after every step, against the server's ledger and the store:
 
-1. no operation is ever applied more than once (one resource per reference, at most);
+1. no operation is ever applied more than once (one resource per reference, at most;
+   where the server keeps no refusal under its key, declined ones do not count);
 2. `succeeded` means applied exactly once; `not_sent` means never applied; `failed`
    means no payment went through (none, or one the external system declined);
 3. an operation keeps the key it was first recorded with;
@@ -48,7 +53,14 @@ The assumptions it rests on (`Assumptions`):
 - the server's recovery worker runs at least every `SWEEP_EVERY`: a stranded
   instruction is resumed while the external systems (which forget keys after
   `EXTERNAL_RETENTION`) still remember it. Past that the server leaves it for an
-  operator; it never calls twice (tests/server/test_honest_server.py).
+  operator; it never calls twice (tests/server/test_honest_server.py);
+- a scripted refusal (`REFUSALS`) is the server refusing a request it did not admit:
+  where the profile's server answers a key it holds from the key
+  (`Setup.answers_from_the_key`), it is given only to a key the server does not hold;
+- where the profile's server does not guard a key in flight, the application sends a
+  maybe-applied operation again only once the first attempt has surely ended, as
+  docs/profiles.md asks (`_wait_out_in_flight`). The client does not enforce it: the
+  histories that do not wait pay twice and are kept in test_histories.py (strict xfail).
 
 Outside them: a server clock further off than its tolerance reaps keys early, and a
 client clock set back from fast while no client ran makes a maybe-applied operation look
@@ -62,11 +74,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -94,9 +109,11 @@ from idemclient import (
 from idemclient._call import CLOCK_SKEW
 from idemclient._store import _owners
 from idemclient.batch import read_batch, submit
+from idemclient.profiles import BUILTIN, Profile, named
 from idemclient.store import SQLiteStore
 from idemclient.testing import LedgerEntry, Phase, ReferenceServer
 
+from ..profiles.server_speakers import PATH as SPEAKER_PATHS
 from .world import (
     INTENT_WRITES,
     OUTCOME_WRITES,
@@ -116,7 +133,8 @@ LEASE = 30.0
 KEY_TTL = 24 * 3600.0
 DAY = 24 * 3600.0
 WAYS = ("client", "async", "wrap", "batch")
-PATHS = {"client": "/v1/payments", "async": "/v1/payments", "wrap": "/v1/payments"}
+#: Where a batch pays: `submit`'s own default, served as payouts under every profile.
+PAYOUTS = "/v1/payouts"
 BY_REFERENCE = "{path}?reference={reference}"
 BY_KEY = "{path}?idempotency_key={key}"
 
@@ -150,6 +168,9 @@ FAULTS = (
     "ext1 decline",
     "ext2 decline",
 )
+#: Scripted refusals: the server refusing a request before admitting it (see
+#: `Setup.answers_from_the_key`).
+REFUSALS = ("400", "409")
 FINISHED = (State.SUCCEEDED, State.FAILED, State.NOT_SENT)
 #: Where the client's clock may jump (seconds from true time): fast or slow by seconds,
 #: an hour, days, a month.
@@ -174,6 +195,133 @@ SERVER_CLOCK_TOLERANCE = 3600.0
 SERVER_OFFSETS = (0.0, -CLOCK_SKEW / 2 + 10, CLOCK_SKEW / 2 - 10, -1790.0, 1790.0)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What the checker needs to know of the server profile both sides speak, derived
+    from the profile's own fields: the client (`Client`, `AsyncClient`, `wrap()`, the
+    batch) is built with it and the reference server speaks it."""
+
+    profile: Profile
+    #: where a payment is created (a collection the profile's server serves)
+    payments: str
+    #: how long the server keeps a key there and for the batch's payouts (the longest
+    #: is the server's reaper TTL)
+    retention: float
+    #: the reaper's TTL: the longest any of the profile's endpoints keeps a key
+    key_ttl: float
+    #: spans `time_passes` draws from: around the key retention, and past it
+    spans: tuple[float, ...]
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @classmethod
+    def of(cls, name: str) -> Setup:
+        profile = named(name)
+        payments = PATHS[profile.name]
+        resolved = [
+            profile.resolve("POST", path, frozenset({"POST"})) for path in (payments, PAYOUTS)
+        ]
+        for path, facts in zip((payments, PAYOUTS), resolved, strict=True):
+            # A path the profile keys no request on would be sent as a plain request.
+            assert facts.keyed, f"the {profile.name} profile keys no POST {path}"
+        retention = min(facts.key_retention for facts in resolved)
+        key_ttl = max(
+            [
+                profile.key_retention,
+                *(e.key_retention for e in profile.endpoints if e.key_retention),
+            ]
+        )
+        near = max(retention - SERVER_CLOCK_TOLERANCE, retention / 2)
+        spans = (1.0, 5.0, LEASE + 1, 600.0, near, retention + 1, 8 * DAY)
+        return cls(profile, payments, retention, key_ttl, spans)
+
+    def path(self, way: str) -> str:
+        return PAYOUTS if way == "batch" else self.payments
+
+    def place_key(self, path: str, key: str, body: dict[str, Any]) -> dict[str, str]:
+        """Put the caller's own `key` where the profile's server reads it on `path`, as
+        an application using `wrap()` does: the headers to send (the body is changed
+        in place when the key is a body field)."""
+        slot = self.profile.resolve("POST", path, frozenset({"POST"})).key
+        if slot.header is not None:
+            return {slot.header: slot.header_value(key)}
+        assert slot.field is not None
+        body[slot.field] = key
+        return {}
+
+    def lookup(self, path: str, *, by_key: bool) -> str | None:
+        """The look-up `reconcile()` is given: for a payment, the profile's own (None:
+        let the client use it, with its statuses), else the reference server's search
+        of `path` (the batch's payouts: `reference`'s own look-up finds payments only,
+        see test_histories.py)."""
+        if by_key:
+            return BY_KEY.replace("{path}", path)
+        if self.profile.lookup is not None and path == self.payments:
+            return None
+        return BY_REFERENCE.replace("{path}", path)
+
+    def key_in(self, request: httpx.Request) -> str | None:
+        """The key `request` carries where the profile's server reads it."""
+        slot = self.profile.resolve(request.method, request.url.path, frozenset({"POST"})).key
+        if slot.header is not None:
+            value = request.headers.get(slot.header)
+            return None if value is None else value.strip().strip('"')
+        try:
+            document = json.loads(request.content or b"null")
+        except ValueError:
+            return None
+        value = document.get(slot.field) if isinstance(document, dict) else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def answers_from_the_key(self) -> bool:
+        """The server answers a key it holds from what it holds (its stored answer,
+        errors included, or "still running"), never with a fresh refusal: the client
+        takes a refusal there as the stored answer. A scripted refusal (`REFUSALS`)
+        stands for the server refusing a request it did not admit, so it is given only
+        to a key the server does not hold."""
+        return self.profile.replays_errors or self.profile.replay is not None
+
+    @property
+    def refusable(self) -> frozenset[int]:
+        """The scripted refusals this profile's server may give: not a status the
+        profile reads as a replay (django-idempotency-key's 409), which to a key the
+        caller gave (an identity, `wrap()`) the client takes as the stored success,
+        by design (docs/profiles.md; the history is kept in test_histories.py)."""
+        replay = self.profile.replay.statuses if self.profile.replay is not None else ()
+        return frozenset(int(status) for status in REFUSALS) - frozenset(replay)
+
+    @property
+    def keeps_refusals(self) -> bool:
+        """The server keeps a refusal (a declined payment's 402) under its key. Where it
+        keeps only some answers (Checkout.com's 2xx, named by the 5xx it does not keep;
+        django-idempotency-key, which replays only a success), the same key sent again
+        after a decline runs again: another declined payment, none made."""
+        return not self.profile.unstored and self.profile.replay is None
+
+    def applied(self, resources: list[LedgerEntry]) -> list[LedgerEntry]:
+        """The resources that count as the operation applied: every one, or where the
+        server does not keep refusals, those not declined."""
+        if self.keeps_refusals:
+            return resources
+        return [r for r in resources if r.status != "declined"]
+
+    @property
+    def compares_answers(self) -> bool:
+        """Whether a finished key's answer is the stored one given again, so a stored
+        answer can be held to the server's (GoCardless names the resource instead)."""
+        return self.profile.existing is None
+
+
+#: Where each profile's server takes a payment: a provider-like collection path
+#: (tests/profiles/server_speakers.py, written from the providers' documentation).
+PATHS = SPEAKER_PATHS
+#: Every built-in profile, the reference server's first.
+PROFILES = ("reference", *(name for name in BUILTIN if name != "reference"))
+
+
 @dataclass
 class Operation:
     """One payment the application means to make exactly once."""
@@ -182,15 +330,12 @@ class Operation:
     way: str  # client, async, wrap, batch
     by: str  # operation_id or identity
     amount: int
+    path: str = "/v1/payments"
     first_key: str | None = None
     retired: bool = False  # purged by the operator: never issued again
 
     def __repr__(self) -> str:
         return f"<{self.reference} via {self.way} by {self.by}>"
-
-    @property
-    def path(self) -> str:
-        return "/v1/payouts" if self.way == "batch" else "/v1/payments"
 
     @property
     def operation_id(self) -> str | None:
@@ -223,9 +368,30 @@ disks = st.sampled_from(
 
 
 class PaymentsMachine(RuleBasedStateMachine):
-    """See the module's docstring."""
+    """See the module's docstring. This one speaks the `reference` profile;
+    `for_profile(name)` makes the machine of another."""
 
     operations = Bundle("operations")
+    setup: Setup = Setup.of("reference")
+
+    @classmethod
+    def for_profile(cls, name: str) -> type[PaymentsMachine]:
+        """The machine whose server speaks profile `name`, and whose client (every
+        way: `Client`, `AsyncClient`, `wrap()`, the batch) is built with it."""
+        setup = Setup.of(name)
+        if setup == cls.setup:
+            return cls
+
+        @rule(seconds=st.sampled_from(setup.spans))
+        def time_passes(self: PaymentsMachine, seconds: float) -> None:
+            PaymentsMachine.time_passes(self, seconds)
+
+        title = "".join(part.title() for part in re.split(r"[-_.]", name))
+        return type(
+            f"PaymentsMachine{title}",
+            (cls,),
+            {"setup": setup, "time_passes": time_passes, "__module__": cls.__module__},
+        )
 
     def __init__(self) -> None:
         super().__init__()
@@ -235,15 +401,28 @@ class PaymentsMachine(RuleBasedStateMachine):
         self.server_clock = Clock(self.world)
         self.client_clock = Clock(self.world)
         self.server = ReferenceServer(
+            profile=self.setup.profile,
             clock=self.server_clock,
             lease=LEASE,
-            key_ttl=KEY_TTL,
+            key_ttl=self.setup.key_ttl,
             clock_tolerance=SERVER_CLOCK_TOLERANCE,
             external_retention=EXTERNAL_RETENTION,
         )
         self.inspector = SQLiteStore(self.path)
         self.ops: list[Operation] = []
         self.slow_bodies = [0]
+        #: the application waits out a key in flight before sending again, where the
+        #: profile's server does not guard it (`_wait_out_in_flight`)
+        self.application_waits = True
+        #: ... and a process paused before it sent goes on only once that is so too
+        #: (it cannot wait: the client would have to, see `owner_paused_then_taken_over`)
+        self.pause_outlasts_in_flight = True
+        #: the application reconciles only once the server holds no key in flight, under
+        #: every profile: a look-up cannot see a key admitted and not begun (see
+        #: docs/reliability.md and test_histories.py)
+        self.reconcile_waits = True
+        #: scripted refusals waiting for a request the server may refuse (REFUSALS)
+        self.refusals: list[int] = []
         self.assumptions = Assumptions()
         self.counter = 0
         self.notes: list[str] = []
@@ -253,8 +432,8 @@ class PaymentsMachine(RuleBasedStateMachine):
     # -- processes -----------------------------------------------------------------------
 
     def _policy(self) -> RetryPolicy:
-        # The key retention the client counts on is its profile's: the reference
-        # profile's 24 hours, the server's KEY_TTL.
+        # The key retention the client counts on is its profile's (the reference
+        # profile's 24 hours), the one its server keeps keys for.
         return RetryPolicy(max_attempts=4, deadline=60.0)
 
     def _process(
@@ -268,7 +447,7 @@ class PaymentsMachine(RuleBasedStateMachine):
         """Run one application process: a fresh client on the store file; it may die."""
         fate = fate or Fate(kill_at=kill_at, disk_full=disk_full)
         store = MortalStore(self.path, fate)
-        wire = Wire(self.server.transport, fate, self.slow_bodies)
+        wire = Wire(self.server.transport, fate, self.slow_bodies, self._scripted_refusal)
         calls_before = set(_owners._live)
         try:
             return act(store, wire, **kw)
@@ -281,6 +460,58 @@ class PaymentsMachine(RuleBasedStateMachine):
         finally:
             store.close()
 
+    def _scripted_refusal(self, request: httpx.Request) -> httpx.Response | None:
+        """The oldest waiting scripted refusal, as the answer to `request` (the server
+        does not see it), unless the server holds its key and answers from it
+        (`Setup.answers_from_the_key`): then None, and the refusal waits."""
+        if not self.refusals or request.method != "POST":
+            return None
+        if self.setup.answers_from_the_key:
+            key = self.setup.key_in(request)
+            if key is not None and self.server.key_record(TOKEN, key) is not None:
+                return None
+        status = self.refusals.pop(0)
+        problem = {
+            "type": "https://idemclient.dev/problems/scripted",
+            "title": HTTPStatus(status).phrase,
+            "status": status,
+            "detail": "a scripted refusal: the request was not admitted",
+        }
+        return httpx.Response(
+            status,
+            headers={"content-type": "application/problem+json"},
+            content=json.dumps(problem).encode(),
+            request=request,
+        )
+
+    def _wait_out_in_flight(self, *, looking_up: bool = False) -> None:
+        """Under a profile whose server does not guard a key in flight, the application
+        sends a maybe-applied operation again only once its first attempt has surely
+        ended, as docs/profiles.md asks ("resume it once the first has surely ended"):
+        while the server holds a key of one of its operations in flight, it waits out
+        the server's lease and the recovery worker's sweep. The client does not enforce
+        it: the histories that do not wait are kept in test_histories.py (strict xfail).
+        `looking_up`: before a `reconcile()`, under every profile, as
+        docs/reliability.md asks ("reconcile after the server's lease and recovery have
+        had their time"): a look-up cannot see a key admitted and not begun.
+        """
+        if looking_up:
+            if not self.reconcile_waits:
+                return
+        elif self.setup.profile.guards_in_flight or not self.application_waits:
+            return
+        # Past the server's lease, then its sweeps until a clock it stepped back (from
+        # one end of SERVER_OFFSETS to the other) has caught up with the leases it
+        # stamped.
+        stepped = max(SERVER_OFFSETS) - min(SERVER_OFFSETS) + LEASE
+        for span in (LEASE + 1, *[SWEEP_EVERY] * math.ceil(stepped / SWEEP_EVERY)):
+            # Every key row the server holds started (under django-idempotency-key, a
+            # row's key is the client's key and the request's hash).
+            if not self.server._storage.stale_keys(stale_before=math.inf, limit=1):
+                return
+            self.world.advance(span)
+            self.server.recover()
+
     def _client(self, store: MortalStore, wire: Wire) -> Client:
         return Client(
             store=store,  # type: ignore[arg-type]
@@ -289,6 +520,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             transport=wire,
             base_url=BASE,
             auth=RefreshingAuth(TOKEN),
+            profile=self.setup.profile,
         )
 
     def _async_client(self, store: MortalStore, wire: Wire) -> AsyncClient:
@@ -299,6 +531,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             transport=wire,
             base_url=BASE,
             auth=RefreshingAuth(TOKEN),
+            profile=self.setup.profile,
         )
 
     def _issue(self, store: MortalStore, wire: Wire, *, op: Operation, way: str) -> object:
@@ -320,10 +553,18 @@ class PaymentsMachine(RuleBasedStateMachine):
                 return asyncio.run(go())
             if way == "wrap":
                 http = httpx.Client(transport=wire, base_url=BASE, auth=RefreshingAuth(TOKEN))
-                wrap(http, store=store, clock=self.client_clock, policy=self._policy())  # type: ignore[arg-type]
+                wrap(
+                    http,
+                    store=store,  # type: ignore[arg-type]
+                    clock=self.client_clock,
+                    policy=self._policy(),
+                    profile=self.setup.profile,
+                )
                 with http:
+                    body = op.body
                     key = key_from_identity(*op.identity)
-                    response = http.post(op.path, json=op.body, headers={"Idempotency-Key": key})
+                    headers = self.setup.place_key(op.path, key, body)
+                    response = http.post(op.path, json=body, headers=headers)
                     return outcome_of(response)
             return self._batch(store, wire, op)
         except IdemError as error:
@@ -335,7 +576,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             out.write("ref,amount,currency,value_date\n")
             out.write(f"{op.reference},{op.amount},EUR,2026-12-01\n")
         with self._client(store, wire) as client:
-            return submit(read_batch(csv), client, concurrency=1)
+            return submit(read_batch(csv), client, path=op.path, concurrency=1)
 
     def _resume(self, store: MortalStore, wire: Wire, *, way: str) -> object:
         try:
@@ -357,10 +598,8 @@ class PaymentsMachine(RuleBasedStateMachine):
             return None
         try:
             with self._client(store, wire) as client:
-                lookup = BY_KEY if record.reference is None else BY_REFERENCE
-                return client.reconcile(
-                    record.operation_id, lookup=lookup.replace("{path}", op.path)
-                )
+                lookup = self.setup.lookup(op.path, by_key=record.reference is None)
+                return client.reconcile(record.operation_id, lookup=lookup)
         except IdemError as error:
             return error
 
@@ -400,7 +639,9 @@ class PaymentsMachine(RuleBasedStateMachine):
         self.counter += 1
         if way in ("wrap", "batch"):
             by = "identity"
-        op = Operation(f"pay{self.counter}", way, by, amount=100 * self.counter)
+        op = Operation(
+            f"pay{self.counter}", way, by, amount=100 * self.counter, path=self.setup.path(way)
+        )
         self.ops.append(op)
         self._process(kill_at, disk_full, self._issue, op=op, way=way)
         return op
@@ -414,6 +655,7 @@ class PaymentsMachine(RuleBasedStateMachine):
         way = op.way
         if other and op.way in ("client", "async"):
             way = "async" if op.way == "client" else "client"
+        self._wait_out_in_flight()
         self._process(kill_at, disk_full, self._issue, op=op, way=way)
 
     @rule(
@@ -430,6 +672,7 @@ class PaymentsMachine(RuleBasedStateMachine):
         one goes on. One thread at a time: the first is parked until the second is done."""
         if op.retired:
             return
+        self._wait_out_in_flight()  # the first process issues it again, too
         fate = Fate(pause_at=pause_at)
         first = threading.Thread(
             target=self._process,
@@ -443,6 +686,7 @@ class PaymentsMachine(RuleBasedStateMachine):
                 break
         try:
             self.world.advance(seconds)
+            self._wait_out_in_flight(looking_up=taker == "reconcile")
             if taker == "issue again":
                 self._process(None, frozenset(), self._issue, op=op, way=op.way)
             elif taker == "resume":
@@ -450,21 +694,29 @@ class PaymentsMachine(RuleBasedStateMachine):
             else:
                 self._process(None, frozenset(), self._reconcile, op=op)
         finally:
+            if self.pause_outlasts_in_flight:
+                self._wait_out_in_flight()
             fate.go_on.set()
             first.join(timeout=60)
         assert not first.is_alive(), "the paused process never finished"
 
     @rule(kill_at=kills, disk_full=disks, way=st.sampled_from(("client", "async")))
     def resume(self, kill_at: int | None, disk_full: frozenset[str], way: str) -> None:
+        self._wait_out_in_flight()
         self._process(kill_at, disk_full, self._resume, way=way)
 
     @rule(op=operations, kill_at=kills)
     def reconcile(self, op: Operation, kill_at: int | None) -> None:
+        self._wait_out_in_flight(looking_up=True)
         self._process(kill_at, frozenset(), self._reconcile, op=op)
 
     @rule(fault=st.sampled_from(FAULTS))
     def server_fault(self, fault: str) -> None:
-        inject(self.server, fault, self.slow_bodies)
+        if fault in REFUSALS:
+            if int(fault) in self.setup.refusable:
+                self.refusals.append(int(fault))
+        else:
+            inject(self.server, fault, self.slow_bodies)
 
     @rule(after=st.sampled_from(list(Phase)))
     def server_crashes_after(self, after: Phase) -> None:
@@ -474,9 +726,7 @@ class PaymentsMachine(RuleBasedStateMachine):
     def server_recovers(self) -> None:
         self.server.recover()
 
-    @rule(
-        seconds=st.sampled_from([1.0, 5.0, LEASE + 1, 600.0, KEY_TTL - 3600, KEY_TTL + 1, 8 * DAY])
-    )
+    @rule(seconds=st.sampled_from(setup.spans))
     def time_passes(self, seconds: float) -> None:
         # The server's recovery worker runs in the background: it never sleeps through
         # a long stretch (a stranded instruction must be resumed while the external
@@ -583,7 +833,8 @@ def check_step(machine: PaymentsMachine) -> None:
     assert TOKEN.encode() not in store_bytes(machine.path), "the bearer token is in the store"
     for op in machine.ops:
         resources = machine._resources(op)
-        assert len(resources) <= 1, f"{op} applied {len(resources)} times: {resources}"
+        applied = machine.setup.applied(resources)
+        assert len(applied) <= 1, f"{op} applied {len(applied)} times: {resources}"
         record = machine._record(op)
         if record is None:
             if not op.retired:
@@ -593,7 +844,7 @@ def check_step(machine: PaymentsMachine) -> None:
             op.first_key = record.key
         assert record.key == op.first_key, f"{op} changed its key {op.first_key} -> {record.key}"
         if record.state is State.SUCCEEDED:
-            assert [r.status for r in resources] == ["succeeded"], (
+            assert [r.status for r in applied] == ["succeeded"], (
                 f"{op} is succeeded in the store but the ledger has {resources}"
             )
         elif record.state is State.NOT_SENT:
@@ -608,7 +859,7 @@ def check_step(machine: PaymentsMachine) -> None:
             assert all(r.status == "declined" for r in resources), (
                 f"{op} is failed in the store but the ledger has {resources}"
             )
-        if record.state.finished and record.response is not None:
+        if record.state.finished and record.response is not None and machine.setup.compares_answers:
             if "look-up" in record.evidence or "look up" in record.evidence:
                 continue
             row = machine.server.key_record(TOKEN, record.key)
@@ -629,6 +880,7 @@ def settle_everything(machine: PaymentsMachine) -> None:
     server = machine.server
     server.clear_faults()
     machine.slow_bodies[0] = 0
+    machine.refusals.clear()
     # A server clock stepped back holds the leases it stamped before the step until it
     # catches up (up to its tolerance): recovery is late then, never wrong.
     machine.world.advance(SERVER_CLOCK_TOLERANCE)
@@ -652,6 +904,6 @@ def settle_everything(machine: PaymentsMachine) -> None:
         if record.state is State.NOT_SENT:
             assert not resources, f"{op} ends not_sent but was applied: {resources}"
         if record.state is State.SUCCEEDED:
-            (entry,) = resources
+            (entry,) = machine.setup.applied(resources)
             assert (entry.ext1_applied, entry.ext2_applied) == (1, 1), entry
             assert entry.journal == ("H1", "H2", "H3"), entry

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,15 +185,26 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
     going out and its answer coming back are events of the process's `Fate`, and the
     next `slow_bodies` answers (after the server has acted) never finish their body."""
 
-    def __init__(self, inner: Any, fate: Fate, slow_bodies: list[int]) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        fate: Fate,
+        slow_bodies: list[int],
+        before: Callable[[httpx.Request], httpx.Response | None] | None = None,
+    ) -> None:
         self._inner = inner
         self._fate = fate
         self._slow = slow_bodies  # shared with the machine: one count, used up here
+        #: called with each request before it reaches the server: an answer it gives
+        #: is the server's instead (the machine's faults that depend on what the server
+        #: holds for the request's key)
+        self._before = before
         self.sent = 0
 
-    def _out(self, request: httpx.Request) -> None:
+    def _out(self, request: httpx.Request) -> httpx.Response | None:
         self._fate.event(f"send {request.method} {request.url.path}")
         self.sent += 1
+        return None if self._before is None else self._before(request)
 
     def _back(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
         self._fate.event(f"answer {response.status_code} {request.method} {request.url.path}")
@@ -208,15 +219,17 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
         return response
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self._out(request)
-        response = self._inner.handle_request(request)
-        response.read()
+        response = self._out(request)
+        if response is None:
+            response = self._inner.handle_request(request)
+            response.read()
         return self._back(request, response)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self._out(request)
-        response = await self._inner.handle_async_request(request)
-        await response.aread()
+        response = self._out(request)
+        if response is None:
+            response = await self._inner.handle_async_request(request)
+            await response.aread()
         return self._back(request, response)
 
 
