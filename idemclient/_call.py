@@ -534,11 +534,16 @@ class Call:
         if self.not_before is not None and self.not_before > now:
             wait = self.not_before - now
             if wait > self.policy.max_retry_after or wait >= self.remaining():
-                return Decision(
-                    "stop",
-                    not_before=self.not_before,
-                    reason=f"the server asked for no retry before {self.not_before:.3f}",
-                )
+                reason = f"the server asked for no retry before {self.not_before:.3f}"
+                if self.maybe_applied and not self.profile.guards_in_flight:
+                    reason = (
+                        f"maybe applied, and its attempt may still be running at the server,"
+                        f" which does not refuse a second request while the first runs"
+                        f" ({self.profile.name} profile): not sent again for {wait:.0f}s"
+                        " more (the profile's in_flight_for); look it up, or resume it"
+                        " after that"
+                    )
+                return Decision("stop", not_before=self.not_before, reason=reason)
             return wait
         return 0.0
 
@@ -739,10 +744,21 @@ class Call:
         self.maybe_applied = self.maybe_applied or self._sending
         self.evidence = f"interrupted by {type(error).__name__}"
 
+    def hold_in_flight(self) -> None:
+        """An attempt that may have been applied may still be running at a server that
+        does not guard a key in flight: not sent again before the profile's
+        `in_flight_for` has passed (kept in `not_before`, for every later call)."""
+        if self.profile.guards_in_flight:
+            return
+        until = self.clock.time() + self.profile.in_flight_for
+        self.not_before = until if self.not_before is None else max(self.not_before, until)
+
     def progress(self, *, settling: bool = False) -> Progress:
         """Where this call has got to, for the store. `settling`: the last write."""
         if settling:
             self.settled = True
+            if self.attempts_here and self.maybe_applied:
+                self.hold_in_flight()
         return Progress(
             attempts=self.total_attempts,
             maybe_applied=self.maybe_applied,

@@ -329,6 +329,7 @@ def _await_holder(call: Call, owner: str) -> Flow:
         )
         if record is not None and record.state.finished:
             return call.stored_answer(record)
+    call.hold_in_flight()  # that owner's attempt may be running still
     return (
         yield from _stop(
             call,

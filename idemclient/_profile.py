@@ -287,6 +287,11 @@ class Profile:
     #: a second request with a key still running is answered `in_progress` (or waits);
     #: False (or unknown): after an attempt that may have been applied, no retry
     guards_in_flight: bool = True
+    #: where the server does not guard a key in flight: how long, in seconds, a request
+    #: it took may still be running there after the client stopped waiting for it (its
+    #: own timeouts, a crash and its recovery). An operation that may have been applied
+    #: is not sent again before then, by any call or `resume()`.
+    in_flight_for: float = 900.0
     endpoints: tuple[Endpoint, ...] = ()
     lookup: Lookup | None = None
     #: what the profile assumes where its provider publishes nothing, in words

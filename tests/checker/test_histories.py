@@ -176,8 +176,8 @@ def test_a_client_clock_set_two_days_slow_is_a_step_back_and_its_operation_looke
 
 
 #: The profiles whose server runs a second request beside one still in flight under its
-#: key (`guards_in_flight=False`): the application must not send again before the
-#: first has surely ended, and nothing in the client stops it.
+#: key (`guards_in_flight=False`): the client holds a maybe-applied operation for the
+#: profile's `in_flight_for` before it sends it again.
 UNGUARDED = ("paypal", "square", "gocardless", "wise", "django-idempotency-key")
 
 
@@ -190,19 +190,14 @@ UNGUARDED = ("paypal", "square", "gocardless", "wise", "django-idempotency-key")
         if (p, a) != ("gocardless", "H1_DONE")
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (product): the server died mid-request, leaving the key in flight; the"
-    " client stopped as indeterminate (it does not retry there), but an immediate"
-    " resume() sends the operation again under its key while the server still holds it"
-    " in flight, and this server (no in-flight guard) runs it beside the first: paid"
-    " twice. docs/profiles.md asks to resume 'once the first attempt has surely ended';"
-    " the client waits only when it takes over another process's lapsed lease, not for"
-    " its own indeterminate attempt",
-)
 def test_a_resume_while_an_unguarded_server_holds_the_key_in_flight_pays_once(
     profile: str, after: str
 ) -> None:
+    # Found in every profile whose server does not guard a key in flight: the server
+    # died mid-request, leaving the key in flight; the client stopped indeterminate, and
+    # an immediate resume() sent the operation again under its key beside the first:
+    # paid twice. An attempt that may have been applied now holds the operation for the
+    # profile's in_flight_for (not_before): the resume sends nothing.
     state = PaymentsMachine.for_profile(profile)()
     state.application_waits = False  # the application resumes at once
     state.server_crashes_after(after=after)
@@ -247,19 +242,12 @@ def test_gocardless_a_pending_resource_named_while_in_flight_is_not_succeeded() 
 
 
 @pytest.mark.parametrize("profile", ["paypal", "square", "gocardless", "wise"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (product): a process that found the"
-    " server holding no key in flight was paused before its send; meanwhile another"
-    " process sent the operation again and the server died mid-request, leaving the key"
-    " in flight; the first goes on and sends it under the same key, and this server (no"
-    " in-flight guard) runs it beside the other: paid twice. Waiting before a process"
-    " starts cannot cover it; only the client can, at its send (it waits only when it"
-    " takes over a lapsed lease; here it takes one released by a process that ended)",
-)
 def test_a_paused_process_does_not_send_while_an_unguarded_server_holds_the_key(
     profile: str,
 ) -> None:
+    # Found with the same servers: a process paused before its send went on and sent
+    # the operation beside another process's attempt, which the server still held in
+    # flight. The other process's maybe-applied attempt holds the operation now.
     state = PaymentsMachine.for_profile(profile)()
     state.pause_outlasts_in_flight = False  # the first process goes on at once
     state.server_fault(fault="500")

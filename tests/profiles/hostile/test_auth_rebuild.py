@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient.profiles import named
 
 from ..scripted import Scripted
 
@@ -37,15 +38,22 @@ class Rebuilding(httpx.Auth):
     ],
 )
 def test_a_rebuilt_request_carries_the_callers_key_on_a_reissue(
-    make: Callable[..., Client], profile: str, path: str, header: str, sent: str
+    make: Callable[..., Client],
+    clock: ManualClock,
+    profile: str,
+    path: str,
+    header: str,
+    sent: str,
 ) -> None:
     # The first call may have been applied (a read timeout, one attempt allowed); the
     # caller re-issues it with the same key= and must reach the server under that key,
-    # not a new one (a second payment).
+    # not a new one (a second payment). Under a server without an in-flight guard
+    # (paypal), only once the first attempt has surely ended (`in_flight_for`).
     server = Scripted(httpx.ReadTimeout)
     client = make(server, profile, auth=Rebuilding(), policy=RetryPolicy(max_attempts=1))
     with pytest.raises(Indeterminate):
         client.post(path, json={"amount": 100}, key="k-1234")
+    clock.advance(named(profile).in_flight_for)
     outcome = client.post(path, json={"amount": 100}, key="k-1234")
     assert outcome.state is State.SUCCEEDED
     assert outcome.operation_id == "k-1234"
@@ -68,6 +76,7 @@ async def test_a_rebuilt_request_carries_the_callers_key_async(
     ) as client:
         with pytest.raises(Indeterminate):
             await client.post("/v2/payments/captures", json={"amount": 1}, key="k-5678")
+        clock.advance(named("paypal").in_flight_for)
         outcome = await client.post("/v2/payments/captures", json={"amount": 1}, key="k-5678")
     assert outcome.operation_id == "k-5678"
     assert [r.headers.get("PayPal-Request-Id") for r in server.posts] == ["k-5678", "k-5678"]
