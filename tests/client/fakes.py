@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from idemclient import ManualClock
+
 
 @dataclass
 class Fault:
@@ -88,3 +90,20 @@ class FakePSP:
 
     def async_transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.async_handler)
+
+
+class SetClock(ManualClock):
+    """A `ManualClock` whose wall time an operator can set: `offset` seconds from the
+    true time (monotonic time never moves with it)."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        super().__init__(start)
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.offset
+
+
+def forgets(psp: FakePSP) -> None:
+    """The server's key retention passes: it keeps its effects, forgets its keys."""
+    psp.answers.clear()

@@ -29,28 +29,12 @@ from idemclient.inbox import SQLiteInbox
 from idemclient.store import SQLiteStore
 from idemclient.transport import IdempotentTransport
 
-from .fakes import OK, FakePSP, error, status
+from .fakes import OK, FakePSP, SetClock, error, forgets, status
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
 DAY = 24 * 3600.0
 HOUR = 3600.0
 NOW = 1_800_000_000.0
-
-
-class SetClock(ManualClock):
-    """Wall time an operator can set (`offset` from true time); monotonic never moves."""
-
-    def __init__(self, start: float = NOW) -> None:
-        super().__init__(start)
-        self.offset = 0.0
-
-    def time(self) -> float:
-        return super().time() + self.offset
-
-
-def _forgets(psp: FakePSP) -> None:
-    """The server's key retention passes: it keeps its effects, forgets its keys."""
-    psp.answers.clear()
 
 
 def _client(psp: FakePSP, store: str | Path, clock: ManualClock) -> Client:
@@ -80,7 +64,7 @@ def test_an_operation_not_sent_at_the_step_and_applied_later_is_not_sent_again(
         with pytest.raises(Indeterminate):
             _pay(c)  # the step is seen here; then sent, and maybe applied
         clock.advance(DAY + HOUR)  # the server keeps keys 24 h from this first send
-        _forgets(psp)
+        forgets(psp)
         clock.advance(DAY)
         with pytest.raises(ReconcileRequired):
             _pay(c)
@@ -116,7 +100,7 @@ def test_a_transport_started_behind_the_stores_times_keeps_the_step(tmp_path: Pa
         with pytest.raises(ReconcileRequired, match="seen to go back"):
             _send(c)  # the start saw the store's times ahead, and kept the step
         clock.advance(DAY + HOUR)
-        _forgets(psp)
+        forgets(psp)
         clock.advance(DAY)
         with pytest.raises(ReconcileRequired):
             _send(c)
@@ -144,7 +128,7 @@ def test_small_steps_back_that_add_up_past_the_margin_are_seen(tmp_path: Path) -
         stepped = c.store.get("order-1042")
         assert stepped is not None
         clock.advance(DAY - 18 * 60 + 600)  # true age: a day and ten minutes
-        _forgets(psp)
+        forgets(psp)
         with pytest.raises(ReconcileRequired):
             _pay(c)
     assert psp.effects[stepped.key] == 1
@@ -169,7 +153,7 @@ def two_hosts_one_fast_that_goes_away(store: str | Path) -> FakePSP:
         with pytest.raises(ReconcileRequired, match="ahead of this clock"):
             _pay(host_b)
         clock_b.advance(DAY + HOUR)
-        _forgets(psp)
+        forgets(psp)
         clock_b.advance(DAY)
         with contextlib.suppress(ReconcileRequired):
             _pay(host_b)  # looked up, as it should be; or sent again
@@ -232,7 +216,7 @@ def test_a_step_the_store_failed_to_keep_is_kept_at_the_next_call(
             _pay(c, "order-1043")
         _pay(c, "order-1043")  # the caller tries again: it goes through
         clock.advance(2 * DAY)
-        _forgets(psp)
+        forgets(psp)
         with pytest.raises(ReconcileRequired):
             _pay(c)
     assert sum(psp.effects.values()) == 2  # order-1042 once, order-1043 once
@@ -320,7 +304,7 @@ def test_a_step_forward_and_back_between_two_calls_of_a_running_client(tmp_path:
         with pytest.raises(ReconcileRequired, match="ahead of this clock"):
             _pay(service)
         clock.advance(DAY + HOUR)
-        _forgets(psp)
+        forgets(psp)
         clock.advance(DAY)
         with contextlib.suppress(ReconcileRequired):
             _pay(service)

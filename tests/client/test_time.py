@@ -25,7 +25,7 @@ from idemclient import (
 from idemclient._clock import StepWatch
 from idemclient.store import SQLiteStore
 
-from .fakes import OK, FakePSP, error
+from .fakes import OK, FakePSP, SetClock, error, forgets
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
 DAY = 24 * 3600.0
@@ -93,26 +93,9 @@ def test_a_clock_that_went_back_is_reported_and_never_resends_blindly(
     assert len(psp.requests) == sent  # its age is unknown: looked up, never re-sent
 
 
-class SetClock(ManualClock):
-    """A `ManualClock` whose wall time an operator can set: `offset` seconds from the
-    true time (monotonic time never moves with it)."""
-
-    def __init__(self, start: float = NOW) -> None:
-        super().__init__(start)
-        self.offset = 0.0
-
-    def time(self) -> float:
-        return super().time() + self.offset
-
-
 def _maybe_applied(c: Client) -> None:
     with pytest.raises(Indeterminate):
         c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
-
-
-def _forgets(psp: FakePSP) -> None:
-    """The server's key retention passes: it keeps its effects, forgets its keys."""
-    psp.answers.clear()
 
 
 @pytest.mark.parametrize("tolerance", [10.0, 300.0])
@@ -175,7 +158,7 @@ def test_a_fast_clock_set_right_is_seen_at_the_next_start_and_its_payment_looked
     ):
         pass
     assert "went back" in caplog.text
-    _forgets(psp)
+    forgets(psp)
     sent = len(psp.requests)
     with (
         _running(way, psp, store, ManualClock(NOW + 2 * DAY + 60)) as c,
@@ -207,7 +190,7 @@ def test_a_clock_set_two_days_slow_is_seen_at_the_next_start_and_its_payment_loo
         _maybe_applied(c)
     with client(psp, store, ManualClock(NOW - 2 * DAY)):
         pass  # set two days slow: the store's times are ahead of it
-    _forgets(psp)
+    forgets(psp)
     with (
         client(psp, store, ManualClock(NOW + 60)) as c,
         pytest.raises(ReconcileRequired, match="seen to go back"),
@@ -240,7 +223,7 @@ def test_a_running_client_sees_its_clock_set_right_and_never_pays_twice(
         clock.offset = 0.0  # NTP sets the clock right, the process runs on
         _post(c, way, "order-1043")
         clock.advance(2 * DAY)
-        _forgets(psp)
+        forgets(psp)
         sent = len(psp.requests)
         with pytest.raises(ReconcileRequired, match="seen to go back"):
             _post(c, way)
@@ -265,7 +248,7 @@ def test_an_async_client_sees_its_clock_set_right_and_never_pays_twice(tmp_path:
             clock.offset = 0.0
             await c.post("/v1/payments", json={**PAYMENT, "reference": "o-2"}, operation_id="o-2")
             clock.advance(2 * DAY)
-            _forgets(psp)
+            forgets(psp)
             with pytest.raises(ReconcileRequired, match="seen to go back"):
                 await c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
 
@@ -330,7 +313,7 @@ def test_a_step_back_during_the_last_call_is_kept_as_the_client_closes(
                     await c.post("/v1/payments", json=PAYMENT, operation_id="order-1042")
 
         anyio.run(main)
-    _forgets(psp)
+    forgets(psp)
     with (
         client(psp, store, ManualClock(clock.time() + 2 * DAY + 60)) as c,
         pytest.raises(ReconcileRequired, match="seen to go back"),
