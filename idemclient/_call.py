@@ -120,6 +120,11 @@ class Settings:
         init=False, default_factory=dict, repr=False, compare=False
     )
 
+    def step_back(self) -> float:
+        """Seconds `clock` has gone back since the watch last kept a step (0.0: none
+        past the tolerance)."""
+        return self.watch.step_back() if self.watch is not None else 0.0
+
     def resolve(self, request: httpx.Request) -> Resolved:
         """The profile's facts for `request` (its endpoint's, where they differ)."""
         # Only a profile with facts per endpoint looks at the path (parsing it costs).

@@ -267,7 +267,7 @@ def operation(
 def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
     """Record the operation (or find it) and take its lease, waiting for a live owner."""
     settings, clock = call.settings, call.clock
-    step = settings.watch.step_back() if settings.watch is not None else 0.0
+    step = settings.step_back()
     if step:
         yield StoreCall(
             keep_step, {"settings": settings, "step": step, "seen": "by a running client"}

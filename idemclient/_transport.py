@@ -122,12 +122,6 @@ def make_settings(
 _AT_CLOSE = "by a client as it closed"
 
 
-def _step_back(settings: Settings) -> float:
-    """How far the clock went back since the settings' watch last looked (0.0: not
-    past the tolerance)."""
-    return settings.watch.step_back() if settings.watch is not None else 0.0
-
-
 def _kept_at_close(settings: Settings, step: float) -> None:
     """Keep a step back seen as a client closes. Closing goes on if the store cannot
     take it (a store the caller closed first): the failure is logged, with the step."""
@@ -250,7 +244,7 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
-        step = _step_back(self.settings)
+        step = self.settings.step_back()
         if step:
             _kept_at_close(self.settings, step)
         if self.settings.owns_store:
@@ -300,7 +294,7 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-        step = _step_back(self.settings)
+        step = self.settings.step_back()
         if step:
             await anyio.to_thread.run_sync(_kept_at_close, self.settings, step)
         if self.settings.owns_store:  # in a worker thread, as every store call

@@ -136,7 +136,9 @@ def settle(plan: dict[str, Any], url: str) -> dict[str, Any]:
                     pending.append(operation["id"])
             if not pending or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)  # real time: a lease on the server must lapse
+            # A real wait, not an injected clock: the server is another process on the
+            # real clock, and its lease must lapse in real time before a retry.
+            time.sleep(0.5)
         keys = {r.operation_id: r.key for r in client.store.operations()}
     return {"outcomes": outcomes, "pending": pending, "first_keys": first_keys, "keys": keys}
 
