@@ -426,6 +426,8 @@ class Call:
         self.last_kind: AttemptKind | None = None
         self.total_attempts = 0
         self.maybe_applied = False
+        #: when this call last sent an attempt that may have been applied
+        self.sent_at: float | None = None
         self.evidence = ""
         self.not_before: float | None = None
         self.created_at = 0.0
@@ -646,6 +648,8 @@ class Call:
             found = classify_error(result)
             self.evidence = f"{type(result).__name__}: {result}".rstrip(": ")
             self._error = result
+        if found.maybe_applied:
+            self.sent_at = self.clock.time()
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind
         hooks, call_hooks = self.settings.hooks, self.call_hooks
@@ -746,6 +750,8 @@ class Call:
     def interrupted(self, error: BaseException) -> None:
         """The call was cut short from outside (cancelled, interrupted, a hook raised)."""
         # Cut short while an attempt was on the wire: the request may have arrived.
+        if self._sending:
+            self.sent_at = self.clock.time()
         self.maybe_applied = self.maybe_applied or self._sending
         self.evidence = f"interrupted by {type(error).__name__}"
 
@@ -770,6 +776,7 @@ class Call:
             evidence=self.evidence,
             not_before=self.not_before,
             now=self.clock.time(),
+            sent_at=self.sent_at,
         )
 
     def final_state(self, found: Classification) -> State:

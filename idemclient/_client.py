@@ -552,7 +552,10 @@ class _Common(Generic[HttpxClient]):
         - one payment with a final status: the operation is `succeeded` or `failed`,
           with the look-up's answer as its response;
         - an empty list: it was never applied, and becomes `not_sent`, safe to send
-          again with its key;
+          again with its key; unless an attempt of it that may have been applied was
+          sent less than the profile's `in_flight_for` ago (the server may still be
+          running it): then `Indeterminate`, unsettled, with `not_before` saying when
+          a look-up's "none" will count;
         - a payment whose status is not final (pending, processing...), several
           payments, a 404 (unless `reliable_404`: your API answers 404 for "no such
           payment"), any other answer or none: raises `Indeterminate` and the
@@ -666,7 +669,15 @@ class _Common(Generic[HttpxClient]):
                 taken.before, f"GET {url} failed: {type(response).__name__}"
             ) from response
         verdict = judgement(response)
-        return _reconcile.apply(store, clock, taken, verdict, where=f"GET {url}", response=response)
+        return _reconcile.apply(
+            store,
+            clock,
+            taken,
+            verdict,
+            where=f"GET {url}",
+            response=response,
+            in_flight_for=self.settings.profile.in_flight_for,
+        )
 
 
 def _judgement(

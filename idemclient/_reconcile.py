@@ -30,7 +30,11 @@ What a finding does to a stored operation (`apply`):
 - found, not final: it stays unsettled, and is now "maybe applied" (the server holds
   it), so it is never sent again blindly;
 - not found: it becomes `not_sent` and is no longer "maybe applied", so it may be
-  sent again with its key;
+  sent again with its key; unless an attempt that may have been applied was sent
+  less than the server profile's `in_flight_for` ago (`last_sent`): the server may
+  still be running it (a request it admitted and had not begun, a crash its recovery
+  finishes), so nothing found yet is not "never applied", and it stays unsettled
+  (`too_early`);
 - anything else: unchanged, for a person to settle.
 
 The decisions are pure functions here; the store's half takes a store and a clock, and
@@ -59,6 +63,7 @@ from ._store import (
     SendingStore,
     StoredResponse,
     new_owner,
+    owner_is_dead,
     release_owner,
 )
 
@@ -443,6 +448,7 @@ def release(store: SendingStore, clock: Clock, taken: Taken, *, exists: bool = F
 
 def _give_back(store: SendingStore, clock: Clock, taken: Taken, state: State, exists: bool) -> None:
     before = taken.before
+    now = clock.time()
     store.finish(
         before.operation_id,
         owner=taken.owner,
@@ -452,9 +458,38 @@ def _give_back(store: SendingStore, clock: Clock, taken: Taken, state: State, ex
             maybe_applied=before.maybe_applied or exists,
             evidence=before.evidence,
             not_before=before.not_before,
-            now=clock.time(),
+            now=now,
+            # Kept as a time of its own: this write's time is no send.
+            sent_at=last_sent(before, now=now),
         ),
     )
+
+
+def last_sent(record: OperationRecord, *, now: float) -> float | None:
+    """The latest time an attempt of `record` that may have been applied was (or may
+    have been) sent; None if none may have been. An owner in flight may be sending
+    until its lease's end, or, dead or out of its lease, may have sent until now; a
+    record written before `sent_at` was kept has its last write's time instead."""
+    expires = record.lease_expires
+    in_flight = record.state is State.IN_FLIGHT and expires is not None
+    if not (record.maybe_applied or in_flight):
+        return None
+    sent = record.updated_at if record.sent_at is None else record.sent_at
+    if expires is not None and in_flight:
+        holder = record.lease_owner
+        live = holder is not None and expires > now and not owner_is_dead(holder)
+        sent = max(sent, expires if live else min(expires, now))
+    return sent
+
+
+def still_in_flight(record: OperationRecord, *, now: float, in_flight_for: float) -> float | None:
+    """When a look-up that finds nothing will say "never applied": None if it says so
+    now, else the time from which it will (the last attempt that may have been
+    applied, plus the profile's `in_flight_for`)."""
+    sent = last_sent(record, now=now)
+    if sent is None or now >= sent + in_flight_for:
+        return None
+    return sent + in_flight_for
 
 
 def apply(
@@ -465,11 +500,22 @@ def apply(
     *,
     where: str,
     response: httpx.Response | None,
+    in_flight_for: float,
 ) -> Outcome:
     """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
-    and give the lease back. Raises `Indeterminate` when it settled nothing."""
+    and give the lease back. Raises `Indeterminate` when it settled nothing.
+    `in_flight_for`: how long the server profile's server may still run an attempt
+    after it was sent (`Profile.in_flight_for`)."""
     try:
-        return _apply(store, clock, taken, verdict, where=where, response=response)
+        return _apply(
+            store,
+            clock,
+            taken,
+            verdict,
+            where=where,
+            response=response,
+            in_flight_for=in_flight_for,
+        )
     finally:
         release_owner(taken.owner)  # the look-up's call is over, whatever the store did
 
@@ -482,9 +528,16 @@ def _apply(
     *,
     where: str,
     response: httpx.Response | None,
+    in_flight_for: float,
 ) -> Outcome:
     before = taken.before
     evidence = f"settled by look-up: {where}: {verdict.why}"
+    if verdict.finding == "not_found":
+        now = clock.time()
+        until = still_in_flight(before, now=now, in_flight_for=in_flight_for)
+        if until is not None:
+            release(store, clock, taken)
+            raise too_early(before, f"{where}: {verdict.why}", now=now, until=until)
     if verdict.settles:
         applied = verdict.finding == "found"
         record = store.settle(
@@ -520,7 +573,27 @@ def settle_found(
     taken = take(store, clock, operation_id)
     if isinstance(taken, Outcome):
         return taken
-    return apply(store, clock, taken, verdict, where=where, response=response)
+    # Found, final: nothing of `in_flight_for` is asked (only "not found" waits for it).
+    return apply(store, clock, taken, verdict, where=where, response=response, in_flight_for=0.0)
+
+
+def too_early(record: OperationRecord, evidence: str, *, now: float, until: float) -> Indeterminate:
+    """Nothing found, while the server may still be running an attempt of `record`."""
+    sent = last_sent(record, now=now)
+    assert sent is not None
+    outcome = from_record(
+        record, evidence=f"not found yet: {evidence}", body_omitted=False, not_before=until
+    )
+    return Indeterminate(
+        f"operation {record.operation_id!r} (key {record.key}) was not found by looking it"
+        f" up ({evidence}), but an attempt of it that may have been applied was sent"
+        f" {max(0.0, now - sent):.0f}s ago, and the server may still be running it for"
+        f" {until - now:.0f}s more (the server profile's in_flight_for): not found yet is"
+        " not never applied. It stays unsettled: look it up again after that, or resume"
+        " it (sent again with its key while the server keeps the key, it is the same"
+        " payment).",
+        outcome,
+    )
 
 
 def unsettled(record: OperationRecord, evidence: str) -> Indeterminate:

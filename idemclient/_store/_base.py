@@ -107,6 +107,9 @@ class Progress:
     #: the server's not-before time (wall clock), if it gave one
     not_before: float | None
     now: float
+    #: when this call last sent an attempt that may have been applied (its time, or
+    #: the time it learnt so), if it did: the store keeps the latest (`sent_at`)
+    sent_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,12 @@ class OperationRecord:
     #: unfinished (the largest such step): it may have been recorded by that clock
     #: running fast, so its real age is unknown. None: no step seen.
     clock_stepped: float | None = None
+    #: the latest time an attempt of it that may have been applied was sent (or may
+    #: have been: an owner that died in flight counts until its lease ran out), on the
+    #: writers' clocks. A look-up that finds nothing is only a "never applied" once the
+    #: server has had its profile's `in_flight_for` to finish that attempt. None: no
+    #: such attempt, or recorded before schema 7 (SQLite; PostgreSQL 5).
+    sent_at: float | None = None
 
 
 class Claim(enum.Enum):

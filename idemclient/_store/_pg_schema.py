@@ -128,8 +128,14 @@ def _v4(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN clock_stepped double precision")
 
 
+def _v5(conn: psycopg.Connection[Any], schema: str) -> None:
+    # When an attempt that may have been applied was last sent (see the SQLite store's
+    # version 7). Null: none, or written by an earlier version.
+    conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN sent_at double precision")
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -49,7 +49,7 @@ COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at, profile, clock_stepped"
+    " updated_at, finished_at, profile, clock_stepped, sent_at"
 )
 
 
@@ -148,6 +148,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         finished_at,
         profile,
         clock_stepped,
+        sent_at,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -183,6 +184,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         withheld_headers=withheld,
         profile=profile,
         clock_stepped=clock_stepped,
+        sent_at=sent_at,
     )
 
 

@@ -157,6 +157,14 @@ def _v6(db: sqlite_utils.Database) -> None:
     db.table("operations").add_column("clock_stepped", float)
 
 
+def _v7(db: sqlite_utils.Database) -> None:
+    # When an attempt that may have been applied was last sent: until the server has had
+    # its profile's in_flight_for since, a look-up that finds nothing is not "never
+    # applied" (the server may still finish that attempt). Null: none, or written by an
+    # earlier version (its updated_at stands in).
+    db.table("operations").add_column("sent_at", float)
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -190,7 +198,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -166,6 +166,8 @@ class SQLStore(Store, ABC):
                     progress.not_before,
                     lease_until,
                     progress.now,
+                    progress.sent_at,
+                    progress.sent_at,
                     operation_id,
                     owner,
                 ),
@@ -207,6 +209,8 @@ class SQLStore(Store, ABC):
             *response_values,
             now,
             finished_at,
+            progress.sent_at,
+            progress.sent_at,
             operation_id,
         )
         if not final:  # the guard names the owner (see `Statements.finish`)
@@ -229,6 +233,7 @@ class SQLStore(Store, ABC):
                     response=kept,
                     updated_at=now,
                     finished_at=finished_at,
+                    sent_at=_latest(answer_from.sent_at, progress.sent_at),
                 )
             # Not written as asked (a final answer was there first, or the lease moved
             # on): the stored row is the truth, and keeps what this caller learnt.
@@ -247,6 +252,8 @@ class SQLStore(Store, ABC):
                 progress.attempts,
                 progress.attempts,
                 progress.now,
+                progress.sent_at,
+                progress.sent_at,
                 operation_id,
             ),
         )
@@ -387,7 +394,7 @@ class SQLStore(Store, ABC):
             raise ValueError(f"a clock's step back is a positive number of seconds, not {step!r}")
         # Durable as an intent is: what it keeps is what stops a second send.
         with self._transaction(durable=self.durability is not Durability.BUFFERED) as conn:
-            marked = conn.execute(self._sql.stepped_back, (step, step)).rowcount
+            marked = conn.execute(self._sql.stepped_back, (step, step, step)).rowcount
             conn.execute(self._sql.rewind, (now, now))
         return int(marked)
 
@@ -535,6 +542,12 @@ class SQLStore(Store, ABC):
         )
         if live:
             return Begin(Claim.BUSY, record)
+        # Taken from an owner in flight: it may have sent until now or its lease's end.
+        sent_until = (
+            min(record.lease_expires, now)
+            if record.state is State.IN_FLIGHT and record.lease_expires is not None
+            else None
+        )
         row = _returned(
             conn.execute(
                 self._sql.take_over,
@@ -544,6 +557,8 @@ class SQLStore(Store, ABC):
                     lease_until,
                     now,
                     State.IN_FLIGHT.value,
+                    sent_until,
+                    sent_until,
                     record.operation_id,
                     holder,
                 ),
@@ -669,6 +684,7 @@ def finished_record(
     response: StoredResponse | None,
     updated_at: float,
     finished_at: float | None,
+    sent_at: float | None,
 ) -> OperationRecord:
     """`known` as `finish` just wrote it, lease released: `dataclasses.replace`
     spelled out, which costs a quarter as much on the hottest path of the library (a
@@ -695,7 +711,16 @@ def finished_record(
         finished_at=finished_at,
         withheld_headers=known.withheld_headers,
         profile=known.profile,
+        clock_stepped=known.clock_stepped,
+        sent_at=sent_at,
     )
+
+
+def _latest(stored: float | None, sent: float | None) -> float | None:
+    """The later of two times, either of which may be unknown (as `_FINISH` writes it)."""
+    if stored is None or sent is None:
+        return sent if stored is None else stored
+    return max(stored, sent)
 
 
 def _chunked(values: Iterable[str], size: int) -> Iterator[list[str]]:

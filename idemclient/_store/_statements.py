@@ -53,9 +53,12 @@ _EXISTING = _SELECT + " WHERE id {any} OR key {any}"
 # the first's row lock, re-checks the condition on the new row and matches nothing).
 # Taking over an operation that was in flight means its last owner may have sent it and
 # died, or be slow, before it could say so: the operation may have been applied.
+# An owner that was in flight may have sent until it died or its lease ran out, the
+# earlier of its lease's end and now (the caller's {p}): `sent_at` keeps the latest.
 _TAKE_OVER = (
     "UPDATE {t} SET state = {p}, lease_owner = {p}, lease_expires = {p}, updated_at = {p},"
-    " maybe_applied = maybe_applied OR state = {p}"
+    " maybe_applied = maybe_applied OR state = {p},"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
 )
 # Guarded by the holder just read, as a takeover is: a move never races a sender.
@@ -65,7 +68,8 @@ _MOVE = (
 )
 _RECORD_ATTEMPT = (
     "UPDATE {t} SET attempts = {p}, maybe_applied = maybe_applied OR {p}, evidence = {p},"
-    " not_before = {p}, lease_expires = {p}, updated_at = {p}"
+    " not_before = {p}, lease_expires = {p}, updated_at = {p},"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
     " WHERE id = {p} AND lease_owner = {p} AND finished_at IS NULL"
 )
 # "Maybe applied" is knowledge: whoever learnt it, the row keeps it, and an unsettled
@@ -77,7 +81,8 @@ _FINISH = (
     " attempts = {p}, maybe_applied = maybe_applied OR {p},"
     " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
     " status_code = {p}, response_headers = {j}, response_body = {p},"
-    " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p}"
+    " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p},"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
     " WHERE id = {p} AND "
 )
 # A final answer is recorded whoever holds the lease: the server answers the same
@@ -90,7 +95,8 @@ _WHILE_OWNED = "lease_owner = {p}"
 _MERGE = (
     "UPDATE {t} SET state = CASE WHEN state = {p} AND (maybe_applied OR {p}) THEN {p}"
     " ELSE state END, maybe_applied = maybe_applied OR {p},"
-    " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p}"
+    " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p},"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
     " WHERE id = {p} AND finished_at IS NULL"
 )
 _SETTLE = (
@@ -124,10 +130,10 @@ _SEEN = (
 _ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
 # A clock went back: every unfinished operation keeps the largest step seen (one not
 # sent yet may be sent, and applied, before it looks its age again), and a server's
-# wait, written by the clock ahead by that step, comes back by it.
+# wait and the last send, written by the clock ahead by that step, come back by it.
 _STEPPED_BACK = (
     "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p}),"
-    " not_before = not_before - {p} WHERE finished_at IS NULL"
+    " not_before = not_before - {p}, sent_at = sent_at - {p} WHERE finished_at IS NULL"
 )
 # ... and the store's high-water mark comes back to the clock's time: it was set by the
 # clock ahead, and every later start would see the same step again, and mark again what

@@ -13,6 +13,7 @@ cleanly (no new row, no new retry), and the summary and the report still come ou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import sys
@@ -121,6 +122,14 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     if not match or seconds <= 0:
         raise click.BadParameter(f"{value!r}: give a positive duration such as 1h, 24h or 7d")
     return seconds
+
+
+def _profile(name: str, retention: float | None, in_flight_for: float | None) -> Profile:
+    """The named profile, with what the operator knows better than it."""
+    profile = BUILTIN[name] if retention is None else BUILTIN[name].with_retention(retention)
+    if in_flight_for is not None:
+        profile = dataclasses.replace(profile, in_flight_for=in_flight_for)
+    return profile
 
 
 @batch.command("submit")
@@ -288,6 +297,17 @@ def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     " recorded longer ago is looked up before it is sent again. 30m, 6h, 7d, or seconds.",
 )
 @click.option(
+    "--in-flight-for",
+    default=None,
+    callback=_duration,
+    help="How long the server may still be running a request after it was sent (its own"
+    " request timeout, a crash and its recovery), if you know better than the profile"
+    " (default: the profile's, 15m). Until then a look-up that finds nothing does not"
+    " make a row that may have been applied 'never applied', and under a profile whose"
+    " server runs a second request beside the first, the row is not sent again."
+    " 30s, 5m, or seconds.",
+)
+@click.option(
     "--follow-server-hints",
     is_flag=True,
     help="Obey Stripe-Should-Retry and x-should-retry from any server (a profile whose"
@@ -368,6 +388,7 @@ def submit_command(
     no_lookup: bool,
     profile_name: str,
     key_retention: float | None,
+    in_flight_for: float | None,
     follow_server_hints: bool,
     statuses: dict[str, State] | None,
     reference_field: str,
@@ -416,11 +437,7 @@ def submit_command(
                 server_replays=server_replays,
                 follow_server_hints=follow_server_hints,
             ),
-            profile=(
-                BUILTIN[profile_name]
-                if key_retention is None
-                else BUILTIN[profile_name].with_retention(key_retention)
-            ),
+            profile=_profile(profile_name, key_retention, in_flight_for),
             retry_budget=retry_budget,
             lookup=None if no_lookup else lookup,
             statuses=statuses,

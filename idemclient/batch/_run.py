@@ -613,18 +613,25 @@ class _Run:
         """Apply a look-up to a known record; True if the row is to be sent.
 
         Found and final: settled, not sent. Not found: no longer maybe applied, sent
-        under its key. Found, not final yet: while the record is within the server's
-        key retention, sent under its key (the server holds the payment and its key,
+        under its key. Found, not final yet, or not found while an attempt that may
+        have been applied may still be running at the server (sent less than the
+        profile's `in_flight_for` ago): while the record is within the server's key
+        retention, sent under its key, still maybe applied (the server holds the key,
         and the key's answer finishes it); past it, left unsettled."""
         asked = item.asked
         assert asked is not None
         if verdict.finding == "not_found" and not record.maybe_applied:
             return True
-        if (
-            verdict.finding == "found"
-            and verdict.state is None
-            and not past_retention(record, now=self.clock.time(), retention=self.retention)
-        ):
+        now = self.clock.time()
+        running = (
+            verdict.finding == "not_found"
+            and _reconcile.still_in_flight(
+                record, now=now, in_flight_for=self.resolved.profile.in_flight_for
+            )
+            is not None
+        )
+        unfinished = running or (verdict.finding == "found" and verdict.state is None)
+        if unfinished and not past_retention(record, now=now, retention=self.retention):
             return True
         try:
             taken = _reconcile.take(self.store, self.clock, record.operation_id)
@@ -650,8 +657,27 @@ class _Run:
                 verdict,
                 where=f"GET {asked.url}",
                 response=asked.response,
+                in_flight_for=self.resolved.profile.in_flight_for,
             )
-        except OutcomeError as exc:  # found, not final yet: maybe applied from now on
+        except OutcomeError as exc:
+            if running:  # not found yet, and too late to send under its key
+                self._done(
+                    item,
+                    _line(
+                        item,
+                        key=record.key,
+                        state=State.INDETERMINATE,
+                        status=None,
+                        resource=None,
+                        replayed=False,
+                        reason=f"not found on the server yet ({verdict.why}), but an attempt"
+                        " that may have been applied may still be running there (the"
+                        " profile's in_flight_for), and its key may be forgotten: not sent;"
+                        " run again later to settle it",
+                    ),
+                )
+                return False
+            # found, not final yet: maybe applied from now on
             self.counts.found_unsettled += 1
             self._done(
                 item,

@@ -14,7 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import AsyncClient, Client, ManualClock, RetryPolicy, State, key_from_identity
+from idemclient import (
+    AsyncClient,
+    Client,
+    ManualClock,
+    RetryPolicy,
+    State,
+    key_from_identity,
+    profiles,
+)
 from idemclient.batch import Batch, BatchInvalid, BatchProgress, ExitCode, asubmit, submit
 from idemclient.testing import ReferenceServer
 
@@ -392,3 +400,44 @@ def test_a_row_never_applied_past_the_key_retention_is_looked_up_then_sent_with_
     assert record is not None
     assert record.state is State.SUCCEEDED
     assert len(server.ledger()) == 3
+
+
+def test_a_row_the_server_may_still_be_running_is_not_settled_by_an_early_look_up(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # Under django-idempotency-key a key is kept five minutes, so a maybe-applied row is
+    # always looked up before a send. The server died after admitting the row's key
+    # (admitted, not begun: nothing to find), and its recovery makes the payment later.
+    # A look-up at once that finds nothing is not "never applied": settled and sent
+    # again, the row was paid twice.
+    name = "django-idempotency-key"
+    key = key_from_identity("E0000", "payout")
+    with (
+        ReferenceServer(clock=clock, profile=name) as server,
+        Client(
+            store=tmp_path / "s.db",
+            clock=clock,
+            profile=name,
+            policy=RetryPolicy(max_attempts=1),
+            transport=server.transport,
+            base_url="http://psp.test",
+            headers={"Authorization": "Bearer payroll-ops"},
+        ) as client,
+    ):
+        server.crash("ADMITTED", key=key)
+        first = submit(make_batch(1), client)
+        assert [row.state for row in first.rows] == ["indeterminate"]
+        # Past the key's five minutes (and the hosts' skew), within in_flight_for.
+        window = profiles.BUILTIN[name].in_flight_for
+        clock.advance(window - 200.0)
+        again = submit(make_batch(1), client)
+        [row] = again.rows
+        assert row.state == "indeterminate"
+        assert row.reason.startswith("not found on the server yet")
+        assert server.ledger() == ()
+        server.recover()  # the server finishes what it admitted
+        clock.advance(200.0)
+        settled = submit(make_batch(1), client)
+        assert settled.exit_code is ExitCode.OK
+        assert settled.rows[0].reason.startswith("found on the server by look-up")
+        assert len(server.ledger()) == 1

@@ -386,17 +386,13 @@ def test_django_a_scripted_409_is_not_generated() -> None:
     state.teardown()
 
 
+# The server died right after admitting the key; reconciled at once, the look-up found
+# nothing (admitted, not begun) and settled the operation not_sent; the server's
+# recovery then made the payment. Resumed past the server's key retention (square: an
+# hour; reference: a day, then reaped), the not_sent operation was sent again with its
+# key, which the server no longer held: paid twice. A look-up's "none" now only counts
+# once the server has had the profile's in_flight_for since the last send.
 @pytest.mark.parametrize("profile", ["square", "reference"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (product): the server died right after admitting the key; reconciled at"
-    " once, the look-up found nothing (admitted, not begun) and settled the operation"
-    " not_sent; the server's recovery then made the payment. Resumed after the server's"
-    " key retention (square: one hour; reference: a day, then reaped), the not_sent"
-    " operation is sent again with its key, which the server no longer holds: paid"
-    " twice. A not_sent settled by a look-up is not held to the retention of an"
-    " operation that may have been applied",
-)
 def test_an_operation_settled_not_sent_by_an_early_look_up_is_not_sent_past_retention(
     profile: str,
 ) -> None:

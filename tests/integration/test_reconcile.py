@@ -16,6 +16,7 @@ from idemclient import (
     ReconcileRequired,
     RetryPolicy,
     State,
+    profiles,
 )
 from idemclient.testing import ReferenceServer
 
@@ -194,8 +195,12 @@ def test_a_404_from_the_lookup_itself_is_not_not_found_unless_the_caller_says_so
         record = psp.store.get("o")
         assert record is not None
         assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
-        # A look-up whose 404 means "no such payment", said so by the caller.
+        # A look-up whose 404 means "no such payment", said so by the caller, once the
+        # server has had its time to finish the attempt (see test_early_look_up).
         by_id = "/v1/payments/{reference}"
+        with pytest.raises(Indeterminate, match="may still be running it"):
+            psp.reconcile("o", lookup=by_id, reliable_404=True)
+        clock.advance(profiles.reference.in_flight_for)
         settled = psp.reconcile("o", lookup=by_id, reliable_404=True)
         assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
     assert server.ledger() == ()

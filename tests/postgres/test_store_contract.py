@@ -15,7 +15,7 @@ import pytest
 
 from idemclient import State
 from idemclient._call import fingerprint
-from idemclient._store import Claim, Intent, Progress, StoredResponse, new_owner
+from idemclient._store import Claim, Intent, Progress, StoredResponse, new_owner, release_owner
 from idemclient.errors import OperationMismatch, StoreUnavailable
 from idemclient.postgres import PostgresStore
 from idemclient.store import SQLiteStore, Store
@@ -283,6 +283,51 @@ def test_the_store_keeps_the_latest_time_it_has_seen(store: Store) -> None:
     owner = new_owner()
     store.begin(make_intent("late", "k-late"), owner=owner, now=NOW + 500, lease_until=NOW)
     assert store.advance_clock(now=NOW) == NOW + 500  # rows count too
+
+
+def test_sent_at_keeps_the_latest_send_that_may_have_been_applied(store: Store) -> None:
+    # The look-up's "nothing found" waits for the server to have finished the last
+    # attempt that may have been applied: the store keeps when that was sent.
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    assert store.get("op-1").sent_at is None  # type: ignore[union-attr]
+    sent = dataclasses.replace(progress(now=NOW + 5), sent_at=NOW + 5)
+    assert store.record_attempt("op-1", owner=owner, progress=sent, lease_until=NOW + 60)
+    assert store.get("op-1").sent_at == NOW + 5  # type: ignore[union-attr]
+    # A later write that sent nothing (None), or reports an earlier send, lowers nothing.
+    store.record_attempt("op-1", owner=owner, progress=progress(now=NOW + 6), lease_until=NOW + 60)
+    early = dataclasses.replace(progress(now=NOW + 7), sent_at=NOW + 1)
+    record = store.finish("op-1", owner=owner, state=State.INDETERMINATE, progress=early)
+    assert record.sent_at == NOW + 5
+    assert store.get("op-1").sent_at == NOW + 5  # type: ignore[union-attr]
+    # An owner that took it and ran out of its lease in flight may have sent until then.
+    slow = new_owner()
+    store.claim("op-1", owner=slow, now=NOW + 100, lease_until=NOW + 160)
+    taken = store.claim("op-1", owner=new_owner(), now=NOW + 200, lease_until=NOW + 260)
+    assert taken.claim is Claim.CLAIMED
+    assert taken.record.sent_at == NOW + 160
+    # A clock that went back brings it back with it, as it does a server's wait.
+    store.clock_went_back(step=60.0, now=NOW + 200)
+    assert store.get("op-1").sent_at == NOW + 100  # type: ignore[union-attr]
+
+
+def test_an_owner_dead_in_flight_may_have_sent_until_it_was_found_dead(store: Store) -> None:
+    gone = new_owner()
+    release_owner(gone)  # this process's call ended: its owner is dead, its lease not over
+    store.begin(make_intent(), owner=gone, now=NOW, lease_until=NOW + 600)
+    taken = store.claim("op-1", owner=new_owner(), now=NOW + 30, lease_until=NOW + 90)
+    assert taken.claim is Claim.CLAIMED
+    assert (taken.record.sent_at, taken.record.maybe_applied) == (NOW + 30, True)
+
+
+def test_a_lost_lease_still_leaves_its_send_time(store: Store) -> None:
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+    store.claim("op-1", owner=second, now=NOW + 61, lease_until=NOW + 120)  # first expired
+    late = dataclasses.replace(progress(now=NOW + 90), sent_at=NOW + 90)
+    record = store.finish("op-1", owner=first, state=State.INDETERMINATE, progress=late)
+    assert record.lease_owner == second  # not written as asked: merged
+    assert record.sent_at == NOW + 90
 
 
 def test_a_clock_step_back_marks_every_unfinished_operation(store: Store) -> None:

@@ -50,6 +50,11 @@ def _argv(name: str, url: str, work: Path) -> list[str]:
         "1",
         "--profile",
         name,
+        # The in-process server ends a request within milliseconds: a row killed in
+        # flight is held (or its look-up's "none" not believed) for one second, not the
+        # profile's fifteen minutes, and the runs again settle it.
+        "--in-flight-for",
+        "1",
     ]
 
 

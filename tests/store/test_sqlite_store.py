@@ -334,7 +334,29 @@ def test_a_version_5_store_gains_clock_stepped_and_a_step_back_marks_its_operati
         [after] = store.unfinished()
     assert (before.clock_stepped, after.clock_stepped) == (None, 7200.0)
     with sqlite3.connect(store_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_version_6_store_gains_sent_at_and_its_old_records_stand_on_updated_at(
+    store_path: Path,
+) -> None:
+    from idemclient._reconcile import last_sent
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:6]).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
+            " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+            " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 2.0)"
+        )
+    with SQLiteStore(store_path) as store:
+        [record] = store.unfinished()
+    # Written before the send time was kept: its last write's time stands in for it.
+    assert (record.sent_at, last_sent(record, now=NOW)) == (None, 2.0)
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
 
 
 def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(

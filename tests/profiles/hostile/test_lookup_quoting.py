@@ -67,6 +67,8 @@ def test_a_quote_in_the_reference_cannot_make_the_look_up_find_another_payment(
     injected = "inv-B' OR metadata['reference']:'inv-A"
     with pytest.raises(Indeterminate):
         _pay(client, injected, "op-b")
+    # Once the server has had its time to finish the attempt (see test_early_look_up).
+    client.settings.clock.advance(profiles.stripe.in_flight_for)  # type: ignore[attr-defined]
     outcome = client.reconcile("op-b")
     # Read as one quoted string, no payment has that reference: never applied.
     assert outcome.state is State.NOT_SENT

@@ -1,0 +1,104 @@
+"""When a look-up's "nothing found" may say "never applied" (`_reconcile.still_in_flight`):
+not while the server may still be running an attempt that may have been applied, that
+is, until the server profile's `in_flight_for` has passed since the last such send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from idemclient import State
+from idemclient._reconcile import last_sent, still_in_flight
+from idemclient._store import OperationRecord, new_owner, release_owner
+
+NOW = 1_800_000_000.0
+WINDOW = 900.0
+
+
+def record(**changes: Any) -> OperationRecord:
+    fields: dict[str, Any] = {
+        "operation_id": "op",
+        "key": "k",
+        "method": "POST",
+        "url": "https://psp.test/v1/payments",
+        "headers": (),
+        "body": b"{}",
+        "fingerprint": "f",
+        "reference": "r",
+        "state": State.INDETERMINATE,
+        "attempts": 1,
+        "maybe_applied": True,
+        "evidence": "",
+        "not_before": None,
+        "lease_owner": None,
+        "lease_expires": None,
+        "response": None,
+        "created_at": NOW - 5_000,
+        "updated_at": NOW - 4_000,
+        "finished_at": None,
+        "sent_at": NOW - 60,
+    }
+    fields.update(changes)
+    return OperationRecord(**fields)
+
+
+def test_a_recent_send_that_may_have_been_applied_holds_the_look_up_s_none() -> None:
+    assert last_sent(record(), now=NOW) == NOW - 60
+    assert still_in_flight(record(), now=NOW, in_flight_for=WINDOW) == NOW - 60 + WINDOW
+
+
+def test_once_in_flight_for_has_passed_none_found_is_never_applied() -> None:
+    assert still_in_flight(record(), now=NOW + WINDOW - 60, in_flight_for=WINDOW) is None
+    assert still_in_flight(record(sent_at=NOW - WINDOW), now=NOW, in_flight_for=WINDOW) is None
+
+
+def test_nothing_that_may_have_been_applied_holds_nothing() -> None:
+    never = record(state=State.NOT_SENT, maybe_applied=False, sent_at=None, updated_at=NOW)
+    assert last_sent(never, now=NOW) is None
+    assert still_in_flight(never, now=NOW, in_flight_for=WINDOW) is None
+
+
+def test_the_age_of_the_record_is_not_the_age_of_its_last_send() -> None:
+    # Made a week ago, sent again a minute ago: the minute counts.
+    old = record(created_at=NOW - 7 * 86_400, updated_at=NOW - 7 * 86_400, sent_at=NOW - 60)
+    assert still_in_flight(old, now=NOW, in_flight_for=WINDOW) is not None
+    # Stopped a second ago without sending (a gate, a look-up's write): no send then.
+    stopped = record(updated_at=NOW - 1, sent_at=NOW - 2 * WINDOW)
+    assert still_in_flight(stopped, now=NOW, in_flight_for=WINDOW) is None
+
+
+def test_a_record_from_before_sent_at_stands_on_its_last_write() -> None:
+    legacy = record(sent_at=None, updated_at=NOW - 30)
+    assert still_in_flight(legacy, now=NOW, in_flight_for=WINDOW) == NOW - 30 + WINDOW
+
+
+def test_an_owner_in_flight_may_be_sending_until_its_lease_ends() -> None:
+    alive = new_owner()
+    try:
+        live = record(
+            state=State.IN_FLIGHT,
+            maybe_applied=False,
+            sent_at=None,
+            updated_at=NOW - 10,
+            lease_owner=alive,
+            lease_expires=NOW + 120,
+        )
+        assert last_sent(live, now=NOW) == NOW + 120
+    finally:
+        release_owner(alive)
+
+
+@pytest.mark.parametrize("expires", [NOW - 30, NOW + 120])
+def test_an_owner_dead_or_out_of_its_lease_sent_no_later_than_either(expires: float) -> None:
+    gone = new_owner()
+    release_owner(gone)  # its call ended: dead, whatever its lease says
+    dead = record(
+        state=State.IN_FLIGHT,
+        maybe_applied=False,
+        sent_at=None,
+        updated_at=NOW - 100,
+        lease_owner=gone,
+        lease_expires=expires,
+    )
+    assert last_sent(dead, now=NOW) == min(expires, NOW)
