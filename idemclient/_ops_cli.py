@@ -88,6 +88,7 @@ def _record_json(record: OperationRecord) -> dict[str, Any]:
         "updated_at": record.updated_at,
         "finished_at": record.finished_at,
         "clock_stepped": record.clock_stepped,
+        "sent_at": record.sent_at,
         "status": None if response is None else response.status_code,
     }
 
@@ -229,6 +230,7 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
         ("created", _when(record.created_at)),
         ("updated", _when(record.updated_at)),
         ("finished", _when(record.finished_at)),
+        ("last sent", _when(record.sent_at)),
     ]
     if record.clock_stepped is not None:
         rows.append(

@@ -90,6 +90,14 @@ def test_show_tells_everything_but_secrets(store_with_history: Path) -> None:
     assert "maybe applied: True" in out
     assert "RemoteProtocolError" in out
     assert "shop-1" not in out  # the bearer token was never stored
+    # When its attempt that may have been applied was sent: a look-up's "none" waits.
+    with SQLiteStore(store_with_history) as store:
+        record = store.get("order-2")
+    assert record is not None
+    assert record.sent_at is not None
+    assert "last sent: 20" in out
+    _, out, _ = run("ops", "show", "--store", str(store_with_history), "order-2", "--json")
+    assert json.loads(out)["sent_at"] == record.sent_at
 
 
 def test_show_says_when_a_clock_went_back_over_an_operation(store_with_history: Path) -> None:
