@@ -305,7 +305,9 @@ class BatchStore(SendingStore, Protocol):
         headers as stored, body, fingerprint and reference), without its state or
         answer, for a caller that compares many of them (`find` gives the rest).
 
-        Reads every reference the store holds, once, whatever the number of tails.
+        Reads every reference the store holds, once, whatever the number of tails; a
+        store that holds no reference reads none of `reference_tails` (a batch's tails
+        are every value of every row).
         """
         ...
 

@@ -446,13 +446,21 @@ class SQLStore(Store, ABC):
         return list(found.values())
 
     def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
-        tails = list(dict.fromkeys(reference_tails))
-        if not tails:
-            return []
         sql = self._sql
         with self._use() as conn:
+            # A store that holds no reference (a batch's first run) has no request to
+            # find: the tails, every value of every row of a file, are not even read.
+            if conn.execute(sql.any_reference).fetchone() is None:
+                return []
+            # Deduplicated once and encoded at once: only the encoded list is held while
+            # the statement runs.
+            tails = list(dict.fromkeys(reference_tails))
+            if not tails:
+                return []
+            wanted = sql.dialect.values(tails)
+            del tails
             # One statement: each chunk of tails would cost a pass over the references.
-            rows = conn.execute(sql.find_tail_requests, (sql.dialect.values(tails),)).fetchall()
+            rows = conn.execute(sql.find_tail_requests, (wanted,)).fetchall()
         # The rows of a batch share their headers: each distinct text is read once.
         headers: dict[object, Headers] = {}
         return [intent_from_row(row, self._cipher, headers) for row in rows]

@@ -149,6 +149,8 @@ _COUNTS = "SELECT state, count(*) FROM {t} GROUP BY state"
 # Records known by id, or by end-to-end reference (the reference's own partial index).
 _FIND_IDS = _SELECT + " WHERE id {any}"
 _FIND_REFERENCES = _SELECT + " WHERE reference {any}"
+# Whether the store holds any reference at all (the reference's index, one entry).
+_ANY_REFERENCE = "SELECT 1 FROM {t} WHERE reference IS NOT NULL LIMIT 1"
 # The requests of the records whose reference is one of a list, or ends with "/" and
 # one of it: the same reference in any scope ("<scope>/<reference>", a scope may hold
 # "/" too). One pass over the references (the reference's index), each cut after every
@@ -243,6 +245,7 @@ class Statements:
         self.counts: Final = render(_COUNTS)
         self.find_ids: Final = render(_FIND_IDS)
         self.find_references: Final = render(_FIND_REFERENCES)
+        self.any_reference: Final = render(_ANY_REFERENCE)
         self.find_tail_requests: Final = render(_FIND_TAIL_REQUESTS)
         self.record_settled: Final = render(_RECORD_SETTLED)
         self.reopen: Final = render(_REOPEN)

@@ -34,8 +34,15 @@ class RowIdentity:
     bare: str
     #: the reference the server sees: `bare`, or "<scope>/<bare>"
     reference: str
-    operation_id: str
+    #: the operation's name (payout)
+    operation: str
     key: str
+
+    @property
+    def operation_id(self) -> str:
+        """The row's operation id in the store: made when asked, not kept (a run holds
+        a hundred thousand identities)."""
+        return f"{OPERATION_ID_PREFIX}{self.operation}/{self.reference}"
 
 
 def scoped(scope: str | None, reference: str) -> str:
@@ -49,7 +56,7 @@ def identify(
     return RowIdentity(
         bare=row.reference,
         reference=reference,
-        operation_id=f"{OPERATION_ID_PREFIX}{operation}/{reference}",
+        operation=operation,
         key=key_from_identity(reference, operation, namespace=namespace),
     )
 

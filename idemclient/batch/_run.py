@@ -57,7 +57,7 @@ from .._operations import (
     Each,
     Op,
     arun,
-    fingerprint,
+    fingerprints,
     intent_for,
     send_registered,
     settings_of,
@@ -264,7 +264,10 @@ class _Run:
         self.started = _utc_now()
         self.metadata = dict(metadata or {})
         self._template: Intent | None = None
-        self._url: httpx.URL | None = None
+        #: the URL every new row is recorded with (marked with the credentials' digest)
+        #: and the fingerprint of a body POSTed there: made once, for every row
+        self._marked = ""
+        self._fingerprint: Callable[[bytes], str] | None = None
         self._sender = Sender(None)
         self._lock = threading.Lock()  # the counts the sending threads change
 
@@ -282,15 +285,18 @@ class _Run:
         )
         template = intent_for(request, b"")
         self._template = template
-        self._url = httpx.URL(template.url)
+        url = httpx.URL(template.url)
         self._sender = sender = Sender(credentials_of(request, self.http.auth))
+        self._marked = sender.mark(str(url))
+        self._fingerprint = fingerprints("POST", url)
         identities = [
             identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
             for row in batch.rows
         ]
+        # Streamed: the store asks in chunks, and no list of every row's ids is made.
         known = self.store.find(
-            operation_ids=[i.operation_id for i in identities],
-            references=[i.bare for i in identities],
+            operation_ids=(i.operation_id for i in identities),
+            references=(i.bare for i in identities),
         )
         by_id = {record.operation_id: record for record in known}
         by_reference: dict[str, list[OperationRecord]] = defaultdict(list)
@@ -342,9 +348,7 @@ class _Run:
         new = [item for item in self.rows if item.plan.step is Step.NEW]
         if not new:
             return []
-        wanted: set[str] = set()
-        for item in new:
-            wanted |= tails_of(item.row)
+        wanted = (value for item in new for value in tails_of(item.row))
         index = by_tail(self.store.find_requests(reference_tails=wanted), self.target.operation)
         if not index:
             return []
@@ -517,17 +521,17 @@ class _Run:
 
     def _intent(self, item: _Row) -> Intent:
         """A new row's intent, exactly as the transport will find it when it is sent."""
-        assert self._url is not None, "planned first"
+        assert self._fingerprint is not None, "planned first"
         body = self.request_of(item.row, item.identity).body
         return Intent(
             operation_id=item.identity.operation_id,
             key=item.identity.key,
             key_given=True,
             method="POST",
-            url=self._sender.mark(str(self._url)),
+            url=self._marked,
             headers=_HEADERS,
             body=body,
-            fingerprint=fingerprint("POST", self._url, body),
+            fingerprint=self._fingerprint(body),
             reference=item.identity.reference,
             profile=self.resolved.profile.name,
         )

@@ -8,6 +8,7 @@ import hashlib
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -658,6 +659,22 @@ def test_find_requests_answers_a_reference_in_any_scope_by_its_tail(store: Store
     # Each is the request as registered.
     (one,) = store.find_requests(reference_tails=["E10"])
     assert one == reference_intent("op-3", "E10")
+
+
+def test_find_requests_reads_no_tails_where_the_store_holds_no_reference(store: Store) -> None:
+    # A batch's tails are every value of every row of its file: a store with nothing to
+    # match (its first run) never gathers them.
+    def untouchable() -> Iterator[str]:
+        raise AssertionError("the tails were read")
+        yield ""  # pragma: no cover - a generator that fails when first read
+
+    assert store.find_requests(reference_tails=untouchable()) == []
+    store.register([dataclasses.replace(make_intent("op-n", "key-n"), reference=None)], now=NOW)
+    assert store.find_requests(reference_tails=untouchable()) == []
+    # Once it holds one, they are read (streamed from any iterable).
+    store.register([reference_intent("op-r", "2026-11/E1")], now=NOW)
+    found = store.find_requests(reference_tails=(tail for tail in ["x", "E1", "E1"]))
+    assert [r.reference for r in found] == ["2026-11/E1"]
 
 
 # -- recording a payment found before it was ever sent ----------------------------------------
