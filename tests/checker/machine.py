@@ -57,10 +57,12 @@ The assumptions it rests on (no generated history leaves them):
 - a scripted refusal (`REFUSALS`) is the server refusing a request it did not admit:
   where the profile's server answers a key it holds from the key
   (`Setup.answers_from_the_key`), it is given only to a key the server does not hold;
-- where the profile's server does not guard a key in flight, the application sends a
-  maybe-applied operation again only once the first attempt has surely ended, as
-  docs/profiles.md asks (`_wait_out_in_flight`). The client does not enforce it: the
-  histories that do not wait pay twice and are kept in test_histories.py (strict xfail).
+- the application reconciles only once the server holds no key in flight
+  (`_wait_out_in_flight`): a look-up cannot see a key admitted and not begun.
+
+The application re-issues and resumes at once, and a paused process goes on at once:
+where the profile's server does not guard a key in flight, the client itself holds a
+maybe-applied operation for the profile's `in_flight_for` (`Call.hold_in_flight`).
 
 Outside them: a server clock further off than its tolerance reaps keys early, and a
 client clock set back from fast while no client ran makes a maybe-applied operation look
@@ -400,12 +402,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         self.inspector = SQLiteStore(self.path)
         self.ops: list[Operation] = []
         self.slow_bodies = [0]
-        #: the application waits out a key in flight before sending again, where the
-        #: profile's server does not guard it (`_wait_out_in_flight`)
-        self.application_waits = True
-        #: ... and a process paused before it sent goes on only once that is so too
-        #: (it cannot wait: the client would have to, see `owner_paused_then_taken_over`)
-        self.pause_outlasts_in_flight = True
         #: the application reconciles only once the server holds no key in flight, under
         #: every profile: a look-up cannot see a key admitted and not begun (see
         #: docs/reliability.md and test_histories.py)
@@ -472,21 +468,17 @@ class PaymentsMachine(RuleBasedStateMachine):
             request=request,
         )
 
-    def _wait_out_in_flight(self, *, looking_up: bool = False) -> None:
-        """Under a profile whose server does not guard a key in flight, the application
-        sends a maybe-applied operation again only once its first attempt has surely
-        ended, as docs/profiles.md asks ("resume it once the first has surely ended"):
-        while the server holds a key of one of its operations in flight, it waits out
-        the server's lease and the recovery worker's sweep. The client does not enforce
-        it: the histories that do not wait are kept in test_histories.py (strict xfail).
-        `looking_up`: before a `reconcile()`, under every profile, as
-        docs/reliability.md asks ("reconcile after the server's lease and recovery have
-        had their time"): a look-up cannot see a key admitted and not begun.
+    def _wait_out_in_flight(self) -> None:
+        """Before a `reconcile()`, under every profile, as docs/reliability.md asks
+        ("reconcile after the server's lease and recovery have had their time"): a
+        look-up cannot see a key admitted and not begun, so the application waits out
+        the server's lease and the recovery worker's sweep while the server holds a key
+        in flight. Nothing waits before a re-issue, a `resume()` or a paused process
+        going on: under a profile whose server does not guard a key in flight, the
+        client holds a maybe-applied operation for the profile's `in_flight_for`
+        (`Call.hold_in_flight`), so the application need not.
         """
-        if looking_up:
-            if not self.reconcile_waits:
-                return
-        elif self.setup.profile.guards_in_flight or not self.application_waits:
+        if not self.reconcile_waits:
             return
         # Past the server's lease, then its sweeps until a clock it stepped back (from
         # one end of SERVER_OFFSETS to the other) has caught up with the leases it
@@ -643,7 +635,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         way = op.way
         if other and op.way in ("client", "async"):
             way = "async" if op.way == "client" else "client"
-        self._wait_out_in_flight()
         self._process(kill_at, disk_full, self._issue, op=op, way=way)
 
     @rule(
@@ -660,7 +651,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         one goes on. One thread at a time: the first is parked until the second is done."""
         if op.retired:
             return
-        self._wait_out_in_flight()  # the first process issues it again, too
         fate = Fate(pause_at=pause_at)
         first = threading.Thread(
             target=self._process,
@@ -674,28 +664,25 @@ class PaymentsMachine(RuleBasedStateMachine):
                 break
         try:
             self.world.advance(seconds)
-            self._wait_out_in_flight(looking_up=taker == "reconcile")
             if taker == "issue again":
                 self._process(None, frozenset(), self._issue, op=op, way=op.way)
             elif taker == "resume":
                 self._process(None, frozenset(), self._resume, way="client")
             else:
+                self._wait_out_in_flight()
                 self._process(None, frozenset(), self._reconcile, op=op)
         finally:
-            if self.pause_outlasts_in_flight:
-                self._wait_out_in_flight()
             fate.go_on.set()
             first.join(timeout=60)
         assert not first.is_alive(), "the paused process never finished"
 
     @rule(kill_at=kills, disk_full=disks, way=st.sampled_from(("client", "async")))
     def resume(self, kill_at: int | None, disk_full: frozenset[str], way: str) -> None:
-        self._wait_out_in_flight()
         self._process(kill_at, disk_full, self._resume, way=way)
 
     @rule(op=operations, kill_at=kills)
     def reconcile(self, op: Operation, kill_at: int | None) -> None:
-        self._wait_out_in_flight(looking_up=True)
+        self._wait_out_in_flight()
         self._process(kill_at, frozenset(), self._reconcile, op=op)
 
     @rule(fault=st.sampled_from(FAULTS))
