@@ -502,3 +502,21 @@ def test_a_batch_run_again_once_the_unguarded_server_let_the_key_go_pays_once(
     state.never_twice_and_agreeing()
     state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+def test_gocardless_the_recovery_worker_keeps_sweeping_while_an_instruction_is_unresolved() -> None:
+    # Found as a modelling error (deep, gocardless): external system 2 applied and timed
+    # out five times running; the checker's recovery worker swept three times and then
+    # slept for days, past the system's retention, so the server left the payment for
+    # an operator and it stayed indeterminate. The worker sweeps every SWEEP_EVERY while
+    # a sweep leaves an instruction unresolved.
+    state = PaymentsMachine.for_profile("gocardless")()
+    state.server_fault(fault="ext2 apply then timeout x2")
+    state.server_fault(fault="ext2 apply then timeout x2")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_fault(fault="ext2 timeout")
+    state.time_passes(seconds=8 * DAY)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    (entry,) = state.final_resources(op)
+    assert (entry.status, entry.ext2_applied) == ("succeeded", 1)
