@@ -57,10 +57,18 @@ The assumptions it rests on (no generated history leaves them):
 - a scripted refusal (`REFUSALS`) is the server refusing a request it did not admit:
   where the profile's server answers a key it holds from the key
   (`Setup.answers_from_the_key`), it is given only to a key the server does not hold;
-- where the profile's server does not guard a key in flight, the application sends a
-  maybe-applied operation again only once the first attempt has surely ended, as
-  docs/profiles.md asks (`_wait_out_in_flight`). The client does not enforce it: the
-  histories that do not wait pay twice and are kept in test_histories.py (strict xfail).
+- the application reconciles only once the server holds no key in flight
+  (`_wait_out_in_flight`): a look-up cannot see a key admitted and not begun;
+- where the profile's server does not guard a key in flight: the client's clock steps
+  forward by more than `CLOCK_SKEW` only while the server holds no key in flight (a
+  step forward no client sees looks like time passing, and ends the client's in-flight
+  hold early; that history is kept in test_histories.py as a strict xfail); and a batch
+  is run again only then too (`_batch_rerun_waits`: open, the batch does not honour the
+  hold; kept as a strict xfail).
+
+The application re-issues and resumes at once, and a paused process goes on at once:
+where the profile's server does not guard a key in flight, the client itself holds a
+maybe-applied operation for the profile's `in_flight_for` (`Call.hold_in_flight`).
 
 Outside them: a server clock further off than its tolerance reaps keys early, and a
 client clock set back from fast while no client ran makes a maybe-applied operation look
@@ -400,12 +408,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         self.inspector = SQLiteStore(self.path)
         self.ops: list[Operation] = []
         self.slow_bodies = [0]
-        #: the application waits out a key in flight before sending again, where the
-        #: profile's server does not guard it (`_wait_out_in_flight`)
-        self.application_waits = True
-        #: ... and a process paused before it sent goes on only once that is so too
-        #: (it cannot wait: the client would have to, see `owner_paused_then_taken_over`)
-        self.pause_outlasts_in_flight = True
         #: the application reconciles only once the server holds no key in flight, under
         #: every profile: a look-up cannot see a key admitted and not begun (see
         #: docs/reliability.md and test_histories.py)
@@ -472,22 +474,22 @@ class PaymentsMachine(RuleBasedStateMachine):
             request=request,
         )
 
-    def _wait_out_in_flight(self, *, looking_up: bool = False) -> None:
-        """Under a profile whose server does not guard a key in flight, the application
-        sends a maybe-applied operation again only once its first attempt has surely
-        ended, as docs/profiles.md asks ("resume it once the first has surely ended"):
-        while the server holds a key of one of its operations in flight, it waits out
-        the server's lease and the recovery worker's sweep. The client does not enforce
-        it: the histories that do not wait are kept in test_histories.py (strict xfail).
-        `looking_up`: before a `reconcile()`, under every profile, as
-        docs/reliability.md asks ("reconcile after the server's lease and recovery have
-        had their time"): a look-up cannot see a key admitted and not begun.
+    def _wait_out_in_flight(self) -> None:
+        """Before a `reconcile()`, under every profile, as docs/reliability.md asks
+        ("reconcile after the server's lease and recovery have had their time"): a
+        look-up cannot see a key admitted and not begun, so the application waits out
+        the server's lease and the recovery worker's sweep while the server holds a key
+        in flight. Nothing waits before a re-issue, a `resume()` or a paused process
+        going on: under a profile whose server does not guard a key in flight, the
+        client holds a maybe-applied operation for the profile's `in_flight_for`
+        (`Call.hold_in_flight`), so the application need not.
         """
-        if looking_up:
-            if not self.reconcile_waits:
-                return
-        elif self.setup.profile.guards_in_flight or not self.application_waits:
+        if not self.reconcile_waits:
             return
+        self._until_nothing_in_flight()
+
+    def _until_nothing_in_flight(self) -> None:
+        """Time passes until the server holds no key in flight."""
         # Past the server's lease, then its sweeps until a clock it stepped back (from
         # one end of SERVER_OFFSETS to the other) has caught up with the leases it
         # stamped.
@@ -499,6 +501,16 @@ class PaymentsMachine(RuleBasedStateMachine):
                 return
             self.world.advance(span)
             self.server.recover()
+
+    def _batch_rerun_waits(self, op: Operation) -> None:
+        """Open, not generated (the assumptions): under a profile whose server does not
+        guard a key in flight, a batch run again looks a maybe-applied row up first, and
+        when the server has admitted its key but not begun, finds nothing and sends the
+        row beside the first attempt, past the client's hold: paid twice (kept as a
+        strict xfail in test_histories.py). Until the batch honours the hold, the
+        application runs a batch again only once the server holds no key in flight."""
+        if op.way == "batch" and not self.setup.profile.guards_in_flight:
+            self._until_nothing_in_flight()
 
     def _client(self, store: MortalStore, wire: Wire) -> Client:
         return Client(
@@ -643,7 +655,7 @@ class PaymentsMachine(RuleBasedStateMachine):
         way = op.way
         if other and op.way in ("client", "async"):
             way = "async" if op.way == "client" else "client"
-        self._wait_out_in_flight()
+        self._batch_rerun_waits(op)
         self._process(kill_at, disk_full, self._issue, op=op, way=way)
 
     @rule(
@@ -660,7 +672,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         one goes on. One thread at a time: the first is parked until the second is done."""
         if op.retired:
             return
-        self._wait_out_in_flight()  # the first process issues it again, too
         fate = Fate(pause_at=pause_at)
         first = threading.Thread(
             target=self._process,
@@ -674,28 +685,27 @@ class PaymentsMachine(RuleBasedStateMachine):
                 break
         try:
             self.world.advance(seconds)
-            self._wait_out_in_flight(looking_up=taker == "reconcile")
             if taker == "issue again":
+                self._batch_rerun_waits(op)
                 self._process(None, frozenset(), self._issue, op=op, way=op.way)
             elif taker == "resume":
                 self._process(None, frozenset(), self._resume, way="client")
             else:
+                self._wait_out_in_flight()
                 self._process(None, frozenset(), self._reconcile, op=op)
         finally:
-            if self.pause_outlasts_in_flight:
-                self._wait_out_in_flight()
+            self._batch_rerun_waits(op)
             fate.go_on.set()
             first.join(timeout=60)
         assert not first.is_alive(), "the paused process never finished"
 
     @rule(kill_at=kills, disk_full=disks, way=st.sampled_from(("client", "async")))
     def resume(self, kill_at: int | None, disk_full: frozenset[str], way: str) -> None:
-        self._wait_out_in_flight()
         self._process(kill_at, disk_full, self._resume, way=way)
 
     @rule(op=operations, kill_at=kills)
     def reconcile(self, op: Operation, kill_at: int | None) -> None:
-        self._wait_out_in_flight(looking_up=True)
+        self._wait_out_in_flight()
         self._process(kill_at, frozenset(), self._reconcile, op=op)
 
     @rule(fault=st.sampled_from(FAULTS))
@@ -720,15 +730,33 @@ class PaymentsMachine(RuleBasedStateMachine):
         # a long stretch (a stranded instruction must be resumed while the external
         # systems still remember it), also once a clock stepped back has caught up.
         passed = 0.0
+        unresolved = 0
         for sweep in (LEASE + 1, SWEEP_EVERY, SERVER_CLOCK_TOLERANCE + LEASE + 1):
             if seconds > sweep:
                 self.world.advance(sweep - passed)
                 passed = sweep
-                self.server.recover()
+                unresolved = self.server.recover().unresolved
+        # While a sweep leaves an instruction unresolved (an external system timing out
+        # again and again), it goes on sweeping every SWEEP_EVERY: three sweeps and then
+        # days of sleep broke the assumption that it runs at least that often (found
+        # deep, gocardless: the instruction outlived the external system's retention,
+        # was left for an operator, and the payment stayed indeterminate for good).
+        while unresolved and seconds > passed + SWEEP_EVERY:
+            self.world.advance(SWEEP_EVERY)
+            passed += SWEEP_EVERY
+            unresolved = self.server.recover().unresolved
         self.world.advance(seconds - passed)
 
     @rule(offset=st.sampled_from(CLIENT_OFFSETS))
     def client_clock_jumps(self, offset: float) -> None:
+        if (
+            offset - self.client_clock.offset > CLOCK_SKEW
+            and not self.setup.profile.guards_in_flight
+        ):
+            # A step forward no client sees looks like time passing, and lapses the
+            # client's in-flight hold early (see the assumptions): taken only while the
+            # server holds no key in flight.
+            self._until_nothing_in_flight()
         back = self.client_clock.offset - offset
         self.client_clock.offset = offset
         if back > CLOCK_SKEW:

@@ -198,8 +198,7 @@ def test_a_resume_while_an_unguarded_server_holds_the_key_in_flight_pays_once(
     # an immediate resume() sent the operation again under its key beside the first:
     # paid twice. An attempt that may have been applied now holds the operation for the
     # profile's in_flight_for (not_before): the resume sends nothing.
-    state = PaymentsMachine.for_profile(profile)()
-    state.application_waits = False  # the application resumes at once
+    state = PaymentsMachine.for_profile(profile)()  # the application resumes at once
     state.server_crashes_after(after=after)
     op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
     state.never_twice_and_agreeing()
@@ -213,13 +212,20 @@ def test_a_resume_while_an_unguarded_server_holds_the_key_in_flight_pays_once(
 
 @pytest.mark.parametrize("profile", UNGUARDED)
 def test_a_resume_once_the_unguarded_server_let_the_key_go_pays_once(profile: str) -> None:
-    # The same history with the application waiting as docs/profiles.md asks: the
-    # server's lease lapses and its recovery finishes the first request; the resume is
-    # answered from the key.
+    # The same history with the application resuming once the client's hold (the
+    # profile's in_flight_for, 900 s) is over: the server's lease lapsed and its
+    # recovery finished the first request; the resume is answered from the key.
     state = PaymentsMachine.for_profile(profile)()
     state.server_crashes_after(after="H1_DONE")
     op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.time_passes(seconds=600.0)
+    state.time_passes(seconds=600.0)
     state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    # django-idempotency-key keeps a key 300 s, less than the hold: the operation is past
+    # retention before it may be sent again, and is looked up instead (at teardown).
+    held_past_retention = state.setup.retention < state.setup.profile.in_flight_for
+    expected = State.INDETERMINATE if held_past_retention else State.SUCCEEDED
+    assert state._record(op).state is expected
     state.never_twice_and_agreeing()
     state.teardown()
     assert len(state.final_resources(op)) == 1
@@ -230,8 +236,7 @@ def test_gocardless_a_pending_resource_named_while_in_flight_is_not_succeeded() 
     # (pending, its key in flight); resumed at once, GoCardless answers "already
     # created" naming it, and the client recorded succeeded. It now reads the resource
     # it names: pending is not final.
-    state = PaymentsMachine.for_profile("gocardless")()
-    state.application_waits = False
+    state = PaymentsMachine.for_profile("gocardless")()  # resumed at once
     state.server_crashes_after(after="H1_DONE")
     state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
     state.resume(kill_at=None, disk_full=NOTHING, way="client")
@@ -248,8 +253,7 @@ def test_a_paused_process_does_not_send_while_an_unguarded_server_holds_the_key(
     # Found with the same servers: a process paused before its send went on and sent
     # the operation beside another process's attempt, which the server still held in
     # flight. The other process's maybe-applied attempt holds the operation now.
-    state = PaymentsMachine.for_profile(profile)()
-    state.pause_outlasts_in_flight = False  # the first process goes on at once
+    state = PaymentsMachine.for_profile(profile)()  # the first process goes on at once
     state.server_fault(fault="500")
     op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
     state.server_crashes_after(after="ADMITTED")
@@ -279,7 +283,8 @@ def test_gocardless_a_server_clock_stepped_back_is_waited_out_before_sending_aga
     # Found as a modelling error: the application waited out the server's lease by the
     # true clock, but the server's clock stepped back holds the lease it stamped that
     # much longer; sent again while the key was still in flight, it ran twice. The
-    # application waits until the server holds no key in flight.
+    # application no longer waits at all: re-issued at once, the client's own hold
+    # (the profile's in_flight_for) sends nothing.
     state = PaymentsMachine.for_profile("gocardless")()
     state.server_crashes_after(after="ADMITTED")
     op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
@@ -292,8 +297,8 @@ def test_gocardless_a_server_clock_stepped_back_is_waited_out_before_sending_aga
 
 def test_wise_a_server_clock_stepped_back_end_to_end_is_waited_out_before_sending_again() -> None:
     # Found next (deep, wise): stamped by a clock half an hour fast, then set half an
-    # hour slow, the lease outlasted the wait's first bound. The wait goes on until the
-    # server's clock has crossed the whole step.
+    # hour slow, the lease outlasted the wait's first bound. The application no longer
+    # waits: re-issued at once, the client's own hold sends nothing.
     state = PaymentsMachine.for_profile("wise")()
     state.server_clock_jumps(offset=1790.0)
     state.server_crashes_after(after="H1_DONE")
@@ -422,3 +427,92 @@ def test_an_operation_reconciled_once_the_key_is_let_go_is_paid_once(profile: st
     state.never_twice_and_agreeing()
     state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.parametrize("profile", UNGUARDED)
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (product, the batch): the server died right after admitting a row's key;"
+    " the batch run again at once looked the maybe-applied row up first, found nothing"
+    " (admitted, not begun), and sent it beside the first attempt, which this server"
+    " does not refuse, past the client's in-flight hold: paid twice. Not generated"
+    " (PaymentsMachine._batch_rerun_waits)",
+)
+def test_a_batch_run_again_while_an_unguarded_server_holds_a_rows_key_pays_once(
+    profile: str,
+) -> None:
+    # Found (deep, square) once the application stopped waiting out a key in flight.
+    state = PaymentsMachine.for_profile(profile)()
+    state.server_crashes_after(after="ADMITTED")
+    op = state.issue_new(way="batch", by="identity", kill_at=None, disk_full=NOTHING)
+    state._process(None, NOTHING, state._issue, op=op, way="batch")  # run again at once
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="outside the checker's assumptions: a client clock stepped an hour forward"
+    " while no client ran looks like an hour passed, and ends the client's in-flight"
+    " hold (the profile's in_flight_for, 900 s) at once; under paypal (key retention 6"
+    " hours) the resume sends the operation beside the attempt the server still holds"
+    " in flight: paid twice (docs/reliability.md)",
+)
+def test_paypal_a_clock_stepped_forward_while_no_client_ran_ends_the_hold_early() -> None:
+    # Found (deep, paypal) once the application stopped waiting out a key in flight.
+    state = PaymentsMachine.for_profile("paypal")()
+    state.server_crashes_after(after="ADMITTED")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.client_clock.offset = 3600.0  # stepped while no process of the client runs
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+def test_paypal_a_clock_stepped_forward_is_taken_once_nothing_is_in_flight() -> None:
+    # The same history as the checker generates it: the step is taken once the server's
+    # recovery has finished the first request, and the resume is answered from the key.
+    state = PaymentsMachine.for_profile("paypal")()
+    state.server_crashes_after(after="ADMITTED")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.client_clock_jumps(offset=3600.0)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    state.never_twice_and_agreeing()
+    assert state._record(op).state is State.SUCCEEDED
+    state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.parametrize("profile", UNGUARDED)
+def test_a_batch_run_again_once_the_unguarded_server_let_the_key_go_pays_once(
+    profile: str,
+) -> None:
+    state = PaymentsMachine.for_profile(profile)()
+    state.server_crashes_after(after="ADMITTED")
+    op = state.issue_new(way="batch", by="identity", kill_at=None, disk_full=NOTHING)
+    state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+def test_gocardless_the_recovery_worker_keeps_sweeping_while_an_instruction_is_unresolved() -> None:
+    # Found as a modelling error (deep, gocardless): external system 2 applied and timed
+    # out five times running; the checker's recovery worker swept three times and then
+    # slept for days, past the system's retention, so the server left the payment for
+    # an operator and it stayed indeterminate. The worker sweeps every SWEEP_EVERY while
+    # a sweep leaves an instruction unresolved.
+    state = PaymentsMachine.for_profile("gocardless")()
+    state.server_fault(fault="ext2 apply then timeout x2")
+    state.server_fault(fault="ext2 apply then timeout x2")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.server_fault(fault="ext2 timeout")
+    state.time_passes(seconds=8 * DAY)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    (entry,) = state.final_resources(op)
+    assert (entry.status, entry.ext2_applied) == ("succeeded", 1)
