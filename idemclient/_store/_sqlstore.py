@@ -566,7 +566,7 @@ class SQLStore(Store, ABC):
         )
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None)
+        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None, prior=record)
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another

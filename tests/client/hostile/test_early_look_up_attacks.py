@@ -1,0 +1,93 @@
+"""Attacks on the rule that a look-up's "not found" right after a send that may have
+been applied does not settle `not_sent` (the server may still be running that send):
+paths around it that would let an operation be reported never applied, and sent again,
+while an attempt of it may still be made by the server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State, profiles
+from idemclient.testing import ReferenceServer
+
+PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
+BY_REFERENCE = "/v1/payments?reference={reference}"
+WINDOW = profiles.reference.in_flight_for
+DAY = 86_400.0
+
+
+def _client(server: ReferenceServer, clock: ManualClock, store: Path) -> Client:
+    return Client(
+        base_url="https://psp.test",
+        transport=server.transport,
+        headers={"Authorization": "Bearer shop-1"},
+        store=store,
+        clock=clock,
+        policy=RetryPolicy(max_attempts=1),
+    )
+
+
+@pytest.fixture
+def psp(tmp_path: Path) -> Iterator[tuple[Client, Client, ReferenceServer, ManualClock]]:
+    """Two callers (two processes) on one store, and the server."""
+    clock = ManualClock()
+    with ExitStack() as stack:
+        server = stack.enter_context(ReferenceServer(clock=clock))
+        one = stack.enter_context(_client(server, clock, tmp_path / "s.db"))
+        two = stack.enter_context(_client(server, clock, tmp_path / "s.db"))
+        yield one, two, server, clock
+
+
+def _pay(client: Client) -> Any:
+    return client.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-9")
+
+
+def _not_sent(client: Client, server: ReferenceServer, clock: ManualClock) -> None:
+    """Leave "o" not_sent, not maybe applied: refused, looked up, found never applied."""
+    server.answer(500, path="/v1/payments")
+    with pytest.raises(Indeterminate):
+        _pay(client)
+    clock.advance(WINDOW)
+    settled = client.reconcile("o", lookup=BY_REFERENCE)
+    assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
+
+
+def test_a_send_between_a_look_ups_read_and_its_lease_is_not_judged_by_the_stale_read(
+    psp: tuple[Client, Client, ReferenceServer, ManualClock],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A look-up reads the operation (not_sent, never sent since), then leases it; in
+    # between, another caller sends it: the server admits it and dies before running
+    # it. The look-up finds nothing, judged by what it read before that send: "never
+    # applied", not_sent. The server's recovery makes the payment; past its retention
+    # the not_sent operation is sent again: paid twice.
+    one, two, server, clock = psp
+    _not_sent(one, server, clock)
+    store = one.store
+    claim = store.claim
+
+    def other_caller_sends_first(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.undo()
+        server.crash("ADMITTED", path="/v1/payments")
+        with pytest.raises(Indeterminate):
+            _pay(two)
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim", other_caller_sends_first)
+    with pytest.raises(Indeterminate, match="may still be running it"):
+        one.reconcile("o", lookup=BY_REFERENCE)
+    record = store.get("o")
+    assert record is not None
+    assert record.maybe_applied
+    clock.advance(WINDOW)
+    server.recover()
+    clock.advance(2 * DAY)
+    server.reap()
+    assert one.reconcile("o", lookup=BY_REFERENCE).state is State.SUCCEEDED
+    assert _pay(one).state is State.SUCCEEDED  # from the store
+    assert len(server.ledger()) == 1
