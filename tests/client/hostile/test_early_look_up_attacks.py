@@ -5,15 +5,20 @@ while an attempt of it may still be made by the server."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State, profiles
-from idemclient.testing import ReferenceServer
+from idemclient.cli import main
+from idemclient.store import SQLiteStore
+from idemclient.testing import ReferenceServer, serve
 
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
 BY_REFERENCE = "/v1/payments?reference={reference}"
@@ -91,3 +96,39 @@ def test_a_send_between_a_look_ups_read_and_its_lease_is_not_judged_by_the_stale
     assert one.reconcile("o", lookup=BY_REFERENCE).state is State.SUCCEEDED
     assert _pay(one).state is State.SUCCEEDED  # from the store
     assert len(server.ledger()) == 1
+
+
+def test_ops_reconcile_does_not_judge_an_own_profiles_operation_by_the_default_window(
+    tmp_path: Path,
+) -> None:
+    # Sent under the application's own profile, whose server may run a request for an
+    # hour. `idemclient ops reconcile` knew nothing of that profile and judged by the
+    # default's fifteen minutes: twenty minutes after a send the server admitted and had
+    # not begun, it settled the operation not_sent, and the server then made the payment.
+    own = dataclasses.replace(profiles.reference, name="my-psp", in_flight_for=3600.0)
+    path = tmp_path / "s.db"
+    with serve() as live:
+        live.server.crash("ADMITTED", path="/v1/payments")
+        with (
+            Client(
+                store=path,
+                clock=ManualClock(start=time.time() - 1200.0),  # sent twenty minutes ago
+                base_url=live.url,
+                headers={"Authorization": "Bearer shop-1"},
+                profile=own,
+                policy=RetryPolicy(max_attempts=1),
+            ) as client,
+            pytest.raises(Indeterminate),
+        ):
+            _pay(client)
+        result = CliRunner().invoke(
+            main,
+            ["ops", "reconcile", "o", "--store", str(path), "--url", live.url,
+             "--token", "shop-1", "--lookup", BY_REFERENCE],
+        )  # fmt: skip
+        assert result.exit_code == 2, result.stdout
+        assert "own profile" in result.stderr
+        with SQLiteStore(path) as store:
+            record = store.get("o")
+        assert record is not None
+        assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
