@@ -132,3 +132,30 @@ def test_ops_reconcile_does_not_judge_an_own_profiles_operation_by_the_default_w
             record = store.get("o")
         assert record is not None
         assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
+
+
+def test_a_host_ahead_does_not_make_a_send_of_a_correct_clock_look_old(tmp_path: Path) -> None:
+    # A send at T by a host whose clock is right; then a host an hour ahead opens the
+    # store (its time becomes the store's latest), and a process on the right host
+    # starts a minute later: it reads an hour's step back, and brought every send time
+    # back by that hour. The send of a minute ago looked an hour old: a look-up that
+    # found nothing settled it not_sent while the server was still running it.
+    clock = ManualClock()
+    path = tmp_path / "s.db"
+    with ReferenceServer(clock=clock) as server:
+        server.crash("ADMITTED", path="/v1/payments")
+        with _client(server, clock, path) as client, pytest.raises(Indeterminate):
+            _pay(client)
+        ahead = ManualClock(start=clock.time() + 3600.0)
+        with _client(server, ahead, path):
+            pass
+        clock.advance(60.0)
+        with _client(server, clock, path) as client:
+            with pytest.raises(Indeterminate, match="may still be running it"):
+                client.reconcile("o", lookup=BY_REFERENCE)
+            clock.advance(WINDOW)
+            server.recover()
+            clock.advance(2 * DAY)
+            server.reap()
+            assert client.reconcile("o", lookup=BY_REFERENCE).state is State.SUCCEEDED
+            assert len(server.ledger()) == 1
