@@ -15,8 +15,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State, profiles
+from idemclient import (
+    Client,
+    Indeterminate,
+    ManualClock,
+    RetryPolicy,
+    State,
+    StoreError,
+    profiles,
+)
 from idemclient.cli import main
+from idemclient.errors import StoreUnavailable
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer, serve
 
@@ -158,4 +167,67 @@ def test_a_host_ahead_does_not_make_a_send_of_a_correct_clock_look_old(tmp_path:
             clock.advance(2 * DAY)
             server.reap()
             assert client.reconcile("o", lookup=BY_REFERENCE).state is State.SUCCEEDED
+            assert len(server.ledger()) == 1
+
+
+class _DiesAfterSending(SQLiteStore):
+    """A process that dies once its attempt is on the wire: nothing after the send is
+    written (its row stays in flight, under its lease)."""
+
+    dead = False
+
+    def record_attempt(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead:
+            raise StoreUnavailable(self.path, "the process died")
+        return super().record_attempt(*args, **kwargs)
+
+    def finish(self, *args: Any, **kwargs: Any) -> Any:
+        if self.dead:
+            raise StoreUnavailable(self.path, "the process died")
+        return super().finish(*args, **kwargs)
+
+
+def test_an_early_look_up_does_not_lift_the_hold_of_an_owner_that_died_in_flight(
+    tmp_path: Path,
+) -> None:
+    # Under a profile whose server runs a second request beside the first, a call that
+    # takes over from an owner that died in flight holds the operation for the
+    # profile's in_flight_for. A look-up in between (nothing found yet) gave the row
+    # back with no owner: the next call no longer saw a takeover, and sent at once,
+    # beside the request the server was still to run: paid twice.
+    name = profiles.reference.replace(name="reference-unguarded", guards_in_flight=False)
+    clock = ManualClock()
+    path = tmp_path / "s.db"
+    with ReferenceServer(clock=clock, profile=name) as server:
+        server.crash("ADMITTED", path="/v1/payments")
+        dying = _DiesAfterSending(path)
+        with Client(
+            base_url="https://psp.test",
+            transport=server.transport,
+            headers={"Authorization": "Bearer shop-1"},
+            store=dying,
+            clock=clock,
+            profile=name,
+            policy=RetryPolicy(max_attempts=1),
+        ) as first:
+            dying.dead = True
+            with pytest.raises((Indeterminate, StoreError)):
+                _pay(first)
+        dying.close()
+        with Client(
+            base_url="https://psp.test",
+            transport=server.transport,
+            headers={"Authorization": "Bearer shop-1"},
+            store=path,
+            clock=clock,
+            profile=name,
+            policy=RetryPolicy(max_attempts=1),
+        ) as second:
+            clock.advance(10.0)
+            with pytest.raises(Indeterminate, match="may still be running it"):
+                second.reconcile("o", lookup=BY_REFERENCE)
+            with pytest.raises(Indeterminate, match="in_flight_for"):
+                _pay(second)  # held: the first request may still run at the server
+            clock.advance(60.0)
+            server.recover()  # it does
             assert len(server.ledger()) == 1
