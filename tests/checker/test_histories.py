@@ -422,3 +422,18 @@ def test_an_operation_reconciled_once_the_key_is_let_go_is_paid_once(profile: st
     state.never_twice_and_agreeing()
     state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+# Begun by a client an hour fast and killed in flight (its lease's end stamped an hour
+# ahead), the clock then set right: the resume at the end takes it over, counting the
+# dead owner's sends until that lease's end, and (its clock stepped, maybe applied) it
+# is left to a look-up, whose "none" at once is too early. Late, never wrong: the
+# look-up says when to look again, and the end of a history now does.
+def test_an_operation_begun_by_a_fast_clock_and_killed_settles_once_looked_up_again() -> None:
+    state = PaymentsMachine.for_profile("ietf")()
+    state.start()
+    state.client_clock_jumps(offset=3600.0)
+    state.issue_new(by="operation_id", disk_full=NOTHING, kill_at=5, way="client")
+    state.client_clock_jumps(offset=0.0)
+    state.never_twice_and_agreeing()
+    state.teardown()
