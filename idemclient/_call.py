@@ -473,6 +473,17 @@ class Call:
         self.not_before = record.not_before
         self.created_at = record.created_at
         self.record = record
+        # Held from the last send that may have been applied, whoever kept it: a look-up
+        # that took the row from an owner dead in flight gives it back with no owner (no
+        # takeover to see) and with that owner's send time, which no call had held from.
+        if (
+            record.maybe_applied
+            and record.sent_at is not None
+            and not self.profile.guards_in_flight
+        ):
+            until = record.sent_at + self.profile.in_flight_for
+            if until > self.clock.time():
+                self.not_before = until if self.not_before is None else max(self.not_before, until)
 
     def busy_wait(self) -> float | None:
         """Seconds to wait for another owner's lease, or None to give up now."""

@@ -405,6 +405,14 @@ def reconcile_command(
     with _open(store) as opened:
         known = opened.get(operation_id)
     profile = (known.profile if known is not None else None) or DEFAULT.name
+    if profile not in BUILTIN:
+        # Its server's in_flight_for (how long a "not found" is too early to believe),
+        # its look-up and its statuses are the application's: judged by the default's,
+        # a payment its server was still running was settled not_sent.
+        _fail(
+            f"operation {operation_id!r} was sent under the application's own profile"
+            f" {profile!r}: reconcile it from the application (client.reconcile())"
+        )
     try:
         client = Client(
             store=store,

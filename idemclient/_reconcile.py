@@ -430,7 +430,9 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
     if begin.claim is Claim.BUSY:
         release_owner(owner)
         raise unsettled(before, "it is being sent by another caller right now")
-    return Taken(before, owner)
+    # Judged, and given back, as it was when leased: another caller may have sent it
+    # since `before` was read (then a look-up's "none" may be too early).
+    return Taken(begin.prior or before, owner)
 
 
 def release(store: SendingStore, clock: Clock, taken: Taken, *, exists: bool = False) -> None:

@@ -168,6 +168,9 @@ class Begin:
     #: CLAIMED from an owner whose lease lapsed unreleased (a dead or paused process):
     #: its attempt may still be running at the server
     taken_over: bool = False
+    #: CLAIMED: the record as it was just before this claim, read in its transaction
+    #: (what a caller read earlier may be stale: another caller may have sent since)
+    prior: OperationRecord | None = None
 
 
 class OperationLookup(Protocol):

@@ -394,7 +394,7 @@ class SQLStore(Store, ABC):
             raise ValueError(f"a clock's step back is a positive number of seconds, not {step!r}")
         # Durable as an intent is: what it keeps is what stops a second send.
         with self._transaction(durable=self.durability is not Durability.BUFFERED) as conn:
-            marked = conn.execute(self._sql.stepped_back, (step, step, step)).rowcount
+            marked = conn.execute(self._sql.stepped_back, (step, step, now, now)).rowcount
             conn.execute(self._sql.rewind, (now, now))
         return int(marked)
 
@@ -574,7 +574,7 @@ class SQLStore(Store, ABC):
         )
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None)
+        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None, prior=record)
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another

@@ -130,10 +130,14 @@ _SEEN = (
 _ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
 # A clock went back: every unfinished operation keeps the largest step seen (one not
 # sent yet may be sent, and applied, before it looks its age again), and a server's
-# wait and the last send, written by the clock ahead by that step, come back by it.
+# wait, written by the clock ahead by that step, comes back by it. The last send comes
+# back only to now, never earlier: which clock wrote it is not known (a send by a clock
+# that was right, before a host ahead raised the store's time, is as old as it says),
+# and one older than it was would let a look-up's "none" count too early.
 _STEPPED_BACK = (
     "UPDATE {t} SET clock_stepped = {greatest}(coalesce(clock_stepped, 0), {p}),"
-    " not_before = not_before - {p}, sent_at = sent_at - {p} WHERE finished_at IS NULL"
+    " not_before = not_before - {p},"
+    " sent_at = CASE WHEN sent_at > {p} THEN {p} ELSE sent_at END WHERE finished_at IS NULL"
 )
 # ... and the store's high-water mark comes back to the clock's time: it was set by the
 # clock ahead, and every later start would see the same step again, and mark again what

@@ -516,3 +516,18 @@ def test_gocardless_the_recovery_worker_keeps_sweeping_while_an_instruction_is_u
     state.teardown()
     (entry,) = state.final_resources(op)
     assert (entry.status, entry.ext2_applied) == ("succeeded", 1)
+
+
+# Begun by a client an hour fast and killed in flight (its lease's end stamped an hour
+# ahead), the clock then set right: the resume at the end takes it over, counting the
+# dead owner's sends until that lease's end, and (its clock stepped, maybe applied) it
+# is left to a look-up, whose "none" at once is too early. Late, never wrong: the
+# look-up says when to look again, and the end of a history now does.
+def test_an_operation_begun_by_a_fast_clock_and_killed_settles_once_looked_up_again() -> None:
+    state = PaymentsMachine.for_profile("ietf")()
+    state.start()
+    state.client_clock_jumps(offset=3600.0)
+    state.issue_new(by="operation_id", disk_full=NOTHING, kill_at=5, way="client")
+    state.client_clock_jumps(offset=0.0)
+    state.never_twice_and_agreeing()
+    state.teardown()
