@@ -664,7 +664,7 @@ class _Run:
                 in_flight_for=self.resolved.profile.in_flight_for,
             )
         except OutcomeError as exc:
-            if running:  # not found yet, and too late to send under its key
+            if running or verdict.finding == "not_found":  # not found yet, too late to send
                 self._done(
                     item,
                     _line(

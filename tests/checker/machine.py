@@ -62,9 +62,7 @@ The assumptions it rests on (no generated history leaves them):
 - where the profile's server does not guard a key in flight: the client's clock steps
   forward by more than `CLOCK_SKEW` only while the server holds no key in flight (a
   step forward no client sees looks like time passing, and ends the client's in-flight
-  hold early; that history is kept in test_histories.py as a strict xfail); and a batch
-  is run again only then too (`_batch_rerun_waits`: open, the batch does not honour the
-  hold; kept as a strict xfail).
+  hold early; that history is kept in test_histories.py as a strict xfail).
 
 The application re-issues and resumes at once, and a paused process goes on at once:
 where the profile's server does not guard a key in flight, the client itself holds a
@@ -502,16 +500,6 @@ class PaymentsMachine(RuleBasedStateMachine):
             self.world.advance(span)
             self.server.recover()
 
-    def _batch_rerun_waits(self, op: Operation) -> None:
-        """Open, not generated (the assumptions): under a profile whose server does not
-        guard a key in flight, a batch run again looks a maybe-applied row up first, and
-        when the server has admitted its key but not begun, finds nothing and sends the
-        row beside the first attempt, past the client's hold: paid twice (kept as a
-        strict xfail in test_histories.py). Until the batch honours the hold, the
-        application runs a batch again only once the server holds no key in flight."""
-        if op.way == "batch" and not self.setup.profile.guards_in_flight:
-            self._until_nothing_in_flight()
-
     def _client(self, store: MortalStore, wire: Wire) -> Client:
         return Client(
             store=store,  # type: ignore[arg-type]
@@ -655,7 +643,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         way = op.way
         if other and op.way in ("client", "async"):
             way = "async" if op.way == "client" else "client"
-        self._batch_rerun_waits(op)
         self._process(kill_at, disk_full, self._issue, op=op, way=way)
 
     @rule(
@@ -686,7 +673,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         try:
             self.world.advance(seconds)
             if taker == "issue again":
-                self._batch_rerun_waits(op)
                 self._process(None, frozenset(), self._issue, op=op, way=op.way)
             elif taker == "resume":
                 self._process(None, frozenset(), self._resume, way="client")
@@ -694,7 +680,6 @@ class PaymentsMachine(RuleBasedStateMachine):
                 self._wait_out_in_flight()
                 self._process(None, frozenset(), self._reconcile, op=op)
         finally:
-            self._batch_rerun_waits(op)
             fate.go_on.set()
             first.join(timeout=60)
         assert not first.is_alive(), "the paused process never finished"
