@@ -665,24 +665,18 @@ class _Run:
             )
         except OutcomeError as exc:
             if running or verdict.finding == "not_found":  # not found yet, too late to send
-                self._done(
-                    item,
-                    _line(
-                        item,
-                        key=record.key,
-                        state=State.INDETERMINATE,
-                        status=None,
-                        resource=None,
-                        replayed=False,
-                        reason=f"not found on the server yet ({verdict.why}), but an attempt"
-                        " that may have been applied may still be running there (the"
-                        " profile's in_flight_for), and its key may be forgotten: not sent;"
-                        " run again later to settle it",
-                    ),
+                reason = (
+                    f"not found on the server yet ({verdict.why}), but an attempt that may"
+                    " have been applied may still be running there (the profile's"
+                    " in_flight_for), and its key may be forgotten: not sent; run again"
+                    " later to settle it"
                 )
-                return False
-            # found, not final yet: maybe applied from now on
-            self.counts.found_unsettled += 1
+            else:  # found, not final yet: maybe applied from now on
+                self.counts.found_unsettled += 1
+                reason = (
+                    f"found on the server, not final yet ({verdict.why}): not sent;"
+                    f" run again later to settle it ({exc.outcome.state.value})"
+                )
             self._done(
                 item,
                 _line(
@@ -692,8 +686,7 @@ class _Run:
                     status=None,
                     resource=_item_id(verdict),
                     replayed=False,
-                    reason=f"found on the server, not final yet ({verdict.why}): not sent;"
-                    f" run again later to settle it ({exc.outcome.state.value})",
+                    reason=reason,
                 ),
             )
             return False
