@@ -476,14 +476,8 @@ class Call:
         # Held from the last send that may have been applied, whoever kept it: a look-up
         # that took the row from an owner dead in flight gives it back with no owner (no
         # takeover to see) and with that owner's send time, which no call had held from.
-        if (
-            record.maybe_applied
-            and record.sent_at is not None
-            and not self.profile.guards_in_flight
-        ):
-            until = record.sent_at + self.profile.in_flight_for
-            if until > self.clock.time():
-                self.not_before = until if self.not_before is None else max(self.not_before, until)
+        if record.maybe_applied and record.sent_at is not None:
+            self.hold_in_flight(since=record.sent_at)
 
     def busy_wait(self) -> float | None:
         """Seconds to wait for another owner's lease, or None to give up now."""
@@ -766,13 +760,17 @@ class Call:
         self.maybe_applied = self.maybe_applied or self._sending
         self.evidence = f"interrupted by {type(error).__name__}"
 
-    def hold_in_flight(self) -> None:
-        """An attempt that may have been applied may still be running at a server that
-        does not guard a key in flight: not sent again before the profile's
-        `in_flight_for` has passed (kept in `not_before`, for every later call)."""
+    def hold_in_flight(self, *, since: float | None = None) -> None:
+        """An attempt that may have been applied (sent now, or at `since`) may still be
+        running at a server that does not guard a key in flight: not sent again before
+        the profile's `in_flight_for` has passed (kept in `not_before`, for every later
+        call). A hold from `since` that has already passed holds nothing."""
         if self.profile.guards_in_flight:
             return
-        until = self.clock.time() + self.profile.in_flight_for
+        now = self.clock.time()
+        until = (now if since is None else since) + self.profile.in_flight_for
+        if since is not None and until <= now:
+            return
         self.not_before = until if self.not_before is None else max(self.not_before, until)
 
     def progress(self, *, settling: bool = False) -> Progress:
