@@ -235,16 +235,6 @@ def test_an_early_look_up_does_not_lift_the_hold_of_an_owner_that_died_in_flight
             assert len(server.ledger()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (product): a look-up's lease marks the row in_flight, as a send's does; a"
-    " look-up killed while it held it (a reconciler timed out, a host lost) is taken over"
-    " as an owner that may have sent until its lease's end: the operation becomes maybe"
-    " applied and its send time moves to then, so a look-up's none is not believed for"
-    " in_flight_for more. A reconciler killed each time keeps pushing its own window (and"
-    " a never-sent operation turns maybe applied). A look-up's lease needs a mark of its"
-    " own (not in_flight) that a takeover does not count as a send",
-)
 def test_a_look_up_killed_while_it_held_the_row_does_not_count_as_a_send(
     psp: tuple[Client, Client, ReferenceServer, ManualClock],
 ) -> None:
