@@ -360,3 +360,25 @@ def test_a_send_after_a_killed_look_up_of_a_never_sent_operation_goes_at_once(
             clock.advance(LEASE_MARGIN + 1.0)
             assert _pay(client).state is State.SUCCEEDED
             assert len(server.ledger()) == 1
+
+
+def test_a_look_up_and_a_second_look_up_or_send_do_not_both_hold_the_row(
+    psp: tuple[Client, Client, ReferenceServer, ManualClock],
+) -> None:
+    one, two, server, clock = psp
+    _not_sent(one, server, clock)
+    taken = _reconcile.take(one.store, clock, "o")  # live: its look-up is under way
+    assert isinstance(taken, _reconcile.Taken)
+    with pytest.raises(Indeterminate, match="being looked up by another caller"):
+        two.reconcile("o", lookup=BY_REFERENCE)
+    record = two.store.get("o")
+    assert record is not None
+    assert (record.state, record.lease_owner, record.lease_look_up) == (
+        State.NOT_SENT,
+        taken.owner,
+        True,
+    )
+    # A send waits for the look-up's lease (never sent beside it), then goes once.
+    assert _pay(two).state is State.SUCCEEDED
+    assert clock.time() >= record.lease_expires  # type: ignore[operator]
+    assert len(server.ledger()) == 1
