@@ -921,9 +921,10 @@ class Call:
             record, f"held by {record.lease_owner} until {record.lease_expires}"
         )
         self.tell(outcome)
+        doing = "looked up on the server" if record.lease_look_up else "sent"
         return Indeterminate(
-            f"operation {record.operation_id!r} (key {record.key}) is being sent by another"
-            f" caller ({record.lease_owner}) and did not finish within the deadline",
+            f"operation {record.operation_id!r} (key {record.key}) is being {doing} by"
+            f" another caller ({record.lease_owner}) and did not finish within the deadline",
             outcome,
         )
 

@@ -84,6 +84,7 @@ def _record_json(record: OperationRecord) -> dict[str, Any]:
         "not_before": record.not_before,
         "lease_owner": record.lease_owner,
         "lease_expires": record.lease_expires,
+        "lease_look_up": record.lease_look_up,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
         "finished_at": record.finished_at,
@@ -171,6 +172,11 @@ def list_command(
             f"{record.operation_id}  {styled_state(record.state, 13)} attempts={record.attempts:<2}"
             f" ref={record.reference or '-'}  {record.method} {record.url}"
             f"  updated {_when(record.updated_at)}  {record.evidence}"
+            + (
+                f"  [being looked up until {_when(record.lease_expires)}]"
+                if record.lease_look_up and record.lease_owner
+                else ""
+            )
         )
     click.echo(", ".join(f"{state.value} {n}" for state, n in counts.items()), err=True)
 
@@ -209,6 +215,16 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
         click.echo(f"{name:>14}: {value}")
 
 
+def _lease(record: OperationRecord) -> str:
+    """Who holds the operation, until when, and for what (a look-up sends nothing)."""
+    if not record.lease_owner:
+        return "-"
+    held = f"{record.lease_owner} until {_when(record.lease_expires)}"
+    if record.lease_look_up:
+        held += " (looking it up on the server: nothing is sent under this lease)"
+    return held
+
+
 def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [
         ("operation", record.operation_id),
@@ -221,12 +237,7 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
         ("maybe applied", record.maybe_applied),
         ("evidence", record.evidence or "-"),
         ("not before", _when(record.not_before)),
-        (
-            "lease",
-            f"{record.lease_owner} until {_when(record.lease_expires)}"
-            if record.lease_owner
-            else "-",
-        ),
+        ("lease", _lease(record)),
         ("created", _when(record.created_at)),
         ("updated", _when(record.updated_at)),
         ("finished", _when(record.finished_at)),

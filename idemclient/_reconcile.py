@@ -420,7 +420,13 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
     owner = new_owner()
     now = clock.time()
     try:
-        begin = store.claim(operation_id, owner=owner, now=now, lease_until=now + LEASE_MARGIN)
+        # A look-up's lease, not a send's: the operation keeps its state, and a
+        # takeover of it (this process killed while it waits for the server) counts
+        # no send, so it neither makes the operation maybe applied nor moves its send
+        # time, which would put off the next look-up's verdict by in_flight_for.
+        begin = store.claim(
+            operation_id, owner=owner, now=now, lease_until=now + LEASE_MARGIN, look_up=True
+        )
     except BaseException:
         release_owner(owner)
         raise
@@ -429,7 +435,8 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
         return from_record(begin.record)
     if begin.claim is Claim.BUSY:
         release_owner(owner)
-        raise unsettled(before, "it is being sent by another caller right now")
+        doing = "looked up" if begin.record.lease_look_up else "sent"
+        raise unsettled(before, f"it is being {doing} by another caller right now")
     # Judged, and given back, as it was when leased: another caller may have sent it
     # since `before` was read (then a look-up's "none" may be too early).
     return Taken(begin.prior or before, owner)

@@ -148,6 +148,11 @@ class OperationRecord:
     #: server has had its profile's `in_flight_for` to finish that attempt. None: no
     #: such attempt, or recorded before schema 7 (SQLite; PostgreSQL 5).
     sent_at: float | None = None
+    #: the lease (`lease_owner`) is held for a look-up, not a send: nothing is sent
+    #: under it, and the operation keeps its state meanwhile (never `in_flight`). A
+    #: takeover of it, its holder dead or out of its lease, counts no send (it moves
+    #: neither `sent_at` nor `maybe_applied`). False: a send's lease, or none.
+    lease_look_up: bool = False
 
 
 class Claim(enum.Enum):
@@ -165,8 +170,9 @@ class Claim(enum.Enum):
 class Begin:
     claim: Claim
     record: OperationRecord
-    #: CLAIMED from an owner whose lease lapsed unreleased (a dead or paused process):
-    #: its attempt may still be running at the server
+    #: CLAIMED from a sender whose lease lapsed unreleased (a dead or paused process):
+    #: its attempt may still be running at the server (a look-up's lease, which sent
+    #: nothing, is not a takeover in this sense)
     taken_over: bool = False
     #: CLAIMED: the record as it was just before this claim, read in its transaction
     #: (what a caller read earlier may be stale: another caller may have sent since)
@@ -204,8 +210,23 @@ class SendingStore(OperationLookup, Protocol):
         """
         ...
 
-    def claim(self, operation_id: str, *, owner: str, now: float, lease_until: float) -> Begin:
-        """Lease an existing unfinished operation to `owner` if nobody live holds it."""
+    def claim(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        look_up: bool = False,
+    ) -> Begin:
+        """Lease an existing unfinished operation to `owner` if nobody live holds it.
+
+        A send's lease (the default) marks the operation `in_flight`. `look_up`: the
+        lease is for a look-up on the server, which sends nothing: the operation keeps
+        its state (`lease_look_up` says who holds it), and a later takeover of the
+        lease counts no send. Either way, one taken from an owner that was in flight
+        may have been applied (`maybe_applied`, and `sent_at` up to when that owner may
+        have sent)."""
         ...
 
     def record_attempt(

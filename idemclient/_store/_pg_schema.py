@@ -134,8 +134,16 @@ def _v5(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(f"ALTER TABLE {schema}.operations ADD COLUMN sent_at double precision")
 
 
+def _v6(conn: psycopg.Connection[Any], schema: str) -> None:
+    # A lease taken for a look-up, which sends nothing (see the SQLite store's version
+    # 8). False: a send's lease, or none.
+    conn.execute(
+        f"ALTER TABLE {schema}.operations ADD COLUMN lease_look_up boolean NOT NULL DEFAULT false"
+    )
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

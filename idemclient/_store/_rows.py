@@ -49,7 +49,7 @@ COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at, profile, clock_stepped, sent_at"
+    " updated_at, finished_at, profile, clock_stepped, sent_at, lease_look_up"
 )
 
 
@@ -149,6 +149,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         profile,
         clock_stepped,
         sent_at,
+        lease_look_up,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -185,6 +186,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         profile=profile,
         clock_stepped=clock_stepped,
         sent_at=sent_at,
+        lease_look_up=bool(lease_look_up),
     )
 
 

@@ -165,6 +165,13 @@ def _v7(db: sqlite_utils.Database) -> None:
     db.table("operations").add_column("sent_at", float)
 
 
+def _v8(db: sqlite_utils.Database) -> None:
+    # A lease taken for a look-up, not a send: nothing is sent under it, so a takeover
+    # of it (the look-up's process killed) counts no send. 0: a send's lease, or none
+    # (every lease an earlier version wrote counts as a send's).
+    db.table("operations").add_column("lease_look_up", int, not_null_default=0)
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -198,7 +205,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -148,10 +148,20 @@ class SQLStore(Store, ABC):
             record = self._find_for(conn, intent)
             return self._claim_found(conn, record, owner=owner, now=now, lease_until=lease_until)
 
-    def claim(self, operation_id: str, *, owner: str, now: float, lease_until: float) -> Begin:
+    def claim(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        now: float,
+        lease_until: float,
+        look_up: bool = False,
+    ) -> Begin:
         with self._transaction(durable=self.durability is Durability.FULL) as conn:
             record = self._fetch(conn, operation_id)
-            return self._claim_found(conn, record, owner=owner, now=now, lease_until=lease_until)
+            return self._claim_found(
+                conn, record, owner=owner, now=now, lease_until=lease_until, look_up=look_up
+            )
 
     def record_attempt(
         self, operation_id: str, *, owner: str, progress: Progress, lease_until: float
@@ -536,9 +546,10 @@ class SQLStore(Store, ABC):
         owner: str,
         now: float,
         lease_until: float,
+        look_up: bool = False,
     ) -> Begin:
         """Lease `record`, just read in this transaction, unless it is finished or a
-        live owner holds it."""
+        live owner holds it; `look_up`: for a look-up (see `SendingStore.claim`)."""
         if record.state.finished:
             return Begin(Claim.FINISHED, record)
         holder = record.lease_owner
@@ -551,6 +562,7 @@ class SQLStore(Store, ABC):
         if live:
             return Begin(Claim.BUSY, record)
         # Taken from an owner in flight: it may have sent until now or its lease's end.
+        # A look-up's lease is never in flight: nothing was sent under it.
         sent_until = (
             min(record.lease_expires, now)
             if record.state is State.IN_FLIGHT and record.lease_expires is not None
@@ -560,9 +572,13 @@ class SQLStore(Store, ABC):
             conn.execute(
                 self._sql.take_over,
                 (
+                    not look_up,
                     State.IN_FLIGHT.value,
+                    State.IN_FLIGHT.value,
+                    State.INDETERMINATE.value,
                     owner,
                     lease_until,
+                    look_up,
                     now,
                     State.IN_FLIGHT.value,
                     sent_until,
@@ -574,7 +590,9 @@ class SQLStore(Store, ABC):
         )
         if row is None:
             return Begin(Claim.BUSY, record)
-        return Begin(Claim.CLAIMED, self._record(row), taken_over=holder is not None, prior=record)
+        # A look-up that held it sent nothing: no attempt of its to wait for.
+        sender = holder is not None and not record.lease_look_up
+        return Begin(Claim.CLAIMED, self._record(row), taken_over=sender, prior=record)
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another
@@ -713,6 +731,7 @@ def finished_record(
         not_before=not_before,
         lease_owner=None,
         lease_expires=None,
+        lease_look_up=False,
         response=response,
         created_at=known.created_at,
         updated_at=updated_at,

@@ -55,8 +55,13 @@ _EXISTING = _SELECT + " WHERE id {any} OR key {any}"
 # died, or be slow, before it could say so: the operation may have been applied.
 # An owner that was in flight may have sent until it died or its lease ran out, the
 # earlier of its lease's end and now (the caller's {p}): `sent_at` keeps the latest.
+# A look-up's lease is not in flight (it keeps the operation's state), so a takeover
+# of it counts no send. The state: a sender's claim (the first {p}) makes it in flight;
+# a look-up's keeps it, except that one taken from an owner in flight is indeterminate
+# (maybe applied). Every SET reads the row as it was before this statement.
 _TAKE_OVER = (
-    "UPDATE {t} SET state = {p}, lease_owner = {p}, lease_expires = {p}, updated_at = {p},"
+    "UPDATE {t} SET state = CASE WHEN {p} THEN {p} WHEN state = {p} THEN {p} ELSE state END,"
+    " lease_owner = {p}, lease_expires = {p}, lease_look_up = {p}, updated_at = {p},"
     " maybe_applied = maybe_applied OR state = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
@@ -80,7 +85,7 @@ _FINISH = (
     "UPDATE {t} SET state = CASE WHEN maybe_applied OR {p} THEN {p} ELSE {p} END,"
     " attempts = {p}, maybe_applied = maybe_applied OR {p},"
     " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
-    " status_code = {p}, response_headers = {j}, response_body = {p},"
+    " lease_look_up = false, status_code = {p}, response_headers = {j}, response_body = {p},"
     " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
     " WHERE id = {p} AND "
@@ -101,7 +106,7 @@ _MERGE = (
 )
 _SETTLE = (
     "UPDATE {t} SET {sets}, evidence = {p}, not_before = NULL, lease_owner = NULL,"
-    " lease_expires = NULL, updated_at = {p}"
+    " lease_expires = NULL, lease_look_up = false, updated_at = {p}"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner = {p} RETURNING {c}"
 )
 _APPLIED = (

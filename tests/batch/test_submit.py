@@ -441,3 +441,45 @@ def test_a_row_the_server_may_still_be_running_is_not_settled_by_an_early_look_u
         assert settled.exit_code is ExitCode.OK
         assert settled.rows[0].reason.startswith("found on the server by look-up")
         assert len(server.ledger()) == 1
+
+
+class _Killed(BaseException):
+    """The process killed: nothing after this point runs, nothing more is written."""
+
+
+def test_a_batch_killed_while_its_look_up_held_a_row_does_not_count_as_a_send(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run past the key retention looks a maybe-applied row up and leases it to record
+    # what it found; killed right then, its lease is taken over by the next run. Counted
+    # as a send, that takeover made the row "sent just now": the next run's look-up
+    # ("none") was not believed for in_flight_for more, and the row was left unsettled.
+    from idemclient import _reconcile
+
+    server.answer(500, times=8, key=key_from_identity("E0000", "payout"))  # never processed
+    with make_client(server, tmp_path / "s.db", clock) as client:
+        first = submit(make_batch(1), client)
+        assert [row.state for row in first.rows] == ["indeterminate"]
+        clock.advance(2 * DAY)
+        before = client.store.get("batch/payout/E0000")
+        assert before is not None
+
+        def killed(*args: object, **kwargs: object) -> None:
+            raise _Killed
+
+        with monkeypatch.context() as patched:
+            patched.setattr(_reconcile, "apply", killed)
+            with pytest.raises(_Killed):
+                submit(make_batch(1), client)
+        held = client.store.get("batch/payout/E0000")
+        assert held is not None
+        assert held.lease_owner is not None
+        assert (held.state, held.lease_look_up) == (State.INDETERMINATE, True)
+        clock.advance(60.0)  # its lease has run out
+        report = submit(make_batch(1), client)
+        record = client.store.get("batch/payout/E0000")
+    assert report.exit_code is ExitCode.OK, [row.reason for row in report.rows]
+    assert record is not None
+    assert record.state is State.SUCCEEDED
+    assert record.key == before.key
+    assert len(server.ledger()) == 1

@@ -377,3 +377,25 @@ def test_colour_on_a_real_terminal_and_none_with_no_color(
     assert code == 0, output
     assert ANSI not in output
     assert "succeeded" in output
+
+
+def test_show_and_list_say_when_a_look_up_holds_an_operation(store_with_history: Path) -> None:
+    # A reconciler holds order-2 for its look-up (or was killed holding it): the row
+    # keeps its state, and says that it is held for a look-up, which sends nothing.
+    from idemclient import _reconcile
+
+    with SQLiteStore(store_with_history) as store:
+        _reconcile.take(store, ManualClock(start=time.time()), "order-2")
+    code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-2")
+    assert code == 0
+    assert "state: indeterminate" in out
+    assert "(looking it up on the server: nothing is sent under this lease)" in out
+    _, out, _ = run("ops", "show", "--store", str(store_with_history), "order-2", "--json")
+    assert json.loads(out)["lease_look_up"] is True
+    _, out, _ = run("ops", "list", "--store", str(store_with_history))
+    finished, held = out.splitlines()
+    assert "indeterminate" in held
+    assert "[being looked up until 20" in held
+    assert "looked up" not in finished
+    _, out, _ = run("ops", "show", "--store", str(store_with_history), "order-1")
+    assert "looking it up" not in out

@@ -364,3 +364,26 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
     with psycopg.connect(pg_url) as conn:
         dumped = conn.execute("SELECT operations::text FROM idemclient.operations").fetchall()
     assert secret not in str(dumped)
+
+
+def test_a_version_5_store_gains_the_look_up_mark_and_its_leases_stay_sends(pg_url: str) -> None:
+    """As on SQLite (version 7): a lease an earlier version wrote, which leased look-ups
+    in flight too, counts as a send's when it is taken over."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:5])
+        conn.execute(
+            "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
+            " fingerprint, reference, state, attempts, maybe_applied, evidence, lease_owner,"
+            " lease_expires, created_at, updated_at) VALUES ('old', 'old-key', 'POST',"
+            " 'http://x/', '[]'::jsonb, '', 'f', 'r', 'in_flight', 1, false, '',"
+            " 'elsewhere:1:t:1', 50, 1, 2)"
+        )
+    with PostgresStore(pg_url) as store:
+        [before] = store.unfinished()
+        taken = store.claim("old", owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    assert before.lease_look_up is False
+    record = taken.record
+    assert (taken.taken_over, record.maybe_applied, record.sent_at) == (True, True, 50.0)
+    with psycopg.connect(pg_url) as conn:
+        (version,) = conn.execute("SELECT version FROM idemclient.store_version").fetchone()
+    assert version == SCHEMA_VERSION

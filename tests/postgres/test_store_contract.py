@@ -325,6 +325,114 @@ def test_an_owner_dead_in_flight_may_have_sent_until_it_was_found_dead(store: St
     assert (taken.record.sent_at, taken.record.maybe_applied) == (NOW + 30, True)
 
 
+def _not_sent(store: Store, *, sent_at: float | None = None) -> None:
+    """op-1 given back unsettled: never applied (`sent_at` None), or maybe applied,
+    last sent at `sent_at`."""
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    state = State.NOT_SENT if sent_at is None else State.INDETERMINATE
+    done = dataclasses.replace(progress(applied=sent_at is not None), sent_at=sent_at)
+    store.finish("op-1", owner=owner, state=state, progress=done)
+    release_owner(owner)
+
+
+def test_a_look_ups_lease_keeps_the_state_and_its_takeover_counts_no_send(store: Store) -> None:
+    # A reconciler leases the row for its look-up and is killed: the next caller takes
+    # the lease over. The look-up sent nothing, so nothing of a send is counted.
+    _not_sent(store)
+    looker = new_owner()
+    held = store.claim("op-1", owner=looker, now=NOW + 10, lease_until=NOW + 20, look_up=True)
+    assert held.claim is Claim.CLAIMED
+    record = held.record
+    assert (record.state, record.lease_owner, record.lease_look_up) == (
+        State.NOT_SENT,
+        looker,
+        True,
+    )
+    assert store.get("op-1") == record
+    # While it holds the row, nobody sends it, or looks it up beside it.
+    assert store.claim("op-1", owner=new_owner(), now=NOW + 15, lease_until=NOW + 75).claim is (
+        Claim.BUSY
+    )
+    assert store.begin(
+        make_intent(), owner=new_owner(), now=NOW + 15, lease_until=NOW + 75
+    ).claim is (Claim.BUSY)
+    again = store.claim("op-1", owner=new_owner(), now=NOW + 15, lease_until=NOW + 25, look_up=True)
+    assert again.claim is Claim.BUSY
+    # Killed: its lease runs out, and a sender takes it over, as from nobody in flight.
+    sender = new_owner()
+    taken = store.claim("op-1", owner=sender, now=NOW + 30, lease_until=NOW + 90)
+    assert (taken.claim, taken.taken_over) == (Claim.CLAIMED, False)
+    record = taken.record
+    assert (record.state, record.lease_look_up, record.lease_owner) == (
+        State.IN_FLIGHT,
+        False,
+        sender,
+    )
+    assert (record.maybe_applied, record.sent_at) == (False, None)
+
+
+def test_a_dead_look_up_leaves_the_send_time_and_maybe_applied_as_they_were(
+    store: Store,
+) -> None:
+    _not_sent(store, sent_at=NOW + 1)
+    # Killed look-ups, one after another, each taking the row from the one before.
+    for n in range(3):
+        at = NOW + 100 + 20 * n
+        taken = store.claim("op-1", owner=new_owner(), now=at, lease_until=at + 10, look_up=True)
+        assert (taken.claim, taken.taken_over) == (Claim.CLAIMED, False)
+        record = taken.record
+        assert (record.state, record.maybe_applied, record.sent_at) == (
+            State.INDETERMINATE,
+            True,
+            NOW + 1,
+        )
+    sent = store.claim("op-1", owner=new_owner(), now=NOW + 500, lease_until=NOW + 560)
+    assert (sent.record.maybe_applied, sent.record.sent_at) == (True, NOW + 1)
+
+
+def test_a_look_up_that_takes_a_dead_senders_lease_keeps_that_it_may_have_sent(
+    store: Store,
+) -> None:
+    store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    looker = new_owner()
+    taken = store.claim("op-1", owner=looker, now=NOW + 61, lease_until=NOW + 71, look_up=True)
+    assert (taken.claim, taken.taken_over) == (Claim.CLAIMED, True)
+    record = taken.record
+    # Not in flight (the look-up sends nothing), maybe applied (the sender may have).
+    assert (record.state, record.maybe_applied, record.sent_at, record.lease_look_up) == (
+        State.INDETERMINATE,
+        True,
+        NOW + 60,
+        True,
+    )
+    # Given back: the mark goes with the lease.
+    back = store.finish(
+        "op-1", owner=looker, state=State.INDETERMINATE, progress=progress(now=NOW + 65)
+    )
+    assert (back.lease_owner, back.lease_look_up) == (None, False)
+    assert store.get("op-1").lease_look_up is False  # type: ignore[union-attr]
+
+
+def test_a_settled_look_up_leaves_no_mark(store: Store) -> None:
+    _not_sent(store)
+    looker = new_owner()
+    store.claim("op-1", owner=looker, now=NOW + 10, lease_until=NOW + 20, look_up=True)
+    record = store.settle("op-1", owner=looker, applied=False, evidence="none", now=NOW + 11)
+    assert (record.state, record.lease_owner, record.lease_look_up) == (
+        State.NOT_SENT,
+        None,
+        False,
+    )
+
+
+def test_a_senders_lease_is_not_taken_by_a_look_up(store: Store) -> None:
+    store.begin(make_intent(), owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    busy = store.claim("op-1", owner=new_owner(), now=NOW + 5, lease_until=NOW + 15, look_up=True)
+    assert busy.claim is Claim.BUSY
+    assert (busy.record.state, busy.record.lease_look_up) == (State.IN_FLIGHT, False)
+
+
 def test_a_lost_lease_still_leaves_its_send_time(store: Store) -> None:
     first, second = new_owner(), new_owner()
     store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)

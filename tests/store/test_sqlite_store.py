@@ -356,7 +356,36 @@ def test_a_version_6_store_gains_sent_at_and_its_old_records_stand_on_updated_at
     # Written before the send time was kept: its last write's time stands in for it.
     assert (record.sent_at, last_sent(record, now=NOW)) == (None, 2.0)
     with sqlite3.connect(store_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_version_7_store_gains_the_look_up_mark_and_its_leases_stay_sends(
+    store_path: Path,
+) -> None:
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:7]).close()
+    with sqlite3.connect(store_path) as conn:
+        # Leased by an earlier version (which leased look-ups in flight too), expired.
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, lease_owner,"
+            " lease_expires, created_at, updated_at, sent_at) VALUES ('old', 'old-key',"
+            " 'POST', 'http://x/', '[]', x'', 'f', 'r', 'in_flight', 1, 0, '',"
+            " 'elsewhere:1:t:1', 50.0, 1.0, 2.0, NULL)"
+        )
+    with SQLiteStore(store_path) as store:
+        [before] = store.unfinished()
+        taken = store.claim("old", owner=new_owner(), now=NOW, lease_until=NOW + 60)
+    # Which it was is not known: it counts as a send, as it did before.
+    assert before.lease_look_up is False
+    assert (taken.taken_over, taken.record.maybe_applied, taken.record.sent_at) == (
+        True,
+        True,
+        50.0,
+    )
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(

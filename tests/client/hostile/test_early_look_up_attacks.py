@@ -235,16 +235,6 @@ def test_an_early_look_up_does_not_lift_the_hold_of_an_owner_that_died_in_flight
             assert len(server.ledger()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (product): a look-up's lease marks the row in_flight, as a send's does; a"
-    " look-up killed while it held it (a reconciler timed out, a host lost) is taken over"
-    " as an owner that may have sent until its lease's end: the operation becomes maybe"
-    " applied and its send time moves to then, so a look-up's none is not believed for"
-    " in_flight_for more. A reconciler killed each time keeps pushing its own window (and"
-    " a never-sent operation turns maybe applied). A look-up's lease needs a mark of its"
-    " own (not in_flight) that a takeover does not count as a send",
-)
 def test_a_look_up_killed_while_it_held_the_row_does_not_count_as_a_send(
     psp: tuple[Client, Client, ReferenceServer, ManualClock],
 ) -> None:
@@ -282,3 +272,113 @@ def test_a_send_stamped_by_a_slow_host_is_not_believed_never_applied_early(
             pytest.raises(Indeterminate, match="may still be running it"),
         ):
             looker.reconcile("o", lookup=BY_REFERENCE)
+
+
+def test_a_reconciler_killed_every_time_settles_after_one_window_not_never(
+    psp: tuple[Client, Client, ReferenceServer, ManualClock],
+) -> None:
+    # A send that may have been applied (the server admitted it and died before running
+    # it; it never recovers). A reconciler on a timer is killed each time while it
+    # holds the row for its look-up. Each takeover of its lease used to count as a
+    # send: the send time moved to the dead lease's end, and the next look-up's "none"
+    # waited another in_flight_for, for ever.
+    one, _two, server, clock = psp
+    server.crash("ADMITTED", path="/v1/payments")
+    with pytest.raises(Indeterminate):
+        _pay(one)
+    sent = clock.time()
+    for _ in range(int(WINDOW // (LEASE_MARGIN + 1.0)) + 5):  # bounded: a window and more
+        _reconcile.take(one.store, clock, "o")  # killed before it answers
+        clock.advance(LEASE_MARGIN + 1.0)
+        if clock.time() >= sent + WINDOW:
+            break
+        with pytest.raises(Indeterminate, match="may still be running it") as early:
+            one.reconcile("o", lookup=BY_REFERENCE)
+        assert early.value.outcome.not_before == sent + WINDOW  # never pushed on
+    settled = one.reconcile("o", lookup=BY_REFERENCE)
+    assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
+    assert len(server.ledger()) == 0
+
+
+def test_a_send_killed_in_flight_is_still_taken_over_as_a_send(tmp_path: Path) -> None:
+    # The look-up's mark is the look-up's alone: a sender that dies in flight may have
+    # sent until its lease's end, and a look-up's "none" counts only a window after.
+    clock = ManualClock()
+    path = tmp_path / "s.db"
+    with ReferenceServer(clock=clock) as server:
+        server.crash("ADMITTED", path="/v1/payments")
+        dying = _DiesAfterSending(path)
+        with _client(server, clock, dying) as first:  # type: ignore[arg-type]
+            dying.dead = True
+            with pytest.raises((Indeterminate, StoreError)):
+                _pay(first)
+        dying.close()
+        with SQLiteStore(path) as store:
+            held = store.get("o")
+        assert held is not None
+        assert (held.state, held.maybe_applied, held.lease_look_up) == (
+            State.IN_FLIGHT,
+            False,
+            False,
+        )
+        with _client(server, clock, path) as second:
+            clock.advance(10.0)
+            found_dead = clock.time()  # it may have sent until then
+            with pytest.raises(Indeterminate, match="may still be running it") as early:
+                second.reconcile("o", lookup=BY_REFERENCE)
+            record = second.store.get("o")
+            assert record is not None
+            assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
+            assert record.sent_at == found_dead
+            assert early.value.outcome.not_before == found_dead + WINDOW
+            clock.advance(WINDOW)
+            settled = second.reconcile("o", lookup=BY_REFERENCE)
+            assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
+
+
+def test_a_send_after_a_killed_look_up_of_a_never_sent_operation_goes_at_once(
+    tmp_path: Path,
+) -> None:
+    # Under a server that runs a second request beside the first, a call that takes
+    # over from a sender waits for that sender's attempt. A look-up's lease is no such
+    # sender: the operation, never sent, is sent at once, and once.
+    unguarded = profiles.reference.replace(name="reference-unguarded", guards_in_flight=False)
+    clock = ManualClock()
+    with ReferenceServer(clock=clock, profile=unguarded) as server:
+        client = Client(
+            base_url="https://psp.test",
+            transport=server.transport,
+            headers={"Authorization": "Bearer shop-1"},
+            store=tmp_path / "s.db",
+            clock=clock,
+            profile=unguarded,
+            policy=RetryPolicy(max_attempts=1),
+        )
+        with client:
+            _not_sent(client, server, clock)
+            _reconcile.take(client.store, clock, "o")  # killed before it answers
+            clock.advance(LEASE_MARGIN + 1.0)
+            assert _pay(client).state is State.SUCCEEDED
+            assert len(server.ledger()) == 1
+
+
+def test_a_look_up_and_a_second_look_up_or_send_do_not_both_hold_the_row(
+    psp: tuple[Client, Client, ReferenceServer, ManualClock],
+) -> None:
+    one, two, server, clock = psp
+    _not_sent(one, server, clock)
+    taken = _reconcile.take(one.store, clock, "o")  # live: its look-up is under way
+    assert isinstance(taken, _reconcile.Taken)
+    with pytest.raises(Indeterminate, match="being looked up by another caller"):
+        two.reconcile("o", lookup=BY_REFERENCE)
+    record = two.store.get("o")
+    assert record is not None
+    assert (record.state, record.lease_owner, record.lease_look_up) == (
+        State.NOT_SENT,
+        taken.owner,
+        True,
+    )
+    # A send waits for the look-up's lease (never sent beside it), then goes once.
+    assert _pay(two).state is State.SUCCEEDED
+    assert clock.time() >= record.lease_expires  # type: ignore[operator]
+    assert len(server.ledger()) == 1
