@@ -40,7 +40,7 @@ HELD = WINDOW + CLOCK_SKEW
 DAY = 86_400.0
 
 
-def _client(server: ReferenceServer, clock: ManualClock, store: Path) -> Client:
+def _client(server: ReferenceServer, clock: ManualClock, store: Path | str) -> Client:
     return Client(
         base_url="https://psp.test",
         transport=server.transport,
@@ -263,12 +263,27 @@ def test_a_look_up_killed_while_it_held_the_row_does_not_count_as_a_send(
 def test_a_send_stamped_by_a_slow_host_is_not_believed_never_applied_early(
     tmp_path: Path,
 ) -> None:
-    # Hosts sharing a store may be CLOCK_SKEW apart. A send stamped by a host 290 s slow
-    # looked 290 s older to a host whose clock is right: its look-up's "none" was
-    # believed 290 s before the server had had its in_flight_for, the operation settled
-    # not_sent while the server could still run it, and it was paid again.
+    slow_sender_history(tmp_path / "s.db")
+
+
+def test_a_send_stamped_by_a_fast_host_is_held_by_its_stamp_then_settled(
+    tmp_path: Path,
+) -> None:
+    fast_sender_history(tmp_path / "s.db")
+
+
+# A SQLite file is read by one host's clock, but that clock can be set right forward
+# (nothing detects a step forward): a send stamped before is then as early as a slow
+# host's. The same histories run on a PostgreSQL store shared by hosts
+# (tests/postgres/test_clock_attacks_postgres.py).
+
+
+def slow_sender_history(path: Path | str) -> None:
+    """Hosts sharing a store may be CLOCK_SKEW apart. A send stamped by a host 290 s
+    slow looked 290 s older to a host whose clock is right: its look-up's "none" was
+    believed 290 s before the server had had its in_flight_for, the operation settled
+    not_sent while the server could still run it, and it was paid again."""
     clock = ManualClock()
-    path = tmp_path / "s.db"
     with ReferenceServer(clock=clock) as server:
         server.crash("ADMITTED", path="/v1/payments")
         slow = ManualClock(start=clock.time() - 290.0)  # within the skew: no step seen
@@ -289,14 +304,11 @@ def test_a_send_stamped_by_a_slow_host_is_not_believed_never_applied_early(
         assert len(server.ledger()) == 1
 
 
-def test_a_send_stamped_by_a_fast_host_is_held_by_its_stamp_then_settled(
-    tmp_path: Path,
-) -> None:
-    # The other direction: the sending host was 290 s fast, so its stamp is late and the
-    # send looks younger than it is. The window only ends later than it must (a none is
-    # believed late, never early), and it does end: the operation settles not_sent.
+def fast_sender_history(path: Path | str) -> None:
+    """The other direction: the sending host was 290 s fast, so its stamp is late and
+    the send looks younger than it is. The window only ends later than it must (a none
+    is believed late, never early), and it does end: the operation settles not_sent."""
     clock = ManualClock()
-    path = tmp_path / "s.db"
     with ReferenceServer(clock=clock) as server:
         server.answer(500, path="/v1/payments")  # answered before anything ran
         fast = ManualClock(start=clock.time() + 290.0)  # within the skew: no step seen
