@@ -552,8 +552,8 @@ class Call:
                         f"maybe applied, and its attempt may still be running at the server,"
                         f" which does not refuse a second request while the first runs"
                         f" ({self.profile.name} profile): not sent again for {wait:.0f}s"
-                        " more (the profile's in_flight_for); look it up, or resume it"
-                        " after that"
+                        " more (the profile's in_flight_for, and the clock skew allowed"
+                        " between the store's hosts); look it up, or resume it after that"
                     )
                 return Decision("stop", not_before=self.not_before, reason=reason)
             return wait
@@ -763,12 +763,13 @@ class Call:
     def hold_in_flight(self, *, since: float | None = None) -> None:
         """An attempt that may have been applied (sent now, or at `since`) may still be
         running at a server that does not guard a key in flight: not sent again before
-        the profile's `in_flight_for` has passed (kept in `not_before`, for every later
-        call). A hold from `since` that has already passed holds nothing."""
+        the profile's `in_flight_for` (and the hosts' clock skew: `in_flight_until`) has
+        passed (kept in `not_before`, for every later call). A hold from `since` that
+        has already passed holds nothing."""
         if self.profile.guards_in_flight:
             return
         now = self.clock.time()
-        until = (now if since is None else since) + self.profile.in_flight_for
+        until = in_flight_until(now if since is None else since, self.profile.in_flight_for)
         if since is not None and until <= now:
             return
         self.not_before = until if self.not_before is None else max(self.not_before, until)
@@ -942,6 +943,18 @@ class Call:
 #: How far a record's time may be ahead of this clock before it counts as a clock that
 #: went back (hosts sharing a PostgreSQL store are a little apart).
 CLOCK_SKEW = 300.0
+
+
+def in_flight_until(sent: float, in_flight_for: float) -> float:
+    """Until when an attempt sent at `sent` (a time the store holds) may still be running
+    at the server: `in_flight_for` (the profile's: how long its server may still run a
+    request), plus `CLOCK_SKEW`. The host that stamped `sent` may have been up to that
+    much slow against the clock that reads it (another host of the store, or this one
+    once its clock was set right, forward), and then the send is that much later than
+    it looks. The one rule for every judgement of a stored send: a look-up's "none"
+    believed (`_reconcile.still_in_flight`), the hold of an operation that may have been
+    applied (`Call.hold_in_flight`), a batch row's."""
+    return sent + in_flight_for + CLOCK_SKEW
 
 
 def clock_went_back(store: Store, step: float, *, now: float, seen: str) -> int:

@@ -11,11 +11,13 @@ from typing import Any, NoReturn
 
 import click
 
+from ._cli_duration import duration
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._client import Client
 from ._errors import OutcomeError, StoreError
 from ._hooks import Hooks, RetryEvent
 from ._outcome import State
+from ._profile import Profile
 from ._reconcile import DEFAULT_STATUSES
 from ._store import AdminStore, OperationRecord
 from ._store._open import open_store
@@ -371,6 +373,11 @@ def _profiles_unfinished(store: Path | str) -> list[str]:
     return sorted(found) or [DEFAULT.name]
 
 
+def _judged_by(profile: Profile, in_flight_for: float | None) -> Profile:
+    """`profile`, with the operator's `--in-flight-for` if given."""
+    return profile if in_flight_for is None else profile.replace(in_flight_for=in_flight_for)
+
+
 @ops.command("reconcile")
 @_STORE
 @click.argument("operation_id")
@@ -396,6 +403,16 @@ def _profiles_unfinished(store: Path | str) -> list[str]:
 )
 @click.option("--status", "statuses", multiple=True, callback=parse_statuses, help=STATUS_HELP)
 @click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
+@click.option(
+    "--in-flight-for",
+    default=None,
+    callback=duration,
+    help="How long the server may still be running a request after it was sent (its own"
+    " request timeout, a crash and its recovery), if you know better than the operation's"
+    " profile (default: the profile's, 15m). Until then, and for the clock skew allowed"
+    " between the store's hosts (5m) after it, a look-up that finds nothing leaves an"
+    " operation that may have been applied unsettled. 30s, 5m, or seconds.",
+)
 def reconcile_command(
     store: Path | str,
     operation_id: str,
@@ -404,6 +421,7 @@ def reconcile_command(
     lookup: str | None,
     statuses: dict[str, State] | None,
     reliable_404: bool,
+    in_flight_for: float | None,
 ) -> None:
     """Settle an unfinished operation by looking it up on the server, never re-sending it.
 
@@ -429,7 +447,7 @@ def reconcile_command(
             store=store,
             base_url=url,
             headers={"Authorization": f"Bearer {token}"},
-            profile=BUILTIN.get(profile, DEFAULT),
+            profile=_judged_by(BUILTIN[profile], in_flight_for),
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc))

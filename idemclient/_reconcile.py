@@ -31,10 +31,11 @@ What a finding does to a stored operation (`apply`):
   it), so it is never sent again blindly;
 - not found: it becomes `not_sent` and is no longer "maybe applied", so it may be
   sent again with its key; unless an attempt that may have been applied was sent
-  less than the server profile's `in_flight_for` ago (`last_sent`): the server may
-  still be running it (a request it admitted and had not begun, a crash its recovery
-  finishes), so nothing found yet is not "never applied", and it stays unsettled
-  (`too_early`);
+  less than the server profile's `in_flight_for` ago (`last_sent`), plus the clock skew
+  allowed between the store's hosts (`_call.in_flight_until`: a send stamped by a slow
+  host is later than it looks): the server may still be running it (a request it
+  admitted and had not begun, a crash its recovery finishes), so nothing found yet is
+  not "never applied", and it stays unsettled (`too_early`);
 - anything else: unchanged, for a person to settle.
 
 The decisions are pure functions here; the store's half takes a store and a clock, and
@@ -52,7 +53,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._call import LEASE_MARGIN
+from ._call import CLOCK_SKEW, LEASE_MARGIN, in_flight_until
 from ._clock import Clock
 from ._errors import Indeterminate
 from ._outcome import Outcome, State, from_record
@@ -63,7 +64,7 @@ from ._store import (
     SendingStore,
     StoredResponse,
     new_owner,
-    owner_is_dead,
+    owner_sent_until,
     release_owner,
 )
 
@@ -479,26 +480,23 @@ def last_sent(record: OperationRecord, *, now: float) -> float | None:
     have been) sent; None if none may have been. An owner in flight may be sending
     until its lease's end, or, dead or out of its lease, may have sent until now; a
     record written before `sent_at` was kept has its last write's time instead."""
-    expires = record.lease_expires
-    in_flight = record.state is State.IN_FLIGHT and expires is not None
-    if not (record.maybe_applied or in_flight):
+    owner = owner_sent_until(record, now=now)
+    if not record.maybe_applied and owner is None:
         return None
     sent = record.updated_at if record.sent_at is None else record.sent_at
-    if expires is not None and in_flight:
-        holder = record.lease_owner
-        live = holder is not None and expires > now and not owner_is_dead(holder)
-        sent = max(sent, expires if live else min(expires, now))
-    return sent
+    return sent if owner is None else max(sent, owner)
 
 
 def still_in_flight(record: OperationRecord, *, now: float, in_flight_for: float) -> float | None:
     """When a look-up that finds nothing will say "never applied": None if it says so
     now, else the time from which it will (the last attempt that may have been
-    applied, plus the profile's `in_flight_for`)."""
+    applied, plus the profile's `in_flight_for` and the hosts' clock skew:
+    `in_flight_until`)."""
     sent = last_sent(record, now=now)
-    if sent is None or now >= sent + in_flight_for:
+    if sent is None:
         return None
-    return sent + in_flight_for
+    until = in_flight_until(sent, in_flight_for)
+    return None if now >= until else until
 
 
 def apply(
@@ -597,7 +595,8 @@ def too_early(record: OperationRecord, evidence: str, *, now: float, until: floa
         f"operation {record.operation_id!r} (key {record.key}) was not found by looking it"
         f" up ({evidence}), but an attempt of it that may have been applied was sent"
         f" {max(0.0, now - sent):.0f}s ago, and the server may still be running it for"
-        f" {until - now:.0f}s more (the server profile's in_flight_for): not found yet is"
+        f" {until - now:.0f}s more (the server profile's in_flight_for, and"
+        f" {CLOCK_SKEW:.0f}s for the clocks of the store's hosts): not found yet is"
         " not never applied. It stays unsettled: look it up again after that, or resume"
         " it (sent again with its key while the server keeps the key, it is the same"
         " payment).",

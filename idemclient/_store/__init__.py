@@ -18,6 +18,8 @@ from ._base import (
     SendingStore,
     Store,
     StoredResponse,
+    holder_is_live,
+    owner_sent_until,
 )
 from ._cipher import BodyEncryption
 from ._owners import new_owner, owner_is_dead, release_owner
@@ -41,7 +43,9 @@ __all__ = [
     "SendingStore",
     "Store",
     "StoredResponse",
+    "holder_is_live",
     "new_owner",
     "owner_is_dead",
+    "owner_sent_until",
     "release_owner",
 ]

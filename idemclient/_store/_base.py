@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .._outcome import State
+from ._owners import owner_is_dead
 
 __all__ = [
     "NEVER_APPLIED_STATUSES",
@@ -25,6 +26,8 @@ __all__ = [
     "SendingStore",
     "Store",
     "StoredResponse",
+    "holder_is_live",
+    "owner_sent_until",
 ]
 
 Headers = tuple[tuple[str, str], ...]
@@ -153,6 +156,31 @@ class OperationRecord:
     #: takeover of it, its holder dead or out of its lease, counts no send (it moves
     #: neither `sent_at` nor `maybe_applied`). False: a send's lease, or none.
     lease_look_up: bool = False
+
+
+def holder_is_live(record: OperationRecord, *, now: float) -> bool:
+    """An owner holds `record`'s lease, within it, and may still be alive: its lease is
+    respected (not taken over)."""
+    holder = record.lease_owner
+    return (
+        holder is not None
+        and record.lease_expires is not None
+        and record.lease_expires > now
+        and not owner_is_dead(holder)
+    )
+
+
+def owner_sent_until(record: OperationRecord, *, now: float) -> float | None:
+    """Until when the owner that holds `record` in flight may send (or have sent) it;
+    None if none holds it in flight. A live owner may send until its lease's end; one
+    that is dead, or out of its lease, may have sent until it died, at most until its
+    lease's end or now, whichever is earlier. The one rule a takeover (which keeps it
+    as the operation's `sent_at`) and a look-up's judgement (`_reconcile.last_sent`)
+    both use."""
+    expires = record.lease_expires
+    if record.state is not State.IN_FLIGHT or expires is None:
+        return None
+    return expires if holder_is_live(record, now=now) else min(expires, now)
 
 
 class Claim(enum.Enum):

@@ -48,9 +48,10 @@ from ._base import (
     Progress,
     Store,
     StoredResponse,
+    holder_is_live,
+    owner_sent_until,
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
-from ._owners import owner_is_dead
 from ._rows import as_stored, dump_headers, intent_from_row, mismatch, record_from_row
 from ._statements import Statements
 
@@ -347,12 +348,7 @@ class SQLStore(Store, ABC):
                     f"operation {operation_id!r} is {record.state.value}: a finished"
                     " operation is never sent again, so it is not moved"
                 )
-            if (
-                record.lease_owner is not None
-                and record.lease_expires is not None
-                and record.lease_expires > now
-                and not owner_is_dead(record.lease_owner)
-            ):
+            if holder_is_live(record, now=now):
                 raise ValueError(
                     f"operation {operation_id!r} is being sent by {record.lease_owner}"
                     " right now; it was not moved"
@@ -553,21 +549,11 @@ class SQLStore(Store, ABC):
         if record.state.finished:
             return Begin(Claim.FINISHED, record)
         holder = record.lease_owner
-        live = (
-            holder is not None
-            and record.lease_expires is not None
-            and record.lease_expires > now
-            and not owner_is_dead(holder)
-        )
-        if live:
+        if holder_is_live(record, now=now):
             return Begin(Claim.BUSY, record)
         # Taken from an owner in flight: it may have sent until now or its lease's end.
         # A look-up's lease is never in flight: nothing was sent under it.
-        sent_until = (
-            min(record.lease_expires, now)
-            if record.state is State.IN_FLIGHT and record.lease_expires is not None
-            else None
-        )
+        sent_until = owner_sent_until(record, now=now)
         row = _returned(
             conn.execute(
                 self._sql.take_over,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import re
 import sys
 import tempfile
 import threading
@@ -27,6 +26,7 @@ import click
 import httpx
 
 from .._budget import RetryBudget
+from .._cli_duration import duration
 from .._cli_store import STORE_HELP, StoreLocation, describe_missing
 from .._client import Client
 from .._clock import SystemClock
@@ -108,20 +108,6 @@ def _delimiter(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     if len(value) != 1 or value in '\r\n"' or value.isalnum():
         raise click.BadParameter(f"{value!r}: give one character, such as ';' or 'tab'")
     return value
-
-
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|h|d)?")
-_UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
-    if value is None:
-        return None
-    match = _DURATION.fullmatch(value.strip().lower())
-    seconds = float(match.group(1)) * _UNITS[match.group(2)] if match else 0.0
-    if not match or seconds <= 0:
-        raise click.BadParameter(f"{value!r}: give a positive duration such as 1h, 24h or 7d")
-    return seconds
 
 
 def _profile(name: str, retention: float | None, in_flight_for: float | None) -> Profile:
@@ -291,7 +277,7 @@ def _profile(name: str, retention: float | None, in_flight_for: float | None) ->
 @click.option(
     "--key-retention",
     default=None,
-    callback=_duration,
+    callback=duration,
     help="How long the server keeps idempotency keys, if you know better than the"
     " profile (Stripe 24h, Mollie 1h, PayPal orders 6h; default: the profile's): a row"
     " recorded longer ago is looked up before it is sent again. 30m, 6h, 7d, or seconds.",
@@ -299,7 +285,7 @@ def _profile(name: str, retention: float | None, in_flight_for: float | None) ->
 @click.option(
     "--in-flight-for",
     default=None,
-    callback=_duration,
+    callback=duration,
     help="How long the server may still be running a request after it was sent (its own"
     " request timeout, a crash and its recovery), if you know better than the profile"
     " (default: the profile's, 15m). Until then a look-up that finds nothing does not"

@@ -619,9 +619,10 @@ class _Run:
         Found and final: settled, not sent. Not found: no longer maybe applied, sent
         under its key. Found, not final yet, or not found while an attempt that may
         have been applied may still be running at the server (sent less than the
-        profile's `in_flight_for` ago): while the record is within the server's key
-        retention, sent under its key, still maybe applied (the server holds the key,
-        and the key's answer finishes it); past it, left unsettled."""
+        profile's `in_flight_for`, and the hosts' clock skew, ago): while the record is
+        within the server's key retention, sent under its key, still maybe applied (the
+        server holds the key, and the key's answer finishes it); past it, left
+        unsettled."""
         asked = item.asked
         assert asked is not None
         if verdict.finding == "not_found" and not record.maybe_applied:
@@ -668,8 +669,9 @@ class _Run:
                 reason = (
                     f"not found on the server yet ({verdict.why}), but an attempt that may"
                     " have been applied may still be running there (the profile's"
-                    " in_flight_for), and its key may be forgotten: not sent; run again"
-                    " later to settle it"
+                    " in_flight_for, and the clock skew allowed between the store's"
+                    " hosts), and its key may be forgotten: not sent; run again later to"
+                    " settle it"
                 )
             else:  # found, not final yet: maybe applied from now on
                 self.counts.found_unsettled += 1

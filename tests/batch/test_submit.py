@@ -23,6 +23,7 @@ from idemclient import (
     key_from_identity,
     profiles,
 )
+from idemclient._call import CLOCK_SKEW
 from idemclient.batch import Batch, BatchInvalid, BatchProgress, ExitCode, asubmit, submit
 from idemclient.testing import ReferenceServer
 
@@ -483,3 +484,66 @@ def test_a_batch_killed_while_its_look_up_held_a_row_does_not_count_as_a_send(
     assert record.state is State.SUCCEEDED
     assert record.key == before.key
     assert len(server.ledger()) == 1
+
+
+def _django_client(server: ReferenceServer, clock: ManualClock, store: Path) -> Client:
+    return Client(
+        store=store,
+        clock=clock,
+        profile="django-idempotency-key",
+        policy=RetryPolicy(max_attempts=1),
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer payroll-ops"},
+    )
+
+
+def test_a_row_sent_by_a_slow_host_is_not_settled_early_by_a_right_host(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # Two submitters of one store, 290 s apart (within CLOCK_SKEW: no step seen). The
+    # slow one's send is stamped 290 s early; 800 s after it, within the server's
+    # in_flight_for, the right host's look-up found nothing and believed it: the row
+    # settled "never applied", was sent again, and the server's recovery paid it too.
+    name = "django-idempotency-key"
+    key = key_from_identity("E0000", "payout")
+    window = profiles.BUILTIN[name].in_flight_for
+    with ReferenceServer(clock=clock, profile=name) as server:
+        server.crash("ADMITTED", key=key)
+        slow = ManualClock(start=clock.time() - 290.0)
+        with _django_client(server, slow, tmp_path / "s.db") as sender:
+            assert [r.state for r in submit(make_batch(1), sender).rows] == ["indeterminate"]
+        clock.advance(window - 100.0)
+        with _django_client(server, clock, tmp_path / "s.db") as right:
+            [row] = submit(make_batch(1), right).rows
+            assert row.state == "indeterminate"
+            assert row.reason.startswith("not found on the server yet")
+            server.recover()  # the server finishes what it admitted
+            settled = submit(make_batch(1), right)
+            assert settled.rows[0].reason.startswith("found on the server by look-up")
+        assert len(server.ledger()) == 1
+
+
+def test_a_row_sent_by_a_fast_host_is_held_by_its_stamp_then_sent_once(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # The other direction: the sender was 290 s fast, its stamp late. The window ends
+    # later than it must (a "none" believed late, never early), and then it does end.
+    name = "django-idempotency-key"
+    key = key_from_identity("E0000", "payout")
+    window = profiles.BUILTIN[name].in_flight_for
+    with ReferenceServer(clock=clock, profile=name) as server:
+        server.answer(500, key=key)  # answered before anything ran
+        fast = ManualClock(start=clock.time() + 290.0)
+        with _django_client(server, fast, tmp_path / "s.db") as sender:
+            assert [r.state for r in submit(make_batch(1), sender).rows] == ["indeterminate"]
+        clock.advance(window + 10.0)  # the server surely ended it; the stamp says not
+        with _django_client(server, clock, tmp_path / "s.db") as right:
+            [row] = submit(make_batch(1), right).rows
+            assert row.state == "indeterminate"
+            assert row.reason.startswith("not found on the server yet")
+            clock.advance(290.0 + CLOCK_SKEW)  # the stamp, in_flight_for and the skew
+            settled = submit(make_batch(1), right)
+            assert settled.exit_code is ExitCode.OK, [r.reason for r in settled.rows]
+            assert [r.state for r in settled.rows] == ["succeeded"]
+        assert len(server.ledger()) == 1

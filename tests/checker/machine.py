@@ -892,12 +892,13 @@ def settle_everything(machine: PaymentsMachine) -> None:
     for op in machine.ops:
         machine._process(None, frozenset(), machine._reconcile, op=op)
     # A look-up's "none" counts once the server has had the profile's in_flight_for
-    # since the last send that may have been applied; a takeover at the resume above
+    # (and the hosts' clock skew, CLOCK_SKEW) since the last send that may have been
+    # applied; a takeover at the resume above
     # counts a dead owner's sends until its lease's end, stamped by its clock (an hour
     # fast, say, then set right: that end is late by the step). Said so by the look-up
     # (its not_before), an operator looks again once that time has passed.
     if any((r := machine._record(op)) is not None and not r.state.finished for op in machine.ops):
-        machine.world.advance(machine.setup.profile.in_flight_for)
+        machine.world.advance(machine.setup.profile.in_flight_for + CLOCK_SKEW)
         server.recover()
         for op in machine.ops:
             machine._process(None, frozenset(), machine._reconcile, op=op)

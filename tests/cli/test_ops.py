@@ -249,6 +249,77 @@ def test_reconcile_treats_a_404_as_not_found_only_when_told(
         assert record.state is State.INDETERMINATE
 
 
+def _sent_ago(path: Path, live: LiveServer, seconds: float) -> None:
+    """`order-5` in `path`, maybe applied (an HTTP 500 the server answered before it ran
+    anything), its last attempt sent `seconds` ago."""
+    live.server.answer(500, path="/v1/payments", times=8)
+    with (
+        Client(
+            store=path,
+            clock=ManualClock(start=time.time() - seconds),
+            base_url=live.url,
+            headers={"Authorization": "Bearer shop-1"},
+        ) as client,
+        pytest.raises(Indeterminate),
+    ):
+        client.post("/v1/payments", json=PAYMENT, operation_id="order-5", reference="inv-5")
+
+
+def _reconcile_5(path: Path, live: LiveServer, *more: str) -> tuple[int, str, str]:
+    return run(
+        "ops", "reconcile", "order-5", "--store", str(path), "--url", live.url,
+        "--token", "shop-1", "--lookup", "/v1/payments?reference={reference}", *more,
+    )  # fmt: skip
+
+
+def test_reconcile_takes_in_flight_for_over_the_profile_s(tmp_path: Path, live: LiveServer) -> None:
+    # Sent 17 minutes ago, nothing found: under the profile's window (15 minutes, and 5
+    # for the hosts' clocks) the server may still be running it.
+    path = tmp_path / "ops.db"
+    _sent_ago(path, live, 1020.0)
+    code, _, err = _reconcile_5(path, live)
+    assert code == 3
+    assert "may still be running it" in err
+    # The operator knows its server ends a request within ten minutes.
+    code, out, err = _reconcile_5(path, live, "--in-flight-for", "10m")
+    assert code == 0, err
+    assert "order-5  not_sent" in out
+    assert live.server.ledger() == ()  # looked up, never sent again
+
+
+def test_reconcile_in_flight_for_still_allows_for_the_hosts_clock_skew(
+    tmp_path: Path, live: LiveServer
+) -> None:
+    # Ten minutes is past the operator's five, not past five and the five minutes two
+    # hosts' clocks may be apart: the send may be later than its stamp says.
+    path = tmp_path / "ops.db"
+    _sent_ago(path, live, 600.0)
+    code, _, err = _reconcile_5(path, live, "--in-flight-for", "5m")
+    assert code == 3
+    assert "may still be running it" in err
+    with SQLiteStore(path) as store:
+        record = store.get("order-5")
+    assert record is not None
+    assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
+
+
+@pytest.mark.parametrize("given", ["soon", "0", "-5m", "5 minutes", ""])
+def test_reconcile_refuses_an_in_flight_for_that_is_no_duration(
+    store_with_history: Path, live: LiveServer, given: str
+) -> None:
+    code, _, err = run(
+        "ops", "reconcile", "order-2", "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1", "--in-flight-for", given,
+    )  # fmt: skip
+    assert code == 2
+    assert "--in-flight-for" in err
+    assert f"{given!r}: give a positive duration" in err
+    with SQLiteStore(store_with_history) as store:
+        record = store.get("order-2")
+    assert record is not None
+    assert record.state is State.INDETERMINATE  # refused before anything was looked up
+
+
 # -- for operators: JSON, retries shown, a purge that asks, colour on terminals only -----
 
 

@@ -24,11 +24,14 @@ from idemclient import (
     State,
     profiles,
 )
+from idemclient._call import CLOCK_SKEW
 from idemclient.testing import ReferenceServer, serve
 
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
 BY_REFERENCE = "/v1/payments?reference={reference}"
-WINDOW = profiles.reference.in_flight_for
+#: how long after a send a look-up's "none" is not believed: the server's in_flight_for,
+#: and the skew allowed between the clocks of the store's hosts
+WINDOW = profiles.reference.in_flight_for + CLOCK_SKEW
 DAY = 86_400.0
 
 

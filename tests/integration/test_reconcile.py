@@ -18,6 +18,7 @@ from idemclient import (
     State,
     profiles,
 )
+from idemclient._call import CLOCK_SKEW
 from idemclient.testing import ReferenceServer
 
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-77"}
@@ -200,7 +201,7 @@ def test_a_404_from_the_lookup_itself_is_not_not_found_unless_the_caller_says_so
         by_id = "/v1/payments/{reference}"
         with pytest.raises(Indeterminate, match="may still be running it"):
             psp.reconcile("o", lookup=by_id, reliable_404=True)
-        clock.advance(profiles.reference.in_flight_for)
+        clock.advance(profiles.reference.in_flight_for + CLOCK_SKEW)
         settled = psp.reconcile("o", lookup=by_id, reliable_404=True)
         assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
     assert server.ledger() == ()

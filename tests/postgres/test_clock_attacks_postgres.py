@@ -9,7 +9,16 @@ import pytest
 from idemclient import Client, Indeterminate, ManualClock
 
 from ..client.fakes import FakePSP, error
+from ..client.hostile.test_early_look_up_attacks import fast_sender_history, slow_sender_history
 from ..client.test_clock_attacks import NOW, PAYMENT, two_hosts_one_fast_that_goes_away
+
+
+def test_a_send_stamped_by_a_slow_host_is_not_believed_never_applied_early(pg_url: str) -> None:
+    slow_sender_history(pg_url)
+
+
+def test_a_send_stamped_by_a_fast_host_is_held_by_its_stamp_then_settled(pg_url: str) -> None:
+    fast_sender_history(pg_url)
 
 
 def test_a_host_that_never_restarts_keeps_a_record_a_fast_host_made(pg_url: str) -> None:

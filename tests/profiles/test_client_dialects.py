@@ -27,6 +27,7 @@ from idemclient import (
     profiles,
     wrap,
 )
+from idemclient._call import CLOCK_SKEW
 from idemclient.errors import ChallengeRequired, InvalidKey, MissingKey, OperationMismatch
 from idemclient.profiles import named
 from idemclient.store import SQLiteStore
@@ -274,7 +275,7 @@ def test_gocardless_conflict_is_done_and_the_resource_is_fetched_through_the_cli
     # A timeout on a server not known to guard a request in flight: not retried.
     with pytest.raises(Indeterminate):
         client.post("/payments", json={"amount": 1}, operation_id="pay-1")
-    clock.advance(named("gocardless").in_flight_for)  # the first attempt surely ended
+    clock.advance(named("gocardless").in_flight_for + CLOCK_SKEW)  # the first attempt surely ended
     outcome = client.post("/payments", json={"amount": 1}, operation_id="pay-1")
     assert outcome.state is State.SUCCEEDED
     assert outcome.existing == "PM00ABC"
@@ -473,7 +474,7 @@ def test_the_batch_puts_the_key_in_the_body_where_the_profile_reads_it_there(
     client = make(server, "wise")
     first = submit(batch, client, path="/v1/transfers", lookup=None)
     assert [row.state for row in first.rows] == ["indeterminate"]  # not retried (wise)
-    clock.advance(named("wise").in_flight_for)  # the first attempt surely ended
+    clock.advance(named("wise").in_flight_for + CLOCK_SKEW)  # the first attempt surely ended
     again = submit(batch, client, path="/v1/transfers", lookup=None)
     assert [row.state for row in again.rows] == ["succeeded"]
     bodies = [json.loads(r.content) for r in server.posts]

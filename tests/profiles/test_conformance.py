@@ -27,6 +27,7 @@ from idemclient import (
     RetryPolicy,
     State,
 )
+from idemclient._call import CLOCK_SKEW
 from idemclient.profiles import named
 from idemclient.testing import ReferenceServer, serve
 
@@ -153,7 +154,7 @@ def test_apply_then_drop_ends_applied_once(setup: Setup) -> None:
         (held,) = client.resume()
         assert held.state is State.INDETERMINATE
         assert setup.effects(held.key) == [(1, 1)]
-        setup.clock.advance(named(setup.name).in_flight_for)
+        setup.clock.advance(named(setup.name).in_flight_for + CLOCK_SKEW)
         (outcome,) = client.resume()
         if setup.name == "django-idempotency-key":
             # Its server keeps keys 300 s, less than the hold: never sent again, looked up.
@@ -289,7 +290,7 @@ def test_a_server_that_reads_no_key_at_all_pays_each_retry_which_is_why_the_prof
         server.drop(path=PATH["paypal"])
         with pytest.raises(Indeterminate):
             client.post(PATH["paypal"], json={**BODY, "reference": "y"})
-        server.clock.advance(named("paypal").in_flight_for)  # the first surely ended
+        server.clock.advance(named("paypal").in_flight_for + CLOCK_SKEW)  # the first surely ended
         (outcome,) = client.resume()
         assert outcome.state is State.SUCCEEDED
         assert len(server.ledger()) == 1

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient._call import CLOCK_SKEW
 from idemclient.profiles import named
 
 from ..scripted import Scripted
@@ -53,7 +54,7 @@ def test_a_rebuilt_request_carries_the_callers_key_on_a_reissue(
     client = make(server, profile, auth=Rebuilding(), policy=RetryPolicy(max_attempts=1))
     with pytest.raises(Indeterminate):
         client.post(path, json={"amount": 100}, key="k-1234")
-    clock.advance(named(profile).in_flight_for)
+    clock.advance(named(profile).in_flight_for + CLOCK_SKEW)
     outcome = client.post(path, json={"amount": 100}, key="k-1234")
     assert outcome.state is State.SUCCEEDED
     assert outcome.operation_id == "k-1234"
@@ -76,7 +77,7 @@ async def test_a_rebuilt_request_carries_the_callers_key_async(
     ) as client:
         with pytest.raises(Indeterminate):
             await client.post("/v2/payments/captures", json={"amount": 1}, key="k-5678")
-        clock.advance(named("paypal").in_flight_for)
+        clock.advance(named("paypal").in_flight_for + CLOCK_SKEW)
         outcome = await client.post("/v2/payments/captures", json={"amount": 1}, key="k-5678")
     assert outcome.operation_id == "k-5678"
     assert [r.headers.get("PayPal-Request-Id") for r in server.posts] == ["k-5678", "k-5678"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient._call import CLOCK_SKEW
 from idemclient.profiles import named
 from idemclient.testing import ReferenceServer, serve
 
@@ -24,7 +25,7 @@ def _surely_ended(client: Client) -> None:
     does not guard a key in flight): the client sends it again only after that."""
     clock = client.settings.clock
     assert isinstance(clock, ManualClock)
-    clock.advance(named("gocardless").in_flight_for)
+    clock.advance(named("gocardless").in_flight_for + CLOCK_SKEW)
 
 
 PATH = "/v1/payments"

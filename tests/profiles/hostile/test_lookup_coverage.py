@@ -22,6 +22,7 @@ from idemclient import (
     State,
     profiles,
 )
+from idemclient._call import CLOCK_SKEW
 from idemclient.testing import ReferenceServer, serve
 
 AUTH = {"Authorization": "Bearer alice"}
@@ -88,7 +89,7 @@ def test_a_payout_never_applied_is_not_sent_by_the_reference_profile_s_look_up(
             "/v1/payouts", json={**BODY, "reference": "po-2"}, operation_id="op", reference="po-2"
         )
     # Once the server has had its time to finish the attempt (see test_early_look_up).
-    client.settings.clock.advance(profiles.reference.in_flight_for)  # type: ignore[attr-defined]
+    client.settings.clock.advance(profiles.reference.in_flight_for + CLOCK_SKEW)  # type: ignore[attr-defined]
     assert client.reconcile("op").state is State.NOT_SENT  # the payment is not this payout
     assert [e.kind for e in server.ledger()] == ["payment"]
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State, profiles
+from idemclient._call import CLOCK_SKEW
 from idemclient._reconcile import Unquotable, fill, quoting_of
 from idemclient.testing import ReferenceServer, serve
 
@@ -68,7 +69,7 @@ def test_a_quote_in_the_reference_cannot_make_the_look_up_find_another_payment(
     with pytest.raises(Indeterminate):
         _pay(client, injected, "op-b")
     # Once the server has had its time to finish the attempt (see test_early_look_up).
-    client.settings.clock.advance(profiles.stripe.in_flight_for)  # type: ignore[attr-defined]
+    client.settings.clock.advance(profiles.stripe.in_flight_for + CLOCK_SKEW)  # type: ignore[attr-defined]
     outcome = client.reconcile("op-b")
     # Read as one quoted string, no payment has that reference: never applied.
     assert outcome.state is State.NOT_SENT

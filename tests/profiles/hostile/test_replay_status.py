@@ -9,7 +9,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from idemclient import Client, Indeterminate, State
+from idemclient import Client, Indeterminate, ManualClock, State
+from idemclient._call import CLOCK_SKEW
 from idemclient.profiles import named
 
 from ..scripted import Scripted
@@ -27,16 +28,18 @@ def test_a_409_to_a_fresh_key_is_a_refusal_not_a_replay(make: Callable[..., Clie
 
 
 def test_a_409_after_an_attempt_that_may_have_been_applied_is_the_replay(
-    make: Callable[..., Client],
+    make: Callable[..., Client], clock: ManualClock
 ) -> None:
     stored = {"id": "ord_1"}
     server = Scripted(httpx.ReadTimeout, httpx.Response(409, json=stored))
-    # Sent again at once: only where the first attempt is known to have ended (the
-    # built-in profile holds it for in_flight_for, past its server's key retention).
-    django = named("django-idempotency-key").replace(in_flight_for=0.0)
+    # Sent again only once the first attempt has surely ended: the built-in profile
+    # holds it for in_flight_for and the hosts' clock skew, past its server's five-minute
+    # key retention, so here the server ends a request at once and keeps keys an hour.
+    django = named("django-idempotency-key").replace(in_flight_for=0.0).with_retention(3600.0)
     client = make(server, django)
     with pytest.raises(Indeterminate):
         client.post("/orders", json={"number": 7}, operation_id="o-1")
+    clock.advance(CLOCK_SKEW)
     outcome = client.post("/orders", json={"number": 7}, operation_id="o-1")
     assert outcome.state is State.SUCCEEDED
     assert outcome.replayed
