@@ -317,8 +317,6 @@ def fast_sender_history(path: Path | str) -> None:
         assert len(server.ledger()) == 1
 
 
-
-
 def test_a_reconciler_killed_every_time_settles_after_one_window_not_never(
     psp: tuple[Client, Client, ReferenceServer, ManualClock],
 ) -> None:
