@@ -1,0 +1,84 @@
+"""Attacks on the in-flight window with its clock skew (`_call.in_flight_until`) and on
+a look-up's own lease: histories where the window's wait, or a look-up's answer, is
+taken as leave to send an operation that may have been applied, at a time when the
+server may have forgotten its key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from idemclient import Client, ManualClock, OutcomeError, RetryPolicy, State, profiles
+from idemclient._call import CLOCK_SKEW
+from idemclient.testing import ReferenceServer
+
+PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
+RETENTION = 3600.0
+#: a server that keeps keys an hour (Mollie's) and does not refuse a key in flight
+UNGUARDED = profiles.reference.replace(
+    name="unguarded-hour", guards_in_flight=False, key_retention=RETENTION
+)
+#: the hold after a send that may have been applied: in_flight_for and the skew
+HELD = UNGUARDED.in_flight_for + CLOCK_SKEW
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def server(clock: ManualClock) -> Iterator[ReferenceServer]:
+    # It forgets a key past its retention (and the skew it allows), and its external
+    # systems move money again for a payment sent after that: a second effect shows.
+    with ReferenceServer(clock=clock, profile=UNGUARDED, external_retention=RETENTION) as psp:
+        yield psp
+
+
+def _client(server: ReferenceServer, clock: ManualClock, store: Path, **policy: float) -> Client:
+    return Client(
+        base_url="https://psp.test",
+        transport=server.transport,
+        headers={"Authorization": "Bearer shop-1"},
+        store=store,
+        clock=clock,
+        profile=UNGUARDED,
+        policy=RetryPolicy(max_attempts=1, **policy),  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pays twice: the key-retention check of an operation that may have been"
+    " applied is made before the call waits out the in-flight hold (in_flight_for plus"
+    " the clock skew), so a call whose deadline covers the wait sleeps past the key"
+    " retention and sends the operation after the server forgot its key",
+)
+def test_a_hold_waited_out_within_the_deadline_does_not_send_past_the_key_retention(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    store = tmp_path / "s.db"
+    created = clock.time()
+    with _client(server, clock, store) as client:
+        server.drop(path="/v1/payments")  # applied, then the connection lost
+        with pytest.raises(OutcomeError):
+            client.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-9")
+        # Resumed near the end of the retention: answered 500 without being run, so
+        # maybe applied again, sent just now, and held for the window from here.
+        clock.advance(RETENTION - 700.0)
+        server.answer(500, path="/v1/payments")
+        [held] = client.resume()
+    assert held.state is State.INDETERMINATE
+    assert held.not_before == pytest.approx(created + RETENTION - 700.0 + HELD)
+    # Resumed again while it is still young enough to be sent (its age and the skew
+    # within the retention), by a worker whose deadline covers the rest of the hold.
+    clock.advance(350.0)
+    assert clock.time() - created + CLOCK_SKEW < RETENTION
+    with _client(server, clock, store, deadline=2 * HELD, max_retry_after=2 * HELD) as worker:
+        outcomes = worker.resume()
+    payments = [e for e in server.ledger() if e.reference == "inv-9"]
+    assert len(payments) == 1, f"paid {len(payments)} times: {outcomes}"
+    # Not sent once past the retention: left to be looked up.
+    assert [o.state for o in outcomes] == [State.INDETERMINATE]
