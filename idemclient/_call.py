@@ -493,15 +493,21 @@ class Call:
         retention = self.settings.retention(self.resolved)
         if self.maybe_applied:
             age = now - self.created_at
+            # Judged at the time it would be sent: after a wait it must keep first (the
+            # in-flight hold, a server's not-before), which this call may sleep out.
+            sent_at = now if self.not_before is None else max(now, self.not_before)
+            age_sent = sent_at - self.created_at
             # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
             # be that much more than it looks.
-            if age + CLOCK_SKEW > retention:
+            if age_sent + CLOCK_SKEW > retention:
                 self._reconcile = True
+                when = "" if sent_at == now else f", {age_sent:.0f}s once its wait ends"
                 return Decision(
                     "stop",
                     reason=(
-                        f"maybe applied and {age:.0f}s old, past the server's key retention"
-                        f" ({retention:.0f}s, {self.profile.name} profile): look it up instead"
+                        f"maybe applied and {age:.0f}s old{when}, past the server's key"
+                        f" retention ({retention:.0f}s, {self.profile.name} profile): look"
+                        " it up instead"
                     ),
                 )
             unstored = _status_in(self.evidence)

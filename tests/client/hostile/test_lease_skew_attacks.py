@@ -49,13 +49,6 @@ def _client(server: ReferenceServer, clock: ManualClock, store: Path, **policy: 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pays twice: the key-retention check of an operation that may have been"
-    " applied is made before the call waits out the in-flight hold (in_flight_for plus"
-    " the clock skew), so a call whose deadline covers the wait sleeps past the key"
-    " retention and sends the operation after the server forgot its key",
-)
 def test_a_hold_waited_out_within_the_deadline_does_not_send_past_the_key_retention(
     server: ReferenceServer, clock: ManualClock, tmp_path: Path
 ) -> None:
