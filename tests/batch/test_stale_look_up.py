@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-import pytest
 
 from idemclient import Client, ManualClock, RetryPolicy, key_from_identity, profiles
 from idemclient._call import CLOCK_SKEW
@@ -53,13 +52,6 @@ def _client(transport: httpx.BaseTransport, clock: ManualClock, store: Path) -> 
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pays twice: a batch judges a row's look-up ('not found') by the time it"
-    " records it, not the time it asked; asked while the server could still be running"
-    " the row's last send, and recorded once the in-flight window has passed, the row is"
-    " settled never applied and sent again after its key was forgotten",
-)
 def test_a_not_found_asked_within_the_window_is_not_believed_when_recorded_after_it(
     tmp_path: Path,
 ) -> None:

@@ -8,9 +8,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from idemclient import Client, ManualClock, OutcomeError, RetryPolicy, State, profiles
+from idemclient import (
+    Client,
+    Indeterminate,
+    ManualClock,
+    OutcomeError,
+    RetryPolicy,
+    State,
+    profiles,
+)
 from idemclient._call import CLOCK_SKEW
 from idemclient.testing import ReferenceServer
 
@@ -75,3 +84,42 @@ def test_a_hold_waited_out_within_the_deadline_does_not_send_past_the_key_retent
     assert len(payments) == 1, f"paid {len(payments)} times: {outcomes}"
     # Not sent once past the retention: left to be looked up.
     assert [o.state for o in outcomes] == [State.INDETERMINATE]
+
+
+def test_a_slow_look_up_s_none_is_judged_as_of_its_question_not_its_answer(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # The look-up is asked 5 s before the window ends; the server lists nothing, then
+    # runs the payment it had admitted, and the answer ("none") arrives 30 s later,
+    # after the window. Judged by its arrival, it settled the payment never applied.
+    with ReferenceServer(clock=clock) as server:
+
+        def slow(request: httpx.Request) -> httpx.Response:
+            answer = server.transport.handle_request(request)
+            if request.method == "GET":
+                answer.read()
+                server.recover()  # the admitted payment runs meanwhile
+                clock.advance(30.0)
+            return answer
+
+        reference = profiles.reference
+        with Client(
+            base_url="https://psp.test",
+            transport=httpx.MockTransport(slow),
+            headers={"Authorization": "Bearer shop-1"},
+            store=tmp_path / "s.db",
+            clock=clock,
+            profile=reference,
+            policy=RetryPolicy(max_attempts=1),
+        ) as client:
+            server.crash("ADMITTED", path="/v1/payments")
+            with pytest.raises(OutcomeError):
+                client.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-9")
+            clock.advance(reference.in_flight_for + CLOCK_SKEW - 5.0)
+            with pytest.raises(Indeterminate) as early:
+                client.reconcile("o", lookup="/v1/payments?reference={reference}")
+            assert early.value.outcome.maybe_applied
+            record = client.store.get("o")
+        assert record is not None
+        assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
+        assert len(server.ledger()) == 1
