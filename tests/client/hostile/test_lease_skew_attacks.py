@@ -123,3 +123,40 @@ def test_a_slow_look_up_s_none_is_judged_as_of_its_question_not_its_answer(
         assert record is not None
         assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
         assert len(server.ledger()) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pays twice: a retry's wait (a server's Retry-After within max_retry_after and"
+    " the deadline) is slept without checking the key retention again, so an operation"
+    " that may have been applied is sent after the server forgot its key",
+)
+def test_a_retry_wait_does_not_carry_a_maybe_applied_send_past_the_key_retention(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    guarded = UNGUARDED.replace(name="guarded-hour", guards_in_flight=True)
+    with ReferenceServer(clock=clock, profile=guarded, external_retention=RETENTION) as server:
+
+        def client(**policy: float) -> Client:
+            return Client(
+                base_url="https://psp.test",
+                transport=server.transport,
+                headers={"Authorization": "Bearer shop-1"},
+                store=tmp_path / "s.db",
+                clock=clock,
+                profile=guarded,
+                policy=RetryPolicy(**policy),  # type: ignore[arg-type]
+            )
+
+        with client(max_attempts=1) as first:
+            server.drop(path="/v1/payments")  # applied, then the connection lost
+            with pytest.raises(OutcomeError):
+                first.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-9")
+        # Resumed while young enough; the server is busy and asks for 800 s.
+        clock.advance(RETENTION - CLOCK_SKEW - 100.0)
+        server.answer(503, path="/v1/payments", retry_after=800)
+        with client(max_attempts=3, deadline=2000.0, max_retry_after=2000.0) as worker:
+            outcomes = worker.resume()
+        payments = [e for e in server.ledger() if e.reference == "inv-9"]
+    assert len(payments) == 1, f"paid {len(payments)} times: {outcomes}"
+    assert [o.state for o in outcomes] == [State.INDETERMINATE]
