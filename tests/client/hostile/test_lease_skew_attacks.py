@@ -125,12 +125,6 @@ def test_a_slow_look_up_s_none_is_judged_as_of_its_question_not_its_answer(
         assert len(server.ledger()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pays twice: a retry's wait (a server's Retry-After within max_retry_after and"
-    " the deadline) is slept without checking the key retention again, so an operation"
-    " that may have been applied is sent after the server forgot its key",
-)
 def test_a_retry_wait_does_not_carry_a_maybe_applied_send_past_the_key_retention(
     clock: ManualClock, tmp_path: Path
 ) -> None:
