@@ -571,6 +571,15 @@ def _apply(
             else None,
             state=verdict.state or State.SUCCEEDED,
         )
+        if not record.state.finished and record.evidence != evidence:
+            # Not written: this look-up outlived its lease, and another caller took the
+            # operation meanwhile (a send, maybe): it is as that caller has it, unsettled.
+            raise unsettled(
+                record,
+                f"{where}: {verdict.why}; but another caller took the operation while it"
+                " was being looked up (the look-up outlived its lease), so nothing was"
+                f" recorded: it is {record.state.value}",
+            )
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
     raise unsettled(before, f"{where}: {verdict.why}")

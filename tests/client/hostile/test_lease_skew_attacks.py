@@ -156,12 +156,6 @@ def test_a_retry_wait_does_not_carry_a_maybe_applied_send_past_the_key_retention
     assert [o.state for o in outcomes] == [State.INDETERMINATE]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="misreports: a look-up that outlives its lease (10 s) while another caller sends"
-    " the operation and leaves it indeterminate returns that caller's unsettled record as"
-    " its result instead of raising Indeterminate, so `ops reconcile` exits 0 (settled)",
-)
 def test_a_look_up_that_lost_its_lease_to_a_send_does_not_report_it_settled(
     clock: ManualClock, tmp_path: Path
 ) -> None:
