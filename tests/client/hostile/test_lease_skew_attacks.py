@@ -202,14 +202,6 @@ def test_a_look_up_that_lost_its_lease_to_a_send_does_not_report_it_settled(
     assert not settled, f"reported settled as {state}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="misreports (and skips the wait for the holder): a process of the previous"
-    " version, still running on the store its upgraded neighbour migrated, takes a dead"
-    " look-up's lease as a send without clearing the look-up mark; its send's lease then"
-    " reads as a look-up's ('nothing is sent under this lease'), and a sender taking it"
-    " over from it, dead in flight, is told no takeover of a send",
-)
 def test_a_send_s_lease_left_marked_as_a_look_up_by_an_older_process_is_read_as_a_send(
     tmp_path: Path,
 ) -> None:
