@@ -5,6 +5,7 @@ server may have forgotten its key."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,3 +242,44 @@ def test_a_send_s_lease_left_marked_as_a_look_up_by_an_older_process_is_read_as_
     assert held.lease_look_up is False, "a lease in flight is a send's"
     assert taken.taken_over
     assert (taken.record.maybe_applied, taken.record.sent_at) == (True, now + 60)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pays twice: Client.reconcile judges a look-up's 'none' by the in-flight window"
+    " of the client's profile, not of the profile the operation was sent under (ops"
+    " reconcile refuses this; the Python API does not): a client of the default profile"
+    " settles an operation of a profile whose server runs a request for an hour 'never"
+    " applied' after 20 minutes, and it is sent again beside the first",
+)
+def test_reconcile_does_not_judge_an_operation_by_another_profile_s_window(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    django = profiles.BUILTIN["django-idempotency-key"]  # two requests with one key both run
+    own = django.replace(name="my-psp", in_flight_for=3600.0)
+    with ReferenceServer(clock=clock, profile=django) as server:
+
+        def client(profile: profiles.Profile) -> Client:
+            return Client(
+                base_url="https://psp.test",
+                transport=server.transport,
+                headers={"Authorization": "Bearer shop-1"},
+                store=tmp_path / "s.db",
+                clock=clock,
+                profile=profile,
+                policy=RetryPolicy(max_attempts=1),
+            )
+
+        with client(own) as app:
+            server.crash("ADMITTED", path="/v1/payments")  # admitted, not run yet
+            with pytest.raises(OutcomeError):
+                app.post("/v1/payments", json=PAYMENT, operation_id="o", reference="inv-9")
+            # Past the default window, well within the operation's own (an hour).
+            clock.advance(django.in_flight_for + CLOCK_SKEW + 10.0)
+            with client(profiles.reference) as ops, contextlib.suppress(Indeterminate, ValueError):
+                ops.reconcile("o", lookup="/v1/payments?reference={reference}")
+            clock.advance(60.0)
+            server.recover()  # the server runs the request it admitted, within its hour
+            app.resume()
+        payments = [e for e in server.ledger() if e.reference == "inv-9"]
+    assert len(payments) == 1, f"paid {len(payments)} times"
