@@ -244,14 +244,6 @@ def test_a_send_s_lease_left_marked_as_a_look_up_by_an_older_process_is_read_as_
     assert (taken.record.maybe_applied, taken.record.sent_at) == (True, now + 60)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pays twice: Client.reconcile judges a look-up's 'none' by the in-flight window"
-    " of the client's profile, not of the profile the operation was sent under (ops"
-    " reconcile refuses this; the Python API does not): a client of the default profile"
-    " settles an operation of a profile whose server runs a request for an hour 'never"
-    " applied' after 20 minutes, and it is sent again beside the first",
-)
 def test_reconcile_does_not_judge_an_operation_by_another_profile_s_window(
     clock: ManualClock, tmp_path: Path
 ) -> None:
