@@ -614,8 +614,13 @@ def too_early(record: OperationRecord, evidence: str, *, now: float, until: floa
     return Indeterminate(
         f"operation {record.operation_id!r} (key {record.key}) was not found by looking it"
         f" up ({evidence}), but an attempt of it that may have been applied was sent"
-        f" {max(0.0, now - sent):.0f}s ago, and the server may still be running it for"
-        f" {until - now:.0f}s more (the server profile's in_flight_for, and"
+        f" {max(0.0, now - sent):.0f}s ago, and the server may still be running it"
+        + (
+            f" for {until - now:.0f}s more"
+            if until > now
+            else " (it may have run it since the look-up was asked)"
+        )
+        + f" (the server profile's in_flight_for, and"
         f" {CLOCK_SKEW:.0f}s for the clocks of the store's hosts): not found yet is"
         " not never applied. It stays unsettled: look it up again after that, or resume"
         " it (sent again with its key while the server keeps the key, it is the same"

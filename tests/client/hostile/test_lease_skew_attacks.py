@@ -123,6 +123,7 @@ def test_a_slow_look_up_s_none_is_judged_as_of_its_question_not_its_answer(
             with pytest.raises(Indeterminate) as early:
                 client.reconcile("o", lookup="/v1/payments?reference={reference}")
             assert early.value.outcome.maybe_applied
+            assert "may have run it since the look-up was asked" in str(early.value)
             record = client.store.get("o")
         assert record is not None
         assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
