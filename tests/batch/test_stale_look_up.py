@@ -8,10 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
-from idemclient import Client, ManualClock, RetryPolicy, key_from_identity, profiles
+from idemclient import (
+    AsyncClient,
+    Client,
+    ManualClock,
+    RetryPolicy,
+    key_from_identity,
+    profiles,
+)
 from idemclient._call import CLOCK_SKEW
-from idemclient.batch import submit
+from idemclient.batch import asubmit, submit
 from idemclient.testing import ReferenceServer
 
 from .test_submit import make_batch
@@ -74,3 +82,32 @@ def test_a_not_found_asked_within_the_window_is_not_believed_when_recorded_after
     assert len(paid) == 1, f"E0000 paid {len(paid)} times; report: {report.rows[0]}"
     assert report.rows[0].state == "indeterminate"
     assert report.rows[0].reason.startswith("not found on the server yet")
+
+
+@pytest.mark.anyio
+async def test_the_async_batch_judges_a_not_found_as_of_its_question_too(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with ReferenceServer(clock=clock, profile=NAME) as server:
+        slow = SlowLookUp(server, "E0001", retry_after=20.0)
+        server.crash("ADMITTED", key=key_from_identity("E0000", "payout"))
+        with _client(httpx.MockTransport(slow.handler), clock, tmp_path / "s.db") as client:
+            assert [r.state for r in submit(make_batch(1), client).rows] == ["indeterminate"]
+        clock.advance(WINDOW - 10.0)
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            return slow.handler(request)
+
+        async with AsyncClient(
+            store=tmp_path / "s.db",
+            clock=clock,
+            profile=NAME,
+            policy=RetryPolicy(max_attempts=1),
+            transport=httpx.MockTransport(handler),
+            base_url="http://psp.test",
+            headers={"Authorization": "Bearer payroll-ops"},
+        ) as client:
+            report = await asubmit(make_batch(2), client, concurrency=1)
+        assert slow.slowed
+        paid = [e for e in server.ledger() if e.reference == "E0000"]
+    assert len(paid) == 1, f"E0000 paid {len(paid)} times; report: {report.rows[0]}"
+    assert report.rows[0].state == "indeterminate"
