@@ -291,15 +291,6 @@ class Setup:
         return self.profile.replays_errors or self.profile.replay is not None
 
     @property
-    def refusable(self) -> frozenset[int]:
-        """The scripted refusals this profile's server may give: not a status the
-        profile reads as a replay (django-idempotency-key's 409), which to a key the
-        caller gave (an identity, `wrap()`) the client takes as the stored success,
-        by design (docs/profiles.md; the history is kept in test_histories.py)."""
-        replay = self.profile.replay.statuses if self.profile.replay is not None else ()
-        return frozenset(int(status) for status in REFUSALS) - frozenset(replay)
-
-    @property
     def keeps_refusals(self) -> bool:
         """The server keeps a refusal (a declined payment's 402) under its key. Where it
         keeps only some answers (Checkout.com's 2xx, named by the 5xx it does not keep;
@@ -696,8 +687,10 @@ class PaymentsMachine(RuleBasedStateMachine):
     @rule(fault=st.sampled_from(FAULTS))
     def server_fault(self, fault: str) -> None:
         if fault in REFUSALS:
-            if int(fault) in self.setup.refusable:
-                self.refusals.append(int(fault))
+            # Under django-idempotency-key a 409 is also how the server replays a stored
+            # success: to a key the caller gave, with no attempt of ours before, the
+            # client cannot tell the two apart and leaves it to a look-up.
+            self.refusals.append(int(fault))
         else:
             inject(self.server, fault, self.slow_bodies)
 
