@@ -372,12 +372,26 @@ class PaymentsMachine(RuleBasedStateMachine):
         def time_passes(self: PaymentsMachine, seconds: float) -> None:
             PaymentsMachine.time_passes(self, seconds)
 
+        members: dict[str, Any] = {
+            "setup": setup,
+            "time_passes": time_passes,
+            "__module__": cls.__module__,
+        }
+        replay = setup.profile.replay.statuses if setup.profile.replay is not None else ()
+        conflicts = sorted(int(status) for status in REFUSALS if int(status) in replay)
+        if conflicts:
+
+            @rule(status=st.sampled_from(conflicts))
+            def application_conflict(self: PaymentsMachine, status: int) -> None:
+                """The application's own conflict, answered with the status its server
+                also replays a stored success with (django-idempotency-key's 409), to
+                the next request it does not admit: as often as any rule, not one of
+                FAULTS' many (only this profile's machine has the rule)."""
+                self.refusals.append(status)
+
+            members["application_conflict"] = application_conflict
         title = "".join(part.title() for part in re.split(r"[-_.]", name))
-        return type(
-            f"PaymentsMachine{title}",
-            (cls,),
-            {"setup": setup, "time_passes": time_passes, "__module__": cls.__module__},
-        )
+        return type(f"PaymentsMachine{title}", (cls,), members)
 
     def __init__(self) -> None:
         super().__init__()
