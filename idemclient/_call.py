@@ -676,7 +676,10 @@ class Call:
             self.evidence = f"{type(result).__name__}: {result}".rstrip(": ")
             self._error = result
         self._doubted = unexplained
-        if found.maybe_applied and not unexplained:
+        # An unexplained replay counts as a send too, the time it was learnt: a look-up's
+        # "none" waits from there (the row's last write, which stands in otherwise, may
+        # be ahead of the clock by a step it went back).
+        if found.maybe_applied:
             self.sent_at = self.clock.time()
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind

@@ -396,6 +396,32 @@ def test_django_an_applications_own_409_to_a_callers_fresh_key_is_not_succeeded(
         state.teardown()
 
 
+# Found by the deep run (seed 836345435, after 5,088 histories): the application's 409
+# to a batch row's key, unexplained, left the row maybe applied with no send time kept;
+# a resume under a clock two days fast wrote the row then, and with the clock set right
+# the look-up's "none" waited for in_flight_for past that write, two days ahead: the
+# row stayed unsettled. The attempt that brought the 409 now counts as the send.
+def test_django_an_unexplained_409_is_settled_by_a_look_up_after_a_clock_set_right() -> None:
+    state = PaymentsMachine.for_profile("django-idempotency-key")()
+    try:
+        op = state.issue_new(
+            way="batch",
+            by="operation_id",
+            kill_at=None,
+            disk_full=frozenset({"begin", "claim", "register"}),
+        )
+        state.application_conflict(status=409)  # type: ignore[attr-defined]
+        state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+        state.never_twice_and_agreeing()
+        state.client_clock_jumps(offset=2 * DAY)
+        state.resume(kill_at=None, disk_full=NOTHING, way="client")
+        state.client_clock_jumps(offset=0.0)
+        state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
 # The server died right after admitting the key; reconciled at once, the look-up found
 # nothing (admitted, not begun) and settled the operation not_sent; the server's
 # recovery then made the payment. Resumed past the server's key retention (square: an
