@@ -313,7 +313,7 @@ def test_drf_middleware_in_progress_and_mismatch_share_409(make: Callable[..., C
 
 
 def test_django_idempotency_key_replay_409_is_the_stored_success(
-    make: Callable[..., Client],
+    make: Callable[..., Client], clock: ManualClock
 ) -> None:
     replay = _json(409, {"id": 7, "amount": 1})
     # Sent again at once where the profile allows it (no hold, keys kept a day).
@@ -324,6 +324,7 @@ def test_django_idempotency_key_replay_409_is_the_stored_success(
     # process's payment (tests/profiles/hostile/test_replay_status.py).
     with pytest.raises(Indeterminate):
         client.post("/orders", json={"amount": 1}, key="order-7")
+    clock.advance(CLOCK_SKEW)  # the hold: in_flight_for (none here) and the hosts' skew
     outcome = client.post("/orders", json={"amount": 1}, key="order-7")
     assert outcome.state is State.SUCCEEDED
     assert outcome.replayed
