@@ -49,7 +49,8 @@ COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at, profile, clock_stepped, sent_at, lease_look_up"
+    " updated_at, finished_at, profile, clock_stepped, sent_at, lease_look_up,"
+    " replay_unexplained"
 )
 
 
@@ -150,6 +151,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         clock_stepped,
         sent_at,
         lease_look_up,
+        replay_unexplained,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -187,6 +189,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         clock_stepped=clock_stepped,
         sent_at=sent_at,
         lease_look_up=bool(lease_look_up),
+        replay_unexplained=bool(replay_unexplained),
     )
 
 

@@ -388,6 +388,38 @@ def test_a_version_7_store_gains_the_look_up_mark_and_its_leases_stay_sends(
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+def test_a_version_8_store_gains_replay_unexplained_false_for_its_old_rows(
+    store_path: Path,
+) -> None:
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:8]).close()
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
+            " sent_at) VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+            " 'indeterminate', 1, 1, 'ReadTimeout', 1.0, 2.0, 1.5)"
+        )
+    with SQLiteStore(store_path) as store:
+        [record] = store.unfinished()
+        assert (record.replay_unexplained, record.sent_at) == (False, 1.5)
+        owner = new_owner()
+        store.claim("old", owner=owner, now=NOW, lease_until=NOW + 60)
+        doubted = Progress(
+            attempts=2,
+            maybe_applied=True,
+            evidence="HTTP 409",
+            not_before=None,
+            now=NOW,
+            replay_unexplained=True,
+        )
+        assert store.finish("old", owner=owner, state=State.INDETERMINATE, progress=doubted)
+        assert store.get("old").replay_unexplained  # type: ignore[union-attr]
+    with sqlite3.connect(store_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
 def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(
     store_path: Path,
 ) -> None:
