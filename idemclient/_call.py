@@ -428,6 +428,9 @@ class Call:
         self.maybe_applied = False
         #: when this call last sent an attempt that may have been applied
         self.sent_at: float | None = None
+        #: an answer read as a replay came that no attempt of ours explains (kept by
+        #: the store for good: `OperationRecord.replay_unexplained`)
+        self.replay_unexplained = False
         self.evidence = ""
         self.not_before: float | None = None
         self.created_at = 0.0
@@ -435,6 +438,8 @@ class Call:
         self.settled = False
         self._sending = False
         self._reconcile = False
+        #: the last answer was read as a replay that nothing of ours explains
+        self._doubted = False
         self._error: BaseException | None = None
         self._busy_poll = _BUSY_POLL_FIRST
         self.challenge: httpx.Response | None = None
@@ -469,6 +474,7 @@ class Call:
             self.request.headers[slot.header] = slot.header_value(record.key)
         self.total_attempts = record.attempts
         self.maybe_applied = record.maybe_applied
+        self.replay_unexplained = record.replay_unexplained
         self.evidence = record.evidence
         self.not_before = record.not_before
         self.created_at = record.created_at
@@ -615,6 +621,7 @@ class Call:
 
     def observe(self, result: httpx.Response | Exception) -> Classification:
         self._sending = False
+        unexplained = False
         if isinstance(result, httpx.Response):
             codes = (
                 codes_in(result.content, self.profile.code_paths)
@@ -635,6 +642,16 @@ class Call:
                 found = Classification(
                     AttemptKind.REJECTED, retry=False, maybe_applied=False, final=True
                 )
+            elif found.kind is AttemptKind.REPLAYED and not self._replay_explained():
+                # Others may know the key (the caller's), but no attempt of ours may have
+                # been applied (or one such answer already came unexplained): the replay
+                # of another sender's payment under it, or the application's own refusal
+                # (a 409 of its own). Maybe applied, with no answer; a look-up settles it.
+                unexplained = self.replay_unexplained = True
+                self._reconcile = True
+                found = Classification(
+                    AttemptKind.UNKNOWN, retry=False, maybe_applied=True, final=False
+                )
             if self.maybe_applied:
                 found = after_maybe_applied(
                     found,
@@ -649,6 +666,11 @@ class Call:
                 self.evidence += (
                     " after an attempt that may have been applied (the server may be"
                     " refusing a duplicate)"
+                )
+            if unexplained:
+                self.evidence += (
+                    " (a stored success's replay under this profile) to a key others may"
+                    " know, with no attempt of ours that may have been applied before it"
                 )
             self.last_status = result.status_code
             self.existing = None
@@ -669,6 +691,10 @@ class Call:
             found = classify_error(result)
             self.evidence = f"{type(result).__name__}: {result}".rstrip(": ")
             self._error = result
+        self._doubted = unexplained
+        # An unexplained replay counts as a send too, the time it was learnt: a look-up's
+        # "none" waits from there (the row's last write, which stands in otherwise, may
+        # be ahead of the clock by a step it went back).
         if found.maybe_applied:
             self.sent_at = self.clock.time()
         self.maybe_applied = self.maybe_applied or found.maybe_applied
@@ -698,11 +724,25 @@ class Call:
         caller's, an identity's, or a continued operation's), so others may have sent it."""
         return self.maybe_applied or self.intent is None or self.intent.key_given
 
+    def _replay_explained(self) -> bool:
+        """An answer read as a replay is this operation's stored success: an attempt of
+        ours may have been applied, and no such answer has come unexplained before
+        (after one, the application's own refusal would read the same)."""
+        return self.maybe_applied and not self.replay_unexplained
+
     def bound_body(self, response: httpx.Response) -> None:
         """Make reading `response`'s body give up at the deadline (see `_DeadlineStream`)."""
         bound_body(response, self.remaining)
 
     def decide(self, found: Classification, response: httpx.Response | None) -> Decision:
+        if self._doubted:
+            return Decision(
+                "stop",
+                reason=(
+                    "it may be the replay of a payment another process made under this key,"
+                    " or the application's own refusal, and sending again cannot tell"
+                ),
+            )
         if found.kind is AttemptKind.EXISTING:
             return Decision(
                 "stop",
@@ -809,6 +849,7 @@ class Call:
             not_before=self.not_before,
             now=self.clock.time(),
             sent_at=self.sent_at,
+            replay_unexplained=self.replay_unexplained,
         )
 
     def final_state(self, found: Classification) -> State:

@@ -92,6 +92,7 @@ def _record_json(record: OperationRecord) -> dict[str, Any]:
         "finished_at": record.finished_at,
         "clock_stepped": record.clock_stepped,
         "sent_at": record.sent_at,
+        "replay_unexplained": record.replay_unexplained,
         "status": None if response is None else response.status_code,
     }
 
@@ -251,6 +252,15 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
                 "age unknown",
                 f"a clock went back {record.clock_stepped:.0f}s while it was unfinished:"
                 " it is looked up, never sent again on its age",
+            )
+        )
+    if record.replay_unexplained:
+        rows.append(
+            (
+                "replay unexplained",
+                "an answer its profile reads as a replay came with no attempt of ours"
+                " before it: another sender's payment, or the application's refusal;"
+                " only a look-up settles it",
             )
         )
     if record.response is not None:

@@ -113,6 +113,9 @@ class Progress:
     #: when this call last sent an attempt that may have been applied (its time, or
     #: the time it learnt so), if it did: the store keeps the latest (`sent_at`)
     sent_at: float | None = None
+    #: this call was given an answer the profile reads as a replay of the stored success
+    #: that no attempt of its operation explains (see `OperationRecord`); kept for good
+    replay_unexplained: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,13 @@ class OperationRecord:
     #: takeover of it, its holder dead or out of its lease, counts no send (it moves
     #: neither `sent_at` nor `maybe_applied`). False: a send's lease, or none.
     lease_look_up: bool = False
+    #: an answer the profile reads as a replay of the stored success (a 409 with the
+    #: stored body, django-idempotency-key) came to a key others may know (the
+    #: caller's) before any attempt of its own may have been applied: the replay of
+    #: another sender's payment, or the application's own refusal. Which is not known,
+    #: so from then on no such answer counts as this operation's success; a look-up
+    #: settles it. False for rows recorded before schema 9 (SQLite; PostgreSQL 7).
+    replay_unexplained: bool = False
 
 
 def holder_is_live(record: OperationRecord, *, now: float) -> bool:

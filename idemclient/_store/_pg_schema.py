@@ -142,8 +142,17 @@ def _v6(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
+def _v7(conn: psycopg.Connection[Any], schema: str) -> None:
+    # A replay-looking answer no attempt of the operation explains (see the SQLite
+    # store's version 9). False for the rows before: none was seen.
+    conn.execute(
+        f"ALTER TABLE {schema}.operations"
+        " ADD COLUMN replay_unexplained boolean NOT NULL DEFAULT false"
+    )
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

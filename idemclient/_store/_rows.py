@@ -49,7 +49,8 @@ COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, attempts,"
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
-    " updated_at, finished_at, profile, clock_stepped, sent_at, lease_look_up"
+    " updated_at, finished_at, profile, clock_stepped, sent_at, lease_look_up,"
+    " replay_unexplained"
 )
 
 
@@ -150,6 +151,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         clock_stepped,
         sent_at,
         lease_look_up,
+        replay_unexplained,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -190,6 +192,7 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         # send's lease, whatever the mark says (a process of the previous version, whose
         # statements know no mark, may have taken a look-up's lease as a send).
         lease_look_up=bool(lease_look_up) and state != State.IN_FLIGHT.value,
+        replay_unexplained=bool(replay_unexplained),
     )
 
 

@@ -172,6 +172,14 @@ def _v8(db: sqlite_utils.Database) -> None:
     db.table("operations").add_column("lease_look_up", int, not_null_default=0)
 
 
+def _v9(db: sqlite_utils.Database) -> None:
+    # An answer its profile reads as the stored success's replay (django-idempotency-key's
+    # 409) came to a caller's key that no attempt of the operation explains: from then
+    # on no such answer is its success (`OperationRecord.replay_unexplained`). 0 for the
+    # rows before: none was seen.
+    db.execute("ALTER TABLE operations ADD COLUMN replay_unexplained INTEGER NOT NULL DEFAULT 0")
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -205,7 +213,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

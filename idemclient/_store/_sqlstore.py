@@ -179,6 +179,7 @@ class SQLStore(Store, ABC):
                     progress.now,
                     progress.sent_at,
                     progress.sent_at,
+                    progress.replay_unexplained,
                     operation_id,
                     owner,
                 ),
@@ -222,6 +223,7 @@ class SQLStore(Store, ABC):
             finished_at,
             progress.sent_at,
             progress.sent_at,
+            progress.replay_unexplained,
             operation_id,
         )
         if not final:  # the guard names the owner (see `Statements.finish`)
@@ -245,6 +247,9 @@ class SQLStore(Store, ABC):
                     updated_at=now,
                     finished_at=finished_at,
                     sent_at=_latest(answer_from.sent_at, progress.sent_at),
+                    replay_unexplained=(
+                        answer_from.replay_unexplained or progress.replay_unexplained
+                    ),
                 )
             # Not written as asked (a final answer was there first, or the lease moved
             # on): the stored row is the truth, and keeps what this caller learnt.
@@ -265,6 +270,7 @@ class SQLStore(Store, ABC):
                 progress.now,
                 progress.sent_at,
                 progress.sent_at,
+                progress.replay_unexplained,
                 operation_id,
             ),
         )
@@ -697,6 +703,7 @@ def finished_record(
     updated_at: float,
     finished_at: float | None,
     sent_at: float | None,
+    replay_unexplained: bool = False,
 ) -> OperationRecord:
     """`known` as `finish` just wrote it, lease released: `dataclasses.replace`
     spelled out, which costs a quarter as much on the hottest path of the library (a
@@ -726,6 +733,7 @@ def finished_record(
         profile=known.profile,
         clock_stepped=known.clock_stepped,
         sent_at=sent_at,
+        replay_unexplained=replay_unexplained,
     )
 
 

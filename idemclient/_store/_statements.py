@@ -74,7 +74,8 @@ _MOVE = (
 _RECORD_ATTEMPT = (
     "UPDATE {t} SET attempts = {p}, maybe_applied = maybe_applied OR {p}, evidence = {p},"
     " not_before = {p}, lease_expires = {p}, updated_at = {p},"
-    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND lease_owner = {p} AND finished_at IS NULL"
 )
 # "Maybe applied" is knowledge: whoever learnt it, the row keeps it, and an unsettled
@@ -87,7 +88,8 @@ _FINISH = (
     " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
     " lease_look_up = false, status_code = {p}, response_headers = {j}, response_body = {p},"
     " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p},"
-    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND "
 )
 # A final answer is recorded whoever holds the lease: the server answers the same
@@ -101,7 +103,8 @@ _MERGE = (
     "UPDATE {t} SET state = CASE WHEN state = {p} AND (maybe_applied OR {p}) THEN {p}"
     " ELSE state END, maybe_applied = maybe_applied OR {p},"
     " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p},"
-    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND finished_at IS NULL"
 )
 _SETTLE = (

@@ -291,15 +291,6 @@ class Setup:
         return self.profile.replays_errors or self.profile.replay is not None
 
     @property
-    def refusable(self) -> frozenset[int]:
-        """The scripted refusals this profile's server may give: not a status the
-        profile reads as a replay (django-idempotency-key's 409), which to a key the
-        caller gave (an identity, `wrap()`) the client takes as the stored success,
-        by design (docs/profiles.md; the history is kept in test_histories.py)."""
-        replay = self.profile.replay.statuses if self.profile.replay is not None else ()
-        return frozenset(int(status) for status in REFUSALS) - frozenset(replay)
-
-    @property
     def keeps_refusals(self) -> bool:
         """The server keeps a refusal (a declined payment's 402) under its key. Where it
         keeps only some answers (Checkout.com's 2xx, named by the 5xx it does not keep;
@@ -381,12 +372,26 @@ class PaymentsMachine(RuleBasedStateMachine):
         def time_passes(self: PaymentsMachine, seconds: float) -> None:
             PaymentsMachine.time_passes(self, seconds)
 
+        members: dict[str, Any] = {
+            "setup": setup,
+            "time_passes": time_passes,
+            "__module__": cls.__module__,
+        }
+        replay = setup.profile.replay.statuses if setup.profile.replay is not None else ()
+        conflicts = sorted(int(status) for status in REFUSALS if int(status) in replay)
+        if conflicts:
+
+            @rule(status=st.sampled_from(conflicts))
+            def application_conflict(self: PaymentsMachine, status: int) -> None:
+                """The application's own conflict, answered with the status its server
+                also replays a stored success with (django-idempotency-key's 409), to
+                the next request it does not admit: as often as any rule, not one of
+                FAULTS' many (only this profile's machine has the rule)."""
+                self.refusals.append(status)
+
+            members["application_conflict"] = application_conflict
         title = "".join(part.title() for part in re.split(r"[-_.]", name))
-        return type(
-            f"PaymentsMachine{title}",
-            (cls,),
-            {"setup": setup, "time_passes": time_passes, "__module__": cls.__module__},
-        )
+        return type(f"PaymentsMachine{title}", (cls,), members)
 
     def __init__(self) -> None:
         super().__init__()
@@ -696,8 +701,10 @@ class PaymentsMachine(RuleBasedStateMachine):
     @rule(fault=st.sampled_from(FAULTS))
     def server_fault(self, fault: str) -> None:
         if fault in REFUSALS:
-            if int(fault) in self.setup.refusable:
-                self.refusals.append(int(fault))
+            # Under django-idempotency-key a 409 is also how the server replays a stored
+            # success: to a key the caller gave, with no attempt of ours before, the
+            # client cannot tell the two apart and leaves it to a look-up.
+            self.refusals.append(int(fault))
         else:
             inject(self.server, fault, self.slow_bodies)
 

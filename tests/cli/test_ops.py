@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
+import httpx
 import pytest
 from click.testing import CliRunner
 
 import idemclient._ops_cli
-from idemclient import Client, Indeterminate, ManualClock, State
+from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, State
 from idemclient.cli import main
 from idemclient.clock import set_testing
 from idemclient.store import SQLiteStore
@@ -110,6 +111,28 @@ def test_show_says_when_a_clock_went_back_over_an_operation(store_with_history: 
     assert json.loads(out)["clock_stepped"] == 7200.0
     code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-1")
     assert "age unknown" not in out
+
+
+def test_show_says_when_a_replay_came_that_nothing_of_ours_explains(tmp_path: Path) -> None:
+    # django-idempotency-key's replay is a 409, as is the application's own conflict.
+    path = tmp_path / "ops.db"
+    conflict = httpx.Response(409, json={"detail": "an order with this number exists"})
+    with (
+        Client(
+            store=path,
+            clock=ManualClock(),
+            transport=httpx.MockTransport(lambda request: conflict),
+            base_url="https://shop.test",
+            profile="django-idempotency-key",
+        ) as client,
+        pytest.raises(ReconcileRequired),
+    ):
+        client.post("/orders", json={"number": 7}, operation_id="order-7", key="order-7")
+    code, out, _ = run("ops", "show", "--store", str(path), "order-7")
+    assert code == 0
+    assert "replay unexplained: an answer its profile reads as a replay" in out
+    _, out, _ = run("ops", "show", "--store", str(path), "order-7", "--json")
+    assert json.loads(out)["replay_unexplained"] is True
 
 
 def test_show_by_key_and_unknown(store_with_history: Path) -> None:

@@ -387,3 +387,21 @@ def test_a_version_5_store_gains_the_look_up_mark_and_its_leases_stay_sends(pg_u
     with psycopg.connect(pg_url) as conn:
         (version,) = conn.execute("SELECT version FROM idemclient.store_version").fetchone()
     assert version == SCHEMA_VERSION
+
+
+def test_a_version_6_store_gains_replay_unexplained_false_for_its_old_rows(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:6])
+        conn.execute(
+            "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
+            " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"
+            " updated_at, sent_at) VALUES ('old', 'old-key', 'POST', 'http://x/', '[]'::jsonb,"
+            " '', 'f', 'r', 'indeterminate', 1, true, 'ReadTimeout', 1, 2, 1.5)"
+        )
+    with PostgresStore(pg_url) as store:
+        record = store.get("old")
+    assert record is not None
+    assert (record.replay_unexplained, record.sent_at) == (False, 1.5)
+    with psycopg.connect(pg_url) as conn:
+        version = conn.execute("SELECT version FROM idemclient.store_version").fetchone()
+    assert version == (SCHEMA_VERSION,)

@@ -316,6 +316,41 @@ def test_sent_at_keeps_the_latest_send_that_may_have_been_applied(store: Store) 
     assert store.get("op-1").sent_at == NOW + 120  # type: ignore[union-attr]
 
 
+def test_an_unexplained_replay_is_kept_for_good(store: Store) -> None:
+    # A replay-looking answer no attempt of ours explains: once seen, no later write
+    # (an attempt, the end of a call, a lost lease's merge, a final answer) forgets it.
+    owner = new_owner()
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    assert not store.get("op-1").replay_unexplained  # type: ignore[union-attr]
+    doubted = dataclasses.replace(progress(now=NOW + 1), replay_unexplained=True)
+    assert store.record_attempt("op-1", owner=owner, progress=doubted, lease_until=NOW + 60)
+    assert store.get("op-1").replay_unexplained  # type: ignore[union-attr]
+    store.record_attempt("op-1", owner=owner, progress=progress(now=NOW + 2), lease_until=NOW + 60)
+    record = store.finish(
+        "op-1", owner=owner, state=State.INDETERMINATE, progress=progress(now=NOW + 3)
+    )
+    assert record.replay_unexplained
+    assert store.get("op-1").replay_unexplained  # type: ignore[union-attr]
+    # Seen by a call whose lease was taken over: merged into the row all the same.
+    other = make_intent("op-2", "k-2")
+    first, second = new_owner(), new_owner()
+    store.begin(other, owner=first, now=NOW, lease_until=NOW + 60)
+    store.claim("op-2", owner=second, now=NOW + 61, lease_until=NOW + 120)
+    late = dataclasses.replace(progress(now=NOW + 90), replay_unexplained=True)
+    merged = store.finish("op-2", owner=first, state=State.INDETERMINATE, progress=late)
+    assert merged.lease_owner == second
+    assert merged.replay_unexplained
+    # Settled by a final answer: still there (the row says what was seen).
+    store.finish(
+        "op-2",
+        owner=second,
+        state=State.SUCCEEDED,
+        progress=progress(now=NOW + 100),
+        response=StoredResponse.of(201, (), b"{}"),
+    )
+    assert store.get("op-2").replay_unexplained  # type: ignore[union-attr]
+
+
 def test_an_owner_dead_in_flight_may_have_sent_until_it_was_found_dead(store: Store) -> None:
     gone = new_owner()
     release_owner(gone)  # this process's call ended: its owner is dead, its lease not over

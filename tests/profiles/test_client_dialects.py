@@ -313,12 +313,18 @@ def test_drf_middleware_in_progress_and_mismatch_share_409(make: Callable[..., C
 
 
 def test_django_idempotency_key_replay_409_is_the_stored_success(
-    make: Callable[..., Client],
+    make: Callable[..., Client], clock: ManualClock
 ) -> None:
     replay = _json(409, {"id": 7, "amount": 1})
-    client = make(Scripted(replay), "django-idempotency-key")
-    # A key that may have been sent before (the caller's): a fresh key of the client's
-    # own has no stored answer to replay (tests/profiles/hostile/test_replay_status.py).
+    # Sent again at once where the profile allows it (no hold, keys kept a day).
+    django = named("django-idempotency-key").replace(in_flight_for=0.0, key_retention=86400.0)
+    client = make(Scripted(httpx.ReadTimeout, replay), django)
+    # After an attempt of ours that may have been applied: a 409 with no attempt of
+    # ours before it may be the application's own refusal, or the replay of another
+    # process's payment (tests/profiles/hostile/test_replay_status.py).
+    with pytest.raises(Indeterminate):
+        client.post("/orders", json={"amount": 1}, key="order-7")
+    clock.advance(CLOCK_SKEW)  # the hold: in_flight_for (none here) and the hosts' skew
     outcome = client.post("/orders", json={"amount": 1}, key="order-7")
     assert outcome.state is State.SUCCEEDED
     assert outcome.replayed

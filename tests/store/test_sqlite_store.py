@@ -32,6 +32,22 @@ def progress(attempts: int = 1, *, now: float = NOW, applied: bool = True) -> Pr
     )
 
 
+def _store_at_version(path: Path, version: int, row: str) -> None:
+    """A store as an earlier version left it: migrated to `version` only, with one row
+    written by that version's columns (`row`, an INSERT)."""
+    from idemclient._store._schema import MIGRATIONS
+
+    open_database(str(path), busy_timeout=1, migrations=MIGRATIONS[:version]).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(row)
+
+
+def _schema_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version
+
+
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -318,62 +334,57 @@ def test_a_version_1_store_is_migrated_and_keeps_its_operations(store_path: Path
 def test_a_version_5_store_gains_clock_stepped_and_a_step_back_marks_its_operation(
     store_path: Path,
 ) -> None:
-    from idemclient._store._schema import MIGRATIONS
 
-    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:5]).close()
-    with sqlite3.connect(store_path) as conn:
-        conn.execute(
-            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
-            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
-            " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
-            " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 1.0)"
-        )
+    _store_at_version(
+        store_path,
+        5,
+        "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+        " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
+        " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+        " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 1.0)",
+    )
     with SQLiteStore(store_path) as store:
         [before] = store.unfinished()
         assert store.clock_went_back(step=7200.0, now=NOW) == 1
         [after] = store.unfinished()
     assert (before.clock_stepped, after.clock_stepped) == (None, 7200.0)
-    with sqlite3.connect(store_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert _schema_version(store_path) == SCHEMA_VERSION
 
 
 def test_a_version_6_store_gains_sent_at_and_its_old_records_stand_on_updated_at(
     store_path: Path,
 ) -> None:
     from idemclient._reconcile import last_sent
-    from idemclient._store._schema import MIGRATIONS
 
-    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:6]).close()
-    with sqlite3.connect(store_path) as conn:
-        conn.execute(
-            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
-            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
-            " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
-            " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 2.0)"
-        )
+    _store_at_version(
+        store_path,
+        6,
+        "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+        " reference, state, attempts, maybe_applied, evidence, created_at, updated_at)"
+        " VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+        " 'indeterminate', 3, 1, 'HTTP 500', 1.0, 2.0)",
+    )
     with SQLiteStore(store_path) as store:
         [record] = store.unfinished()
     # Written before the send time was kept: its last write's time stands in for it.
     assert (record.sent_at, last_sent(record, now=NOW)) == (None, 2.0)
-    with sqlite3.connect(store_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert _schema_version(store_path) == SCHEMA_VERSION
 
 
 def test_a_version_7_store_gains_the_look_up_mark_and_its_leases_stay_sends(
     store_path: Path,
 ) -> None:
-    from idemclient._store._schema import MIGRATIONS
 
-    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:7]).close()
-    with sqlite3.connect(store_path) as conn:
-        # Leased by an earlier version (which leased look-ups in flight too), expired.
-        conn.execute(
-            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
-            " reference, state, attempts, maybe_applied, evidence, lease_owner,"
-            " lease_expires, created_at, updated_at, sent_at) VALUES ('old', 'old-key',"
-            " 'POST', 'http://x/', '[]', x'', 'f', 'r', 'in_flight', 1, 0, '',"
-            " 'elsewhere:1:t:1', 50.0, 1.0, 2.0, NULL)"
-        )
+    # Leased by an earlier version (which leased look-ups in flight too), expired.
+    _store_at_version(
+        store_path,
+        7,
+        "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+        " reference, state, attempts, maybe_applied, evidence, lease_owner,"
+        " lease_expires, created_at, updated_at, sent_at) VALUES ('old', 'old-key',"
+        " 'POST', 'http://x/', '[]', x'', 'f', 'r', 'in_flight', 1, 0, '',"
+        " 'elsewhere:1:t:1', 50.0, 1.0, 2.0, NULL)",
+    )
     with SQLiteStore(store_path) as store:
         [before] = store.unfinished()
         taken = store.claim("old", owner=new_owner(), now=NOW, lease_until=NOW + 60)
@@ -384,24 +395,52 @@ def test_a_version_7_store_gains_the_look_up_mark_and_its_leases_stay_sends(
         True,
         50.0,
     )
-    with sqlite3.connect(store_path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert _schema_version(store_path) == SCHEMA_VERSION
+
+
+def test_a_version_8_store_gains_replay_unexplained_false_for_its_old_rows(
+    store_path: Path,
+) -> None:
+
+    _store_at_version(
+        store_path,
+        8,
+        "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+        " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
+        " sent_at) VALUES ('old', 'old-key', 'POST', 'http://x/', '[]', x'', 'f', 'r',"
+        " 'indeterminate', 1, 1, 'ReadTimeout', 1.0, 2.0, 1.5)",
+    )
+    with SQLiteStore(store_path) as store:
+        [record] = store.unfinished()
+        assert (record.replay_unexplained, record.sent_at) == (False, 1.5)
+        owner = new_owner()
+        store.claim("old", owner=owner, now=NOW, lease_until=NOW + 60)
+        doubted = Progress(
+            attempts=2,
+            maybe_applied=True,
+            evidence="HTTP 409",
+            not_before=None,
+            now=NOW,
+            replay_unexplained=True,
+        )
+        assert store.finish("old", owner=owner, state=State.INDETERMINATE, progress=doubted)
+        assert store.get("old").replay_unexplained  # type: ignore[union-attr]
+    assert _schema_version(store_path) == SCHEMA_VERSION
 
 
 def test_a_version_2_store_gains_the_reference_index_and_answers_by_reference(
     store_path: Path,
 ) -> None:
-    from idemclient._store._schema import MIGRATIONS
 
-    open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:2]).close()
-    with sqlite3.connect(store_path) as conn:
-        conn.execute(
-            "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
-            " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
-            " finished_at, status_code, response_body, response_sha256, response_size)"
-            " VALUES ('k', 'k', 'POST', 'http://x/v1/payouts', '[]', x'7b7d', 'f', 'E1',"
-            " 'succeeded', 1, 1, 'HTTP 201', 1.0, 1.0, 1.0, 201, x'', '', 0)"
-        )
+    _store_at_version(
+        store_path,
+        2,
+        "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
+        " reference, state, attempts, maybe_applied, evidence, created_at, updated_at,"
+        " finished_at, status_code, response_body, response_sha256, response_size)"
+        " VALUES ('k', 'k', 'POST', 'http://x/v1/payouts', '[]', x'7b7d', 'f', 'E1',"
+        " 'succeeded', 1, 1, 'HTTP 201', 1.0, 1.0, 1.0, 201, x'', '', 0)",
+    )
     with SQLiteStore(store_path) as store:
         [record] = store.find(references=["E1"])
         assert (record.operation_id, record.state) == ("k", State.SUCCEEDED)
