@@ -485,6 +485,27 @@ class Call:
         if record.maybe_applied and record.sent_at is not None:
             self.hold_in_flight(since=record.sent_at)
 
+    def past_retention(self, *, now: float, at: float) -> Decision | None:
+        """A stop for a look-up if an operation that may have been applied, sent at `at`
+        (now, or after a wait this call would sleep), may reach a server that has
+        forgotten its key by then; None if not."""
+        retention = self.settings.retention(self.resolved)
+        age, age_sent = now - self.created_at, at - self.created_at
+        # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
+        # be that much more than it looks.
+        if age_sent + CLOCK_SKEW <= retention:
+            return None
+        self._reconcile = True
+        when = "" if at <= now else f", {age_sent:.0f}s once its wait ends"
+        return Decision(
+            "stop",
+            reason=(
+                f"maybe applied and {age:.0f}s old{when}, past the server's key"
+                f" retention ({retention:.0f}s, {self.profile.name} profile): look"
+                " it up instead"
+            ),
+        )
+
     def busy_wait(self) -> float | None:
         """Seconds to wait for another owner's lease, or None to give up now."""
         wait = self._busy_poll
@@ -496,20 +517,15 @@ class Call:
     def gate(self) -> float | Decision:
         """Before the first attempt: seconds to wait first (0.0 for none), or a stop."""
         now = self.clock.time()
-        retention = self.settings.retention(self.resolved)
         if self.maybe_applied:
             age = now - self.created_at
-            # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
-            # be that much more than it looks.
-            if age + CLOCK_SKEW > retention:
-                self._reconcile = True
-                return Decision(
-                    "stop",
-                    reason=(
-                        f"maybe applied and {age:.0f}s old, past the server's key retention"
-                        f" ({retention:.0f}s, {self.profile.name} profile): look it up instead"
-                    ),
-                )
+            # Judged at the time it would be sent: after a wait it must keep first (the
+            # in-flight hold, a server's not-before), which this call may sleep out.
+            late = self.past_retention(
+                now=now, at=now if self.not_before is None else max(now, self.not_before)
+            )
+            if late is not None:
+                return late
             unstored = _status_in(self.evidence)
             if unstored is not None and unstored in self.profile.unstored:
                 # Its server kept no answer under the key for that: the same key sent
@@ -769,6 +785,12 @@ class Call:
         )
         if decision.not_before is not None:
             self.not_before = decision.not_before
+        if decision.action == "retry" and self.maybe_applied:
+            # The retry is sent after its wait: not once the server may have forgotten
+            # the key of an attempt that may have been applied.
+            late = self.past_retention(now=now, at=now + decision.wait)
+            if late is not None:
+                return late
         if decision.action == "retry":
             if not self.settings.budget.withdraw(decision.cost):
                 self.evidence += BUDGET_STOP

@@ -564,7 +564,9 @@ class _Common(Generic[HttpxClient]):
         `found` (deprecated): your own judge; True counts as found and succeeded.
 
         Without `lookup`, the server profile's look-up is used (its template, status
-        field and final statuses), if it has one; else a ValueError asks for one.
+        field and final statuses), if it has one; else a ValueError asks for one. An
+        operation sent under another profile raises ValueError, nothing looked up: its
+        server's `in_flight_for` is that profile's.
         """
         profiled = self.settings.profile.lookup
         quoting = None
@@ -634,6 +636,17 @@ class _Common(Generic[HttpxClient]):
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
         if record.state.finished:
             return from_record(record)
+        was_under, speaks = record.profile or "generic", self.settings.profile.name
+        if was_under != speaks:
+            # Its server's in_flight_for (how long a "none" is too early to believe), its
+            # look-up and its statuses are that profile's: judged by this client's, a
+            # payment its server was still running could be settled never applied.
+            raise ValueError(
+                f"operation {operation_id!r} (key {record.key}) was sent under the"
+                f" {was_under} server profile; this client speaks {speaks}. Nothing was"
+                f" looked up or changed: reconcile it with a client with"
+                f" profile={was_under!r}"
+            )
         path = httpx.URL(record.url).path
         if covering is not None and not covering.covers_path(path):
             # "None found" there would say nothing of it: never read as "not applied".

@@ -310,6 +310,10 @@ class Profile:
             )
         if not (math.isfinite(self.key_retention) and self.key_retention > 0):
             raise ValueError("Profile: key_retention must be a positive number of seconds")
+        # NaN would hold nothing (it compares false with every time), a negative value
+        # ends the window before the send, infinity holds for ever.
+        if not (math.isfinite(self.in_flight_for) and self.in_flight_for >= 0):
+            raise ValueError("Profile: in_flight_for must be a finite number of seconds >= 0")
         if self.methods is not None:
             object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
         for endpoint in self.endpoints:

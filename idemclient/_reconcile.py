@@ -408,6 +408,8 @@ class Taken:
 
     before: OperationRecord
     owner: str
+    #: when it was leased: a look-up asked right after is judged as of then
+    at: float | None = None
 
 
 def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcome:
@@ -440,7 +442,7 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
         raise unsettled(before, f"it is being {doing} by another caller right now")
     # Judged, and given back, as it was when leased: another caller may have sent it
     # since `before` was read (then a look-up's "none" may be too early).
-    return Taken(begin.prior or before, owner)
+    return Taken(begin.prior or before, owner, now)
 
 
 def release(store: SendingStore, clock: Clock, taken: Taken, *, exists: bool = False) -> None:
@@ -487,16 +489,21 @@ def last_sent(record: OperationRecord, *, now: float) -> float | None:
     return sent if owner is None else max(sent, owner)
 
 
-def still_in_flight(record: OperationRecord, *, now: float, in_flight_for: float) -> float | None:
+def still_in_flight(
+    record: OperationRecord, *, now: float, in_flight_for: float, asked_at: float | None = None
+) -> float | None:
     """When a look-up that finds nothing will say "never applied": None if it says so
     now, else the time from which it will (the last attempt that may have been
     applied, plus the profile's `in_flight_for` and the hosts' clock skew:
-    `in_flight_until`)."""
+    `in_flight_until`). `asked_at`: when the look-up was asked, if before `now` (its
+    "none" is as old as its question: an answer given within the window says nothing
+    of a send the server ran after it, whenever it is read)."""
     sent = last_sent(record, now=now)
     if sent is None:
         return None
     until = in_flight_until(sent, in_flight_for)
-    return None if now >= until else until
+    asked = now if asked_at is None else min(now, asked_at)
+    return None if asked >= until else until
 
 
 def apply(
@@ -508,11 +515,13 @@ def apply(
     where: str,
     response: httpx.Response | None,
     in_flight_for: float,
+    asked_at: float | None = None,
 ) -> Outcome:
     """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
     and give the lease back. Raises `Indeterminate` when it settled nothing.
     `in_flight_for`: how long the server profile's server may still run an attempt
-    after it was sent (`Profile.in_flight_for`)."""
+    after it was sent (`Profile.in_flight_for`). `asked_at`: when the look-up was asked
+    (default: when `taken` was leased, just before it)."""
     try:
         return _apply(
             store,
@@ -522,6 +531,7 @@ def apply(
             where=where,
             response=response,
             in_flight_for=in_flight_for,
+            asked_at=taken.at if asked_at is None else asked_at,
         )
     finally:
         release_owner(taken.owner)  # the look-up's call is over, whatever the store did
@@ -536,12 +546,13 @@ def _apply(
     where: str,
     response: httpx.Response | None,
     in_flight_for: float,
+    asked_at: float | None,
 ) -> Outcome:
     before = taken.before
     evidence = f"settled by look-up: {where}: {verdict.why}"
     if verdict.finding == "not_found":
         now = clock.time()
-        until = still_in_flight(before, now=now, in_flight_for=in_flight_for)
+        until = still_in_flight(before, now=now, in_flight_for=in_flight_for, asked_at=asked_at)
         if until is not None:
             release(store, clock, taken)
             raise too_early(before, f"{where}: {verdict.why}", now=now, until=until)
@@ -560,6 +571,15 @@ def _apply(
             else None,
             state=verdict.state or State.SUCCEEDED,
         )
+        if not record.state.finished and record.evidence != evidence:
+            # Not written: this look-up outlived its lease, and another caller took the
+            # operation meanwhile (a send, maybe): it is as that caller has it, unsettled.
+            raise unsettled(
+                record,
+                f"{where}: {verdict.why}; but another caller took the operation while it"
+                " was being looked up (the look-up outlived its lease), so nothing was"
+                f" recorded: it is {record.state.value}",
+            )
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
     raise unsettled(before, f"{where}: {verdict.why}")
@@ -594,8 +614,13 @@ def too_early(record: OperationRecord, evidence: str, *, now: float, until: floa
     return Indeterminate(
         f"operation {record.operation_id!r} (key {record.key}) was not found by looking it"
         f" up ({evidence}), but an attempt of it that may have been applied was sent"
-        f" {max(0.0, now - sent):.0f}s ago, and the server may still be running it for"
-        f" {until - now:.0f}s more (the server profile's in_flight_for, and"
+        f" {max(0.0, now - sent):.0f}s ago, and the server may still be running it"
+        + (
+            f" for {until - now:.0f}s more"
+            if until > now
+            else " (it may have run it since the look-up was asked)"
+        )
+        + f" (the server profile's in_flight_for, and"
         f" {CLOCK_SKEW:.0f}s for the clocks of the store's hosts): not found yet is"
         " not never applied. It stays unsettled: look it up again after that, or resume"
         " it (sent again with its key while the server keeps the key, it is the same"

@@ -188,7 +188,10 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         profile=profile,
         clock_stepped=clock_stepped,
         sent_at=sent_at,
-        lease_look_up=bool(lease_look_up),
+        # A look-up's lease never makes an operation in flight: one in flight is under a
+        # send's lease, whatever the mark says (a process of the previous version, whose
+        # statements know no mark, may have taken a look-up's lease as a send).
+        lease_look_up=bool(lease_look_up) and state != State.IN_FLIGHT.value,
         replay_unexplained=bool(replay_unexplained),
     )
 

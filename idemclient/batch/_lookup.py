@@ -67,6 +67,8 @@ class Asked:
     url: str
     verdict: Verdict
     response: httpx.Response | None
+    #: when the request that answered was sent: a "not found" is as old as that
+    at: float | None = None
 
 
 def next_wait(
@@ -181,7 +183,9 @@ class Asking:
             return None
         return Asked(self.url, Verdict("unknown", self.refused), None)
 
-    def answered(self, result: httpx.Response | Exception) -> float | Asked:
+    def answered(
+        self, result: httpx.Response | Exception, *, at: float | None = None
+    ) -> float | Asked:
         self._attempts += 1
         policy, clock = self._policy, self._clock
         wait = next_wait(
@@ -209,9 +213,9 @@ class Asking:
                 key=key,
                 reference_field=field,
             )
-            return Asked(self.url, verdict, result)
+            return Asked(self.url, verdict, result, at)
         why = f"{type(result).__name__}: {result}" if str(result) else type(result).__name__
-        return Asked(self.url, Verdict("unknown", f"no answer ({why})"), None)
+        return Asked(self.url, Verdict("unknown", f"no answer ({why})"), None, at)
 
 
 def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:
@@ -222,11 +226,12 @@ def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:
         return unasked
     while True:
         result: httpx.Response | Exception
+        at = clock.time()
         try:
             result = yield Http("get", (asking.url,), {"timeout": timeout})
         except httpx.TransportError as exc:
             result = exc
-        step = asking.answered(result)
+        step = asking.answered(result, at=at)
         if isinstance(step, Asked):
             return step
         yield Pause(clock, step)

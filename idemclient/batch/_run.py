@@ -631,7 +631,10 @@ class _Run:
         running = (
             verdict.finding == "not_found"
             and _reconcile.still_in_flight(
-                record, now=now, in_flight_for=self.resolved.profile.in_flight_for
+                record,
+                now=now,
+                in_flight_for=self.resolved.profile.in_flight_for,
+                asked_at=asked.at,
             )
             is not None
         )
@@ -663,6 +666,9 @@ class _Run:
                 where=f"GET {asked.url}",
                 response=asked.response,
                 in_flight_for=self.resolved.profile.in_flight_for,
+                # Asked before this lease was taken, maybe long before (every row is
+                # asked first): its "none" is judged as of then.
+                asked_at=asked.at if asked.at is not None else now,
             )
         except OutcomeError as exc:
             if running or verdict.finding == "not_found":  # not found yet, too late to send

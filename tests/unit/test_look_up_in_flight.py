@@ -136,3 +136,23 @@ def test_an_owner_dead_or_out_of_its_lease_sent_no_later_than_either(expires: fl
         lease_expires=expires,
     )
     assert last_sent(dead, now=NOW) == min(expires, NOW)
+
+
+def test_a_none_is_judged_as_of_when_it_was_asked_not_when_it_is_read() -> None:
+    # Asked 10 s before the window ends, read 20 s after: the server may have run the
+    # send between the question and the end of the window, so the answer says nothing.
+    sent = NOW - HELD + 10
+    asked_early = still_in_flight(
+        record(sent_at=sent), now=NOW + 20, in_flight_for=WINDOW, asked_at=NOW
+    )
+    assert asked_early == sent + HELD
+    # Asked once the window had passed: believed, however late it is read.
+    assert (
+        still_in_flight(record(sent_at=sent), now=NOW + 60, in_flight_for=WINDOW, asked_at=NOW + 10)
+        is None
+    )
+    # A question time after the reading (a clock gone back) is no leave: read as now.
+    assert (
+        still_in_flight(record(sent_at=sent), now=NOW, in_flight_for=WINDOW, asked_at=NOW + 60)
+        is not None
+    )
