@@ -12,7 +12,7 @@ from idemclient import IdemError, State
 from idemclient._call import CLOCK_SKEW
 
 from .machine import DAY, KEY_TTL, PaymentsMachine
-from .world import OUTCOME_WRITES
+from .world import INTENT_WRITES, OUTCOME_WRITES
 
 NOTHING: frozenset[str] = frozenset()
 
@@ -559,3 +559,44 @@ def test_an_operation_begun_by_a_fast_clock_and_killed_settles_once_looked_up_ag
     state.client_clock_jumps(offset=0.0)
     state.never_twice_and_agreeing()
     state.teardown()
+
+
+# Found (deep, all profiles in turn, seed 2259866988, razorpay: keys kept 7 days). An
+# operation's outcome commit failed after the server paid it (the record stays in
+# flight, its owner dead); nothing was written for a week; the host's clock was then set
+# two days back. The checker started a client after the step, as its assumptions said
+# it would be seen; but the store's latest time was a week old, behind the stepped
+# clock, so that client saw nothing; the resume took the week-old operation for a
+# five-day-old one, inside the retention, and sent it to a server that had let its key
+# go: paid twice. No client can see such a step (below); one running across it does,
+# and the checker now models a step back that way.
+def test_razorpay_a_clock_set_back_a_week_after_the_last_write_is_seen_running_across_it() -> None:
+    state = PaymentsMachine.for_profile("razorpay")()
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=INTENT_WRITES)
+    state.issue_again(op=op, kill_at=None, disk_full=OUTCOME_WRITES, other=False)
+    state.time_passes(seconds=7 * DAY + 1)
+    state.server_recovers()
+    state.client_clock_jumps(offset=-2 * DAY)
+    state.never_twice_and_agreeing()
+    state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="outside what a client can see: a clock set two days back while no client ran,"
+    " a week after the store's last write, leaves the store's times behind the clock; the"
+    " maybe-applied operation looks five days old inside a seven-day retention, and"
+    " re-sent after the server let its key go it is paid twice (docs/reliability.md)",
+)
+def test_razorpay_a_clock_set_back_while_no_client_ran_is_outside_what_it_can_see() -> None:
+    state = PaymentsMachine.for_profile("razorpay")()
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=INTENT_WRITES)
+    state.issue_again(op=op, kill_at=None, disk_full=OUTCOME_WRITES, other=False)
+    state.time_passes(seconds=7 * DAY + 1)
+    state.server_recovers()
+    state.client_clock.offset = -2 * DAY  # set back while no process of the client runs
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
