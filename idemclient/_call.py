@@ -705,8 +705,11 @@ class Call:
     def _may_be_known(self) -> bool:
         """The server may hold an answer under this key: an attempt of the operation
         may have reached it, or the key is not one this client made for this call (the
-        caller's, an identity's, or a continued operation's), so others may have sent it."""
-        return self.maybe_applied or self.intent is None or self.intent.key_given
+        caller's, an identity's, or a continued operation's), so others may have sent it.
+        An operation issued again by its id alone is sent under its recorded key, which
+        may have been the caller's: not the one made for this call."""
+        intent = self.intent
+        return self.maybe_applied or intent is None or intent.key_given or self.key != intent.key
 
     def _replay_explained(self) -> bool:
         """An answer read as a replay is this operation's stored success: an attempt of

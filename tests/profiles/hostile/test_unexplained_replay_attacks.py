@@ -18,12 +18,6 @@ CONFLICT = {"detail": "an order with this number exists"}
 BUSY = httpx.Response(429, headers={"Retry-After": "3600"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 409 to the caller's key, the operation issued again by its operation id"
-    " alone, is reported failed: another process's payment under that key is taken for"
-    " a refusal, and the caller pays again under a new key",
-)
 def test_a_callers_key_continued_by_operation_id_alone_is_still_one_others_may_know(
     make: Callable[..., Client], clock: ManualClock
 ) -> None:
