@@ -5,11 +5,14 @@ success, though the key may have been sent by another process."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 
-from idemclient import Client, ManualClock, NotSent, ReconcileRequired, State
+from idemclient import Client, ManualClock, NotSent, ReconcileRequired, RetryPolicy, State
+from idemclient.batch import Batch, submit
+from idemclient.testing import ReferenceServer
 
 from ..scripted import Scripted
 
@@ -36,3 +39,43 @@ def test_a_callers_key_continued_by_operation_id_alone_is_still_one_others_may_k
     outcome = raised.value.outcome
     assert (outcome.state, outcome.maybe_applied) == (State.INDETERMINATE, True)
     assert [r.headers["idempotency-key"] for r in server.posts] == ["order-1", "order-1"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a batch row whose first send got an unexplained 409 is reported as 'recorded"
+    " longer ago than the server keeps keys', though it was sent just now: the operator"
+    " is told the wrong reason it cannot be sent again",
+)
+def test_a_batch_row_with_an_unexplained_409_is_reported_for_what_it_is(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # Another machine paid the row (the same reference, so the same key) seconds ago;
+    # this store does not know it. The server replays it with a 409, which could also
+    # be the application's refusal: unsettled, and the report says why.
+    name = "django-idempotency-key"
+    with ReferenceServer(clock=clock, profile=name) as server:
+        for store in ("elsewhere.db", "here.db"):
+            with Client(
+                store=tmp_path / store,
+                clock=clock,
+                profile=name,
+                policy=RetryPolicy(max_attempts=1),
+                transport=server.transport,
+                base_url="http://psp.test",
+                headers={"Authorization": "Bearer payroll-ops"},
+            ) as client:
+                report = submit(_one_row(), client, lookup=None)
+            clock.advance(10.0)
+        [row] = report.rows
+        assert len(server.ledger()) == 1
+    assert row.state == "indeterminate"
+    assert "longer ago than the server keeps keys" not in row.reason
+    assert "another process" in row.reason
+    assert "idemclient ops reconcile batch/payout/E0000" in row.reason
+
+
+def _one_row() -> Batch:
+    return Batch.from_records(
+        [{"ref": "E0000", "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}]
+    )
