@@ -336,11 +336,13 @@ def unsettled_error(
     if outcome.state is State.NOT_SENT and not outcome.maybe_applied:
         return NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
     if reconcile:
-        return ReconcileRequired(
+        error = ReconcileRequired(
             text + ". Settle it with Client.reconcile(operation_id, lookup=...): a"
             " look-up on the server, never a second send.",
             outcome,
         )
+        error.reason = reason
+        return error
     return Indeterminate(
         text + ". It may have been applied: resume it with the same key, or look it up.",
         outcome,

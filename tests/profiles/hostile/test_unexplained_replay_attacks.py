@@ -41,12 +41,6 @@ def test_a_callers_key_continued_by_operation_id_alone_is_still_one_others_may_k
     assert [r.headers["idempotency-key"] for r in server.posts] == ["order-1", "order-1"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a batch row whose first send got an unexplained 409 is reported as 'recorded"
-    " longer ago than the server keeps keys', though it was sent just now: the operator"
-    " is told the wrong reason it cannot be sent again",
-)
 def test_a_batch_row_with_an_unexplained_409_is_reported_for_what_it_is(
     clock: ManualClock, tmp_path: Path
 ) -> None:
