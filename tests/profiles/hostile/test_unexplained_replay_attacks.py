@@ -12,6 +12,7 @@ import pytest
 
 from idemclient import Client, ManualClock, NotSent, ReconcileRequired, RetryPolicy, State
 from idemclient.batch import Batch, submit
+from idemclient.profiles import Match, named
 from idemclient.testing import ReferenceServer
 
 from ..scripted import Scripted
@@ -73,3 +74,36 @@ def _one_row() -> Batch:
     return Batch.from_records(
         [{"ref": "E0000", "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}]
     )
+
+
+# A deployment whose replay says so (a header the application's own 409 never has).
+MARKED = named("django-idempotency-key").replace(
+    name="django-marked",
+    replay=Match(frozenset({409}), header=("Idempotent-Replayed", "true")),
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="under a profile whose 409 replay carries a marker the application's own 409"
+    " never has, a marked replay to the caller's key (another process's payment under"
+    " it) is reported maybe applied, ReconcileRequired, not the stored success",
+)
+def test_a_replay_marked_as_one_is_the_stored_success_to_a_callers_key(
+    make: Callable[..., Client],
+) -> None:
+    marked = httpx.Response(409, json={"id": "ord_5"}, headers={"Idempotent-Replayed": "true"})
+    server = Scripted(marked)
+    client = make(server, MARKED)
+    outcome = client.post("/orders", json={"number": 5}, key="order-5")
+    assert (outcome.state, outcome.replayed) == (State.SUCCEEDED, True)
+    assert outcome.json() == {"id": "ord_5"}
+
+
+def test_an_unmarked_409_under_a_marked_replay_profile_is_the_applications_own(
+    make: Callable[..., Client],
+) -> None:
+    server = Scripted(httpx.Response(409, json=CONFLICT))
+    client = make(server, MARKED)
+    outcome = client.post("/orders", json={"number": 6}, key="order-6")
+    assert outcome.state is State.FAILED
