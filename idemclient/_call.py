@@ -714,9 +714,14 @@ class Call:
         return self.maybe_applied or intent is None or intent.key_given or self.key != intent.key
 
     def _replay_explained(self) -> bool:
-        """An answer read as a replay is this operation's stored success: an attempt of
-        ours may have been applied, and no such answer has come unexplained before
-        (after one, the application's own refusal would read the same)."""
+        """An answer read as a replay is this operation's stored success: it says so
+        (its profile's replay asks for a header or an error code that the application's
+        own answer never has), or an attempt of ours may have been applied and no such
+        answer has come unexplained before (after one, the application's own refusal
+        would read the same)."""
+        replay = self.profile.replay
+        if replay is not None and (replay.header is not None or replay.codes):
+            return True
         return self.maybe_applied and not self.replay_unexplained
 
     def bound_body(self, response: httpx.Response) -> None:

@@ -83,12 +83,6 @@ MARKED = named("django-idempotency-key").replace(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under a profile whose 409 replay carries a marker the application's own 409"
-    " never has, a marked replay to the caller's key (another process's payment under"
-    " it) is reported maybe applied, ReconcileRequired, not the stored success",
-)
 def test_a_replay_marked_as_one_is_the_stored_success_to_a_callers_key(
     make: Callable[..., Client],
 ) -> None:
