@@ -10,7 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import Client, ManualClock, NotSent, ReconcileRequired, RetryPolicy, State
+from idemclient import (
+    Client,
+    ManualClock,
+    NotSent,
+    ReconcileRequired,
+    RetryPolicy,
+    State,
+    key_from_identity,
+    profiles,
+)
+from idemclient._call import CLOCK_SKEW
 from idemclient.batch import Batch, submit
 from idemclient.profiles import Match, named
 from idemclient.testing import ReferenceServer
@@ -101,3 +111,39 @@ def test_an_unmarked_409_under_a_marked_replay_profile_is_the_applications_own(
     client = make(server, MARKED)
     outcome = client.post("/orders", json={"number": 6}, key="order-6")
     assert outcome.state is State.FAILED
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a batch row the application refuses with its own 409 is never settled: each"
+    " re-run's look-up finds nothing, settles it not_sent, sends it again, gets the 409"
+    " again and leaves it unsettled, 'never sent again', for ever",
+)
+def test_a_batch_row_the_application_refuses_with_409_settles_after_a_look_up(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    name = "django-idempotency-key"
+    with ReferenceServer(clock=clock, profile=name) as server:
+        # The application's own conflict, every time: nothing is ever paid.
+        server.answer(409, times=100, key=key_from_identity("E0000", "payout"))
+        with Client(
+            store=tmp_path / "s.db",
+            clock=clock,
+            profile=name,
+            policy=RetryPolicy(max_attempts=1),
+            transport=server.transport,
+            base_url="http://psp.test",
+            headers={"Authorization": "Bearer payroll-ops"},
+        ) as client:
+            states = []
+            for _ in range(4):
+                [row] = submit(_one_row(), client).rows
+                states.append(row.state)
+                # Past the server's in_flight_for and the skew: the look-up's "none" counts.
+                clock.advance(profiles.BUILTIN[name].in_flight_for + CLOCK_SKEW + 1.0)
+            record = client.store.get("batch/payout/E0000")
+        assert server.ledger() == ()
+    assert record is not None
+    assert states[0] == "indeterminate"
+    assert states[-1] == "failed", states
+    assert record.attempts <= 2
