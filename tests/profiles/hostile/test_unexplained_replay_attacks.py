@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from idemclient import (
+    AsyncClient,
     Client,
     ManualClock,
     NotSent,
@@ -50,6 +51,43 @@ def test_a_callers_key_continued_by_operation_id_alone_is_still_one_others_may_k
     outcome = raised.value.outcome
     assert (outcome.state, outcome.maybe_applied) == (State.INDETERMINATE, True)
     assert [r.headers["idempotency-key"] for r in server.posts] == ["order-1", "order-1"]
+
+
+@pytest.mark.anyio
+async def test_a_callers_key_continued_by_operation_id_alone_async(
+    store_path: Path, clock: ManualClock
+) -> None:
+    server = Scripted(BUSY, httpx.Response(409, json={"id": "ord_paid_elsewhere"}))
+    async with AsyncClient(
+        store=store_path,
+        clock=clock,
+        transport=httpx.MockTransport(server),
+        base_url="https://api.psp.test",
+        profile="django-idempotency-key",
+    ) as client:
+        with pytest.raises(NotSent):
+            await client.post("/orders", json={"number": 2}, key="order-2", operation_id="o-2")
+        clock.advance(3600)
+        with pytest.raises(ReconcileRequired):
+            await client.post("/orders", json={"number": 2}, operation_id="o-2")
+    assert len(server.posts) == 2
+
+
+def test_a_client_made_key_continued_by_operation_id_is_doubted_too(
+    make: Callable[..., Client], clock: ManualClock
+) -> None:
+    # The store does not keep whose key it was: a key this client made, continued by
+    # its operation id, is taken as one others may know (maybe applied, never failed).
+    server = Scripted(BUSY, httpx.Response(409, json=CONFLICT))
+    client = make(server, "django-idempotency-key")
+    with pytest.raises(NotSent):
+        client.post("/orders", json={"number": 3}, operation_id="o-3")
+    clock.advance(3600)
+    with pytest.raises(ReconcileRequired):
+        client.post("/orders", json={"number": 3}, operation_id="o-3")
+    # A fresh call of its own is still the application's refusal.
+    fresh = Scripted(httpx.Response(409, json=CONFLICT))
+    assert make(fresh, "django-idempotency-key").post("/x", json={}).state is State.FAILED
 
 
 def test_a_batch_row_with_an_unexplained_409_is_reported_for_what_it_is(
