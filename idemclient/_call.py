@@ -628,7 +628,7 @@ class Call:
                 found = Classification(
                     AttemptKind.REJECTED, retry=False, maybe_applied=False, final=True
                 )
-            elif found.kind is AttemptKind.REPLAYED and not self._replay_explained():
+            elif found.kind is AttemptKind.REPLAYED and not self._replay_explained(result):
                 # Others may know the key (the caller's), but no attempt of ours may have
                 # been applied (or one such answer already came unexplained): the replay
                 # of another sender's payment under it, or the application's own refusal
@@ -713,14 +713,16 @@ class Call:
         intent = self.intent
         return self.maybe_applied or intent is None or intent.key_given or self.key != intent.key
 
-    def _replay_explained(self) -> bool:
+    def _replay_explained(self, response: httpx.Response) -> bool:
         """An answer read as a replay is this operation's stored success: it says so
         (its profile's replay asks for a header or an error code that the application's
-        own answer never has), or an attempt of ours may have been applied and no such
-        answer has come unexplained before (after one, the application's own refusal
-        would read the same)."""
+        own answer never has, or it carries the profile's replay marker), or an attempt
+        of ours may have been applied and no such answer has come unexplained before
+        (after one, the application's own refusal would read the same)."""
         replay = self.profile.replay
         if replay is not None and (replay.header is not None or replay.codes):
+            return True
+        if self.profile.replayed(response.headers):
             return True
         return self.maybe_applied and not self.replay_unexplained
 

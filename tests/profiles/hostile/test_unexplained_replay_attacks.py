@@ -131,12 +131,19 @@ MARKED = named("django-idempotency-key").replace(
 )
 
 
+# The same, said with the profile's replay marker instead.
+MARKER = named("django-idempotency-key").replace(
+    name="django-marker", replay_marker=("Idempotent-Replayed", "true")
+)
+
+
+@pytest.mark.parametrize("profile", [MARKED, MARKER], ids=["match", "marker"])
 def test_a_replay_marked_as_one_is_the_stored_success_to_a_callers_key(
-    make: Callable[..., Client],
+    make: Callable[..., Client], profile: object
 ) -> None:
     marked = httpx.Response(409, json={"id": "ord_5"}, headers={"Idempotent-Replayed": "true"})
     server = Scripted(marked)
-    client = make(server, MARKED)
+    client = make(server, profile)
     outcome = client.post("/orders", json={"number": 5}, key="order-5")
     assert (outcome.state, outcome.replayed) == (State.SUCCEEDED, True)
     assert outcome.json() == {"id": "ord_5"}
@@ -149,6 +156,16 @@ def test_an_unmarked_409_under_a_marked_replay_profile_is_the_applications_own(
     client = make(server, MARKED)
     outcome = client.post("/orders", json={"number": 6}, key="order-6")
     assert outcome.state is State.FAILED
+
+
+def test_an_unmarked_409_under_a_marker_profile_is_still_doubted(
+    make: Callable[..., Client],
+) -> None:
+    # The marker is read where it is, never required: a bare 409 stays either.
+    server = Scripted(httpx.Response(409, json=CONFLICT))
+    client = make(server, MARKER)
+    with pytest.raises(ReconcileRequired):
+        client.post("/orders", json={"number": 7}, key="order-7")
 
 
 @pytest.mark.xfail(
