@@ -4,7 +4,7 @@ success, though the key may have been sent by another process."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import httpx
@@ -202,3 +202,40 @@ def test_a_batch_row_the_application_refuses_with_409_settles_after_a_look_up(
     assert states[0] == "indeterminate"
     assert states[-1] == "failed", states
     assert record.attempts <= 2
+
+
+class Challenged(httpx.Auth):
+    """Sends, and on a 401 sends the same request again with fresh credentials (a
+    token refreshed on its refusal)."""
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        response = yield request
+        if response.status_code == 401:
+            request.headers["Authorization"] = "Bearer refreshed"
+            yield request
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a 409 to a key only this client made, after a 401 its auth flow answered"
+    " (nothing applied), is reported maybe applied (ReconcileRequired, which no look-up"
+    " of this profile's settles) instead of the application's refusal, failed",
+)
+def test_a_409_after_a_401_to_a_key_of_the_clients_own_is_a_refusal(
+    make: Callable[..., Client],
+) -> None:
+    server = Scripted(httpx.Response(401), httpx.Response(409, json=CONFLICT))
+    client = make(server, "django-idempotency-key", auth=Challenged())
+    outcome = client.post("/orders", json={"number": 12})
+    assert (outcome.state, outcome.maybe_applied) == (State.FAILED, False)
+    assert len(server.posts) == 2
+
+
+def test_a_409_after_a_401_to_a_callers_key_is_still_doubted(
+    make: Callable[..., Client],
+) -> None:
+    server = Scripted(httpx.Response(401), httpx.Response(409, json=CONFLICT))
+    client = make(server, "django-idempotency-key", auth=Challenged())
+    with pytest.raises(ReconcileRequired):
+        client.post("/orders", json={"number": 13}, key="order-13")
+    assert len(server.posts) == 2
