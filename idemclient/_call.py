@@ -376,6 +376,9 @@ class Continuation:
     told: bool = False
     #: httpx has followed it with a GET (after a 301, 302 or 303)
     followed: bool = False
+    #: others may know its key (the caller's, an identity's, a continued operation's):
+    #: not one made for this exchange
+    key_shared: bool = True
 
     @property
     def redirected(self) -> bool:
@@ -710,8 +713,15 @@ class Call:
         caller's, an identity's, or a continued operation's), so others may have sent it.
         An operation issued again by its id alone is sent under its recorded key, which
         may have been the caller's: not the one made for this call."""
+        return self.maybe_applied or self._key_shared()
+
+    def _key_shared(self) -> bool:
+        """Others may know the key: it is not one this client made for this exchange (a
+        continuation after an auth flow's 401 or a redirect keeps the first call's)."""
+        if self.continuation is not None:
+            return self.continuation.key_shared
         intent = self.intent
-        return self.maybe_applied or intent is None or intent.key_given or self.key != intent.key
+        return intent is None or intent.key_given or self.key != intent.key
 
     def _replay_explained(self, response: httpx.Response) -> bool:
         """An answer read as a replay is this operation's stored success: it says so
@@ -910,6 +920,7 @@ class Call:
             attempts=self.attempts_here,
             status=response.status_code,
             outcome=outcome,
+            key_shared=self._key_shared(),
         )
         self.request.extensions[CONTINUATION] = continuation
         return continuation

@@ -215,12 +215,6 @@ class Challenged(httpx.Auth):
             yield request
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 409 to a key only this client made, after a 401 its auth flow answered"
-    " (nothing applied), is reported maybe applied (ReconcileRequired, which no look-up"
-    " of this profile's settles) instead of the application's refusal, failed",
-)
 def test_a_409_after_a_401_to_a_key_of_the_clients_own_is_a_refusal(
     make: Callable[..., Client],
 ) -> None:
