@@ -336,11 +336,13 @@ def unsettled_error(
     if outcome.state is State.NOT_SENT and not outcome.maybe_applied:
         return NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
     if reconcile:
-        return ReconcileRequired(
+        error = ReconcileRequired(
             text + ". Settle it with Client.reconcile(operation_id, lookup=...): a"
             " look-up on the server, never a second send.",
             outcome,
         )
+        error.reason = reason
+        return error
     return Indeterminate(
         text + ". It may have been applied: resume it with the same key, or look it up.",
         outcome,
@@ -374,6 +376,9 @@ class Continuation:
     told: bool = False
     #: httpx has followed it with a GET (after a 301, 302 or 303)
     followed: bool = False
+    #: others may know its key (the caller's, an identity's, a continued operation's):
+    #: not one made for this exchange
+    key_shared: bool = True
 
     @property
     def redirected(self) -> bool:
@@ -642,7 +647,7 @@ class Call:
                 found = Classification(
                     AttemptKind.REJECTED, retry=False, maybe_applied=False, final=True
                 )
-            elif found.kind is AttemptKind.REPLAYED and not self._replay_explained():
+            elif found.kind is AttemptKind.REPLAYED and not self._replay_explained(result):
                 # Others may know the key (the caller's), but no attempt of ours may have
                 # been applied (or one such answer already came unexplained): the replay
                 # of another sender's payment under it, or the application's own refusal
@@ -721,13 +726,30 @@ class Call:
     def _may_be_known(self) -> bool:
         """The server may hold an answer under this key: an attempt of the operation
         may have reached it, or the key is not one this client made for this call (the
-        caller's, an identity's, or a continued operation's), so others may have sent it."""
-        return self.maybe_applied or self.intent is None or self.intent.key_given
+        caller's, an identity's, or a continued operation's), so others may have sent it.
+        An operation issued again by its id alone is sent under its recorded key, which
+        may have been the caller's: not the one made for this call."""
+        return self.maybe_applied or self._key_shared()
 
-    def _replay_explained(self) -> bool:
-        """An answer read as a replay is this operation's stored success: an attempt of
-        ours may have been applied, and no such answer has come unexplained before
+    def _key_shared(self) -> bool:
+        """Others may know the key: it is not one this client made for this exchange (a
+        continuation after an auth flow's 401 or a redirect keeps the first call's)."""
+        if self.continuation is not None:
+            return self.continuation.key_shared
+        intent = self.intent
+        return intent is None or intent.key_given or self.key != intent.key
+
+    def _replay_explained(self, response: httpx.Response) -> bool:
+        """An answer read as a replay is this operation's stored success: it says so
+        (its profile's replay asks for a header or an error code that the application's
+        own answer never has, or it carries the profile's replay marker), or an attempt
+        of ours may have been applied and no such answer has come unexplained before
         (after one, the application's own refusal would read the same)."""
+        replay = self.profile.replay
+        if replay is not None and (replay.header is not None or replay.codes):
+            return True
+        if self.profile.replayed(response.headers):
+            return True
         return self.maybe_applied and not self.replay_unexplained
 
     def bound_body(self, response: httpx.Response) -> None:
@@ -920,6 +942,7 @@ class Call:
             attempts=self.attempts_here,
             status=response.status_code,
             outcome=outcome,
+            key_shared=self._key_shared(),
         )
         self.request.extensions[CONTINUATION] = continuation
         return continuation

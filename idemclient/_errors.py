@@ -273,7 +273,11 @@ class Indeterminate(OutcomeError):
 
 
 class ReconcileRequired(Indeterminate):
-    """Maybe applied, and older than the server keeps keys: re-sending could apply twice.
+    """Maybe applied, and sending it again could apply it twice (older than the server
+    keeps keys, or an answer that sending again cannot explain): `reason` says which.
 
     Settle it by looking it up on the server (by key or end-to-end reference).
     """
+
+    #: why it is not sent again, in words ("" when the message alone says it)
+    reason: str = ""

@@ -776,10 +776,11 @@ class _Run:
             self.counts.budget += budget
             self.counts.reopened += bool(item.reopened)
         if isinstance(error, ReconcileRequired):
+            # Why it is not sent again: its age, or an answer sending again cannot explain.
+            why = error.reason or "recorded longer ago than the server keeps keys"
             reason = (
-                f"may have been applied, and recorded longer ago than the server keeps keys:"
-                f" never sent again; settle it with idemclient ops reconcile"
-                f" {outcome.operation_id} ({outcome.evidence})"
+                f"may have been applied: never sent again ({why}); settle it with"
+                f" idemclient ops reconcile {outcome.operation_id} ({outcome.evidence})"
             )
         else:
             reason = _reason(outcome, budget=budget)
