@@ -21,8 +21,9 @@ from idemclient import (
 from idemclient._call import CLOCK_SKEW
 from idemclient.testing import ReferenceServer
 
+from ..support.shop import BY_REFERENCE, shop_client
+
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-77"}
-BY_REFERENCE = "/v1/payments?reference={reference}"
 DAY = 24 * 3600.0
 
 
@@ -38,14 +39,7 @@ def server(clock: ManualClock) -> Iterator[ReferenceServer]:
 
 
 def client(server: ReferenceServer, clock: ManualClock, store: Path) -> Client:
-    return Client(
-        base_url="https://psp.test",
-        transport=server.transport,
-        headers={"Authorization": "Bearer shop-1"},
-        store=store,
-        clock=clock,
-        policy=RetryPolicy(max_attempts=3),
-    )
+    return shop_client(server, clock, store, max_attempts=3)
 
 
 def test_an_applied_payment_past_retention_is_settled_as_succeeded(

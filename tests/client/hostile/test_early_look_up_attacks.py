@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,9 @@ from idemclient.errors import StoreUnavailable
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer, serve
 
+from ...support.shop import BY_REFERENCE, shop_client
+
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
-BY_REFERENCE = "/v1/payments?reference={reference}"
 WINDOW = profiles.reference.in_flight_for
 #: how long after a stored send a look-up's "none" is not believed: the server's
 #: in_flight_for, and the skew allowed between the clocks of the store's hosts
@@ -40,15 +42,7 @@ HELD = WINDOW + CLOCK_SKEW
 DAY = 86_400.0
 
 
-def _client(server: ReferenceServer, clock: ManualClock, store: Path | str) -> Client:
-    return Client(
-        base_url="https://psp.test",
-        transport=server.transport,
-        headers={"Authorization": "Bearer shop-1"},
-        store=store,
-        clock=clock,
-        policy=RetryPolicy(max_attempts=1),
-    )
+_client = partial(shop_client, max_attempts=1)
 
 
 @pytest.fixture

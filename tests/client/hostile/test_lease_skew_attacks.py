@@ -27,6 +27,8 @@ from idemclient._store import Intent, new_owner, release_owner
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
+from ...support.shop import shop_client
+
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
 RETENTION = 3600.0
 #: a server that keeps keys an hour (Mollie's) and does not refuse a key in flight
@@ -51,15 +53,7 @@ def server(clock: ManualClock) -> Iterator[ReferenceServer]:
 
 
 def _client(server: ReferenceServer, clock: ManualClock, store: Path, **policy: float) -> Client:
-    return Client(
-        base_url="https://psp.test",
-        transport=server.transport,
-        headers={"Authorization": "Bearer shop-1"},
-        store=store,
-        clock=clock,
-        profile=UNGUARDED,
-        policy=RetryPolicy(max_attempts=1, **policy),  # type: ignore[arg-type]
-    )
+    return shop_client(server, clock, store, profile=UNGUARDED, max_attempts=1, **policy)
 
 
 def test_a_hold_waited_out_within_the_deadline_does_not_send_past_the_key_retention(
@@ -137,15 +131,7 @@ def test_a_retry_wait_does_not_carry_a_maybe_applied_send_past_the_key_retention
     with ReferenceServer(clock=clock, profile=guarded, external_retention=RETENTION) as server:
 
         def client(**policy: float) -> Client:
-            return Client(
-                base_url="https://psp.test",
-                transport=server.transport,
-                headers={"Authorization": "Bearer shop-1"},
-                store=tmp_path / "s.db",
-                clock=clock,
-                profile=guarded,
-                policy=RetryPolicy(**policy),  # type: ignore[arg-type]
-            )
+            return shop_client(server, clock, tmp_path / "s.db", profile=guarded, **policy)
 
         with client(max_attempts=1) as first:
             server.drop(path="/v1/payments")  # applied, then the connection lost
