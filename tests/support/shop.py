@@ -4,7 +4,6 @@ build their clients here rather than each writing the same constructor."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from idemclient import Client, ManualClock, RetryPolicy
@@ -18,13 +17,13 @@ BY_REFERENCE = "/v1/payments?reference={reference}"
 def shop_client(
     server: ReferenceServer,
     clock: ManualClock,
-    store: Path | str,
+    store: Any,
     *,
     profile: str | Profile | None = None,
     **policy: Any,
 ) -> Client:
-    """A client of `server` as shop-1, on `store` and `clock`; `policy`: the
-    `RetryPolicy`'s fields (`max_attempts=1`, say)."""
+    """A client of `server` as shop-1, on `store` (a path, or a store object) and
+    `clock`; `policy`: the `RetryPolicy`'s fields (`max_attempts=1`, say)."""
     return Client(
         base_url="https://psp.test",
         transport=server.transport,

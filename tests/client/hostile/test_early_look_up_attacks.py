@@ -200,28 +200,12 @@ def test_an_early_look_up_does_not_lift_the_hold_of_an_owner_that_died_in_flight
     with ReferenceServer(clock=clock, profile=name) as server:
         server.crash("ADMITTED", path="/v1/payments")
         dying = _DiesAfterSending(path)
-        with Client(
-            base_url="https://psp.test",
-            transport=server.transport,
-            headers={"Authorization": "Bearer shop-1"},
-            store=dying,
-            clock=clock,
-            profile=name,
-            policy=RetryPolicy(max_attempts=1),
-        ) as first:
+        with _client(server, clock, dying, profile=name) as first:
             dying.dead = True
             with pytest.raises((Indeterminate, StoreError)):
                 _pay(first)
         dying.close()
-        with Client(
-            base_url="https://psp.test",
-            transport=server.transport,
-            headers={"Authorization": "Bearer shop-1"},
-            store=path,
-            clock=clock,
-            profile=name,
-            policy=RetryPolicy(max_attempts=1),
-        ) as second:
+        with _client(server, clock, path, profile=name) as second:
             clock.advance(10.0)
             with pytest.raises(Indeterminate, match="may still be running it"):
                 second.reconcile("o", lookup=BY_REFERENCE)
@@ -382,15 +366,7 @@ def test_a_send_after_a_killed_look_up_of_a_never_sent_operation_goes_at_once(
     unguarded = profiles.reference.replace(name="reference-unguarded", guards_in_flight=False)
     clock = ManualClock()
     with ReferenceServer(clock=clock, profile=unguarded) as server:
-        client = Client(
-            base_url="https://psp.test",
-            transport=server.transport,
-            headers={"Authorization": "Bearer shop-1"},
-            store=tmp_path / "s.db",
-            clock=clock,
-            profile=unguarded,
-            policy=RetryPolicy(max_attempts=1),
-        )
+        client = _client(server, clock, tmp_path / "s.db", profile=unguarded)
         with client:
             _not_sent(client, server, clock)
             _reconcile.take(client.store, clock, "o")  # killed before it answers
