@@ -393,6 +393,7 @@ def test_a_row_never_applied_past_the_key_retention_is_looked_up_then_sent_with_
     with make_client(server, tmp_path / "s.db", clock) as client:
         first = submit(make_batch(3), client)
         assert {row.state for row in first.rows} == {"indeterminate"}
+        server.clear_faults()  # a row may have met its deadline before its eighth 500
         clock.advance(2 * DAY)
         report = submit(make_batch(3), client)
         record = client.store.get("batch/payout/E0001")
@@ -461,6 +462,7 @@ def test_a_batch_killed_while_its_look_up_held_a_row_does_not_count_as_a_send(
     with make_client(server, tmp_path / "s.db", clock) as client:
         first = submit(make_batch(1), client)
         assert [row.state for row in first.rows] == ["indeterminate"]
+        server.clear_faults()  # the row may have met its deadline before its eighth 500
         clock.advance(2 * DAY)
         before = client.store.get("batch/payout/E0000")
         assert before is not None
