@@ -16,7 +16,6 @@ from idemclient import (
     ManualClock,
     NotSent,
     ReconcileRequired,
-    RetryPolicy,
     State,
     key_from_identity,
     profiles,
@@ -26,6 +25,7 @@ from idemclient.batch import Batch, submit
 from idemclient.profiles import Match, named
 from idemclient.testing import ReferenceServer
 
+from ...support.shop import shop_client
 from ..scripted import Scripted
 
 CONFLICT = {"detail": "an order with this number exists"}
@@ -99,14 +99,8 @@ def test_a_batch_row_with_an_unexplained_409_is_reported_for_what_it_is(
     name = "django-idempotency-key"
     with ReferenceServer(clock=clock, profile=name) as server:
         for store in ("elsewhere.db", "here.db"):
-            with Client(
-                store=tmp_path / store,
-                clock=clock,
-                profile=name,
-                policy=RetryPolicy(max_attempts=1),
-                transport=server.transport,
-                base_url="http://psp.test",
-                headers={"Authorization": "Bearer payroll-ops"},
+            with shop_client(
+                server, clock, tmp_path / store, profile=name, max_attempts=1
             ) as client:
                 report = submit(_one_row(), client, lookup=None)
             clock.advance(10.0)
@@ -175,15 +169,7 @@ def test_a_batch_row_the_application_refuses_with_409_settles_after_a_look_up(
     with ReferenceServer(clock=clock, profile=name) as server:
         # The application's own conflict, every time: nothing is ever paid.
         server.answer(409, times=100, key=key_from_identity("E0000", "payout"))
-        with Client(
-            store=tmp_path / "s.db",
-            clock=clock,
-            profile=name,
-            policy=RetryPolicy(max_attempts=1),
-            transport=server.transport,
-            base_url="http://psp.test",
-            headers={"Authorization": "Bearer payroll-ops"},
-        ) as client:
+        with shop_client(server, clock, tmp_path / "s.db", profile=name, max_attempts=1) as client:
             reports = []
             for _ in range(4):
                 reports.append(submit(_one_row(), client))
@@ -211,15 +197,7 @@ def test_a_batch_row_refused_with_409_is_not_settled_by_a_look_up_too_early(
     name = "django-idempotency-key"
     with ReferenceServer(clock=clock, profile=name) as server:
         server.answer(409, times=100, key=key_from_identity("E0001", "payout"))
-        with Client(
-            store=tmp_path / "s.db",
-            clock=clock,
-            profile=name,
-            policy=RetryPolicy(max_attempts=1),
-            transport=server.transport,
-            base_url="http://psp.test",
-            headers={"Authorization": "Bearer payroll-ops"},
-        ) as client:
+        with shop_client(server, clock, tmp_path / "s.db", profile=name, max_attempts=1) as client:
             batch = Batch.from_records(
                 [{"ref": "E0001", "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}]
             )
