@@ -723,6 +723,13 @@ class Call:
             call_hooks.attempt_end(event)
         return found
 
+    @property
+    def keeps_answer(self) -> bool:
+        """The last answer is kept with the unsettled operation: read as a replay that
+        nothing of ours explains, it is the application's refusal if a look-up finds
+        no payment, and then the operation's final answer (`_reconcile.apply`)."""
+        return self._doubted
+
     def _may_be_known(self) -> bool:
         """The server may hold an answer under this key: an attempt of the operation
         may have reached it, or the key is not one this client made for this call (the

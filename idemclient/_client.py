@@ -555,7 +555,12 @@ class _Common(Generic[HttpxClient]):
           again with its key; unless an attempt of it that may have been applied was
           sent less than the profile's `in_flight_for` ago (the server may still be
           running it): then `Indeterminate`, unsettled, with `not_before` saying when
-          a look-up's "none" will count;
+          a look-up's "none" will count. An operation that keeps an answer read as a
+          replay that no attempt of ours explained (django-idempotency-key's 409 to a
+          caller's key) is `failed` instead, with that answer as its
+          response: the application's refusal, never sent again; only for a look-up
+          by `{reference}` alone (one by `{key}` finds nothing once the server has
+          forgotten the key);
         - a payment whose status is not final (pending, processing...), several
           payments, a 404 (unless `reliable_404`: your API answers 404 for "no such
           payment"), any other answer or none: raises `Indeterminate` and the
@@ -594,7 +599,10 @@ class _Common(Generic[HttpxClient]):
             answer = yield Http("get", (url,))
         except httpx.TransportError as exc:
             answer = exc
-        judged: Outcome = yield Blocking(self._judged, (lease, url, answer, judgement))
+        judged: Outcome = yield Blocking(
+            self._judged,
+            (lease, url, answer, judgement, _reconcile.by_reference_alone(lookup)),
+        )
         return judged
 
     def _attach(
@@ -674,6 +682,7 @@ class _Common(Generic[HttpxClient]):
         url: str,
         response: httpx.Response | BaseException,
         judgement: Callable[[httpx.Response], _reconcile.Verdict],
+        by_reference: bool,
     ) -> Outcome:
         store, clock = self.settings.store, self.settings.clock
         if isinstance(response, BaseException):
@@ -690,6 +699,7 @@ class _Common(Generic[HttpxClient]):
             where=f"GET {url}",
             response=response,
             in_flight_for=self.settings.profile.in_flight_for,
+            by_reference=by_reference,
         )
 
 

@@ -372,15 +372,23 @@ def _claim(call: Call, owner: str) -> Generator[Effect, Any, Any]:
     )
 
 
-def _finish_unsettled(call: Call, owner: str) -> StoreCall:
-    return StoreCall(
-        call.settings.store.finish,
-        {
-            "operation_id": call.operation_id,
-            "owner": owner,
-            "state": call.unsettled_state(),
-            "progress": call.progress(settling=True),
-        },
+def _finish_unsettled(call: Call, owner: str, answer: httpx.Response | None = None) -> StoreCall:
+    """The write that leaves the operation unsettled; `answer`: one it keeps (see
+    `Call.keeps_answer`)."""
+    arguments: dict[str, Any] = {
+        "operation_id": call.operation_id,
+        "owner": owner,
+        "state": call.unsettled_state(),
+        "progress": call.progress(settling=True),
+    }
+    if answer is not None:
+        arguments["response"] = _stored(answer)
+    return StoreCall(call.settings.store.finish, arguments)
+
+
+def _stored(response: httpx.Response) -> StoredResponse:
+    return StoredResponse.of(
+        response.status_code, tuple(response.headers.multi_items()), response.content
     )
 
 
@@ -400,9 +408,10 @@ def _attempts(call: Call, owner: str) -> Flow:
                 call.bound_body(response)
                 yield Read(response)
             found = call.observe(response)
-            if found.final:
+            if found.final or call.keeps_answer:
                 call.bound_body(response)
                 yield Read(response)
+            if found.final:
                 return (yield from _finish(call, owner, response, call.final_state(found)))
             if found.handoff:
                 return (yield from _hand_back(call, owner, response))
@@ -417,7 +426,8 @@ def _attempts(call: Call, owner: str) -> Flow:
             yield Close(response)  # a discarded answer frees its connection before we wait
         decision = call.decide(found, response)
         if decision.action == "stop":
-            return (yield from _stop(call, owner, decision))
+            answer = response if call.keeps_answer else None
+            return (yield from _stop(call, owner, decision, answer))
         try:
             kept = yield StoreCall(
                 call.settings.store.record_attempt,
@@ -448,9 +458,7 @@ def _write(
 
 
 def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> Flow:
-    stored = StoredResponse.of(
-        response.status_code, tuple(response.headers.multi_items()), response.content
-    )
+    stored = _stored(response)
     record = yield from _write(
         call,
         StoreCall(
@@ -470,8 +478,8 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
     return response
 
 
-def _stop(call: Call, owner: str, decision: Decision) -> Flow:
-    record = yield from _write(call, _finish_unsettled(call, owner), None)
+def _stop(call: Call, owner: str, decision: Decision, answer: httpx.Response | None = None) -> Flow:
+    record = yield from _write(call, _finish_unsettled(call, owner, answer), None)
     if record.state.finished:
         # Another caller finished it while this one was paused past its lease.
         return call.stored_answer(record)

@@ -260,7 +260,12 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
                 "replay unexplained",
                 "an answer its profile reads as a replay came with no attempt of ours"
                 " before it: another sender's payment, or the application's refusal;"
-                " only a look-up settles it",
+                + (
+                    " a look-up found no payment, so it was the refusal (the status and"
+                    " response below): never applied, never sent again"
+                    if record.state is State.FAILED and not record.maybe_applied
+                    else " only a look-up settles it"
+                ),
             )
         )
     if record.response is not None:
@@ -435,8 +440,10 @@ def reconcile_command(
 ) -> None:
     """Settle an unfinished operation by looking it up on the server, never re-sending it.
 
-    Exit 0 when settled (succeeded; failed, for a payment the server declined; or not
-    sent and safe to send again), 3 when the look-up could not tell.
+    Exit 0 when settled (succeeded; failed, for a payment the server declined, or for
+    an answer read as a replay that no attempt explained when a look-up by reference
+    finds no payment: the application's refusal; or not sent and safe to send again), 3
+    when the look-up could not tell.
     """
     missing = describe_missing(store)
     if missing is not None:

@@ -29,6 +29,11 @@ What a finding does to a stored operation (`apply`):
   look-up's answer as its response;
 - found, not final: it stays unsettled, and is now "maybe applied" (the server holds
   it), so it is never sent again blindly;
+- not found, when the operation keeps an answer its profile reads as a replay that
+  no attempt of ours explained (`replay_unexplained`: another sender's payment under
+  the key, or the application's own refusal, django-idempotency-key's 409), and the
+  look-up is by reference alone: that answer was the refusal, and the operation is
+  settled `failed`, with it as its answer (`refused`); else
 - not found: it becomes `not_sent` and is no longer "maybe applied", so it may be
   sent again with its key; unless an attempt that may have been applied was sent
   less than the server profile's `in_flight_for` ago (`last_sent`), plus the clock skew
@@ -53,6 +58,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ._answer import stored_response
 from ._call import CLOCK_SKEW, LEASE_MARGIN, in_flight_until
 from ._clock import Clock
 from ._errors import Indeterminate
@@ -77,11 +83,13 @@ __all__ = [
     "Unquotable",
     "Verdict",
     "apply",
+    "by_reference_alone",
     "default_found",
     "judge",
     "judge_found",
     "judge_resource",
     "lookup_url",
+    "refused",
     "release",
     "settle_found",
     "take",
@@ -516,12 +524,15 @@ def apply(
     response: httpx.Response | None,
     in_flight_for: float,
     asked_at: float | None = None,
+    by_reference: bool = False,
 ) -> Outcome:
     """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
     and give the lease back. Raises `Indeterminate` when it settled nothing.
     `in_flight_for`: how long the server profile's server may still run an attempt
     after it was sent (`Profile.in_flight_for`). `asked_at`: when the look-up was asked
-    (default: when `taken` was leased, just before it)."""
+    (default: when `taken` was leased, just before it). `by_reference`: the look-up
+    asks by the end-to-end reference alone (`by_reference_alone`), so its "none" holds
+    after the server has forgotten the key (see `refused`)."""
     try:
         return _apply(
             store,
@@ -532,6 +543,7 @@ def apply(
             response=response,
             in_flight_for=in_flight_for,
             asked_at=taken.at if asked_at is None else asked_at,
+            by_reference=by_reference,
         )
     finally:
         release_owner(taken.owner)  # the look-up's call is over, whatever the store did
@@ -547,6 +559,7 @@ def _apply(
     response: httpx.Response | None,
     in_flight_for: float,
     asked_at: float | None,
+    by_reference: bool,
 ) -> Outcome:
     before = taken.before
     evidence = f"settled by look-up: {where}: {verdict.why}"
@@ -556,6 +569,8 @@ def _apply(
         if until is not None:
             release(store, clock, taken)
             raise too_early(before, f"{where}: {verdict.why}", now=now, until=until)
+        if refused(before, by_reference=by_reference):
+            return _settle_refused(store, clock, taken, f"{where}: {verdict.why}")
     if verdict.settles:
         applied = verdict.finding == "found"
         record = store.settle(
@@ -583,6 +598,67 @@ def _apply(
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
     raise unsettled(before, f"{where}: {verdict.why}")
+
+
+def by_reference_alone(template: str) -> bool:
+    """Whether a look-up `template` asks by the end-to-end reference alone: the server
+    keeps its payments after it has forgotten their keys, so a "none" from it holds
+    past the key retention; one that asks by `{key}` too may find nothing because the
+    key is forgotten."""
+    return "{reference}" in template and "{key}" not in template
+
+
+def refused(record: OperationRecord, *, by_reference: bool) -> bool:
+    """Whether a look-up's believed "none" (past the in-flight window: `still_in_flight`)
+    settles `record` as refused: pure.
+
+    Only where the operation keeps an answer its profile read as a replay that no
+    attempt of ours explained (`replay_unexplained`, the answer kept with it): a
+    replay is of a request the server applied under this key, so a payment (another
+    sender's of this reference, or ours) that a look-up by reference finds for good;
+    none found, the answer was the application's refusal of this request, and nothing
+    of it was applied. A look-up that asks by key as well is not enough (the server may
+    have forgotten the key, and a "none" says nothing then); an operation with no kept
+    answer (recorded by an earlier version) is `not_sent`, sent again with its key, and
+    keeps the answer the next time."""
+    return by_reference and record.replay_unexplained and record.response is not None
+
+
+def _settle_refused(store: SendingStore, clock: Clock, taken: Taken, found: str) -> Outcome:
+    before = taken.before
+    kept = before.response
+    assert kept is not None, "refused only with an answer kept"
+    evidence = (
+        f"HTTP {kept.status_code} refused by the application, not a replay: a look-up"
+        f" found no payment ({found}), and no attempt of it can still be running: never"
+        " applied"
+    )
+    record = store.settle(
+        before.operation_id,
+        owner=taken.owner,
+        applied=False,
+        evidence=evidence,
+        now=clock.time(),
+        state=State.FAILED,
+    )
+    if not record.state.finished or record.evidence != evidence:
+        if record.state.finished:
+            return from_record(record)
+        raise unsettled(
+            record,
+            f"{found}; but another caller took the operation while it was being looked up"
+            f" (the look-up outlived its lease), so nothing was recorded: it is"
+            f" {record.state.value}",
+        )
+    assert record.response is not None
+    answer = stored_response(record.response, httpx.Request(record.method, record.url))
+    return from_record(
+        record,
+        response=answer,
+        from_store=False,
+        not_before=None,
+        last_status=kept.status_code,
+    )
 
 
 def settle_found(

@@ -285,6 +285,11 @@ class SendingStore(OperationLookup, Protocol):
     ) -> OperationRecord:
         """Store where the call left the operation and release the lease.
 
+        `response` is the final answer; an unsettled operation may keep one too (an
+        answer read as a replay that no attempt of ours explains: the refusal it is,
+        if a look-up finds nothing, see `settle`). Unsettled with no `response`, the
+        operation keeps the answer it has.
+
         `known` is the record as the caller last saw it (from `begin` or `claim`): when
         the write lands, the store may answer from it instead of reading the row back.
         """
@@ -306,7 +311,10 @@ class SendingStore(OperationLookup, Protocol):
         Applied: the server holds the payment, and `state` is what became of it there:
         `succeeded`, or `failed` for one it declined (`response` is what the look-up
         returned). Not applied: it is `not_sent`, and no longer "maybe applied", so
-        that it can be sent again. The only way "maybe applied" is ever cleared.
+        that it can be sent again; or, `state` `failed`, refused: final, never applied,
+        with the answer the operation keeps as its own (the application's refusal,
+        read as a replay no attempt of ours explained), only if it keeps one (else it
+        is left as it is). The only ways "maybe applied" is ever cleared.
         """
         ...
 

@@ -205,6 +205,9 @@ class SQLStore(Store, ABC):
         )
         now = progress.now
         final = state.finished
+        # Unsettled with no answer given: the row keeps the answer it has (see
+        # `Statements.finish`).
+        answered = final or response is not None
         finished_at = now if final else None
         # A final answer ends any wait the server asked for.
         not_before = None if final else progress.not_before
@@ -218,7 +221,7 @@ class SQLStore(Store, ABC):
             progress.maybe_applied,
             progress.evidence,
             not_before,
-            *response_values,
+            *(response_values if answered else ()),
             now,
             finished_at,
             progress.sent_at,
@@ -231,10 +234,10 @@ class SQLStore(Store, ABC):
         answer_from = known if self._answer_from_known else None
         with self._write(durable=self.durability is Durability.FULL) as conn:
             if answer_from is None:
-                row = _returned(conn.execute(self._sql.finish_returning[final], params))
+                row = _returned(conn.execute(self._sql.finish_returning[final, answered], params))
                 if row is not None:
                     return self._record(row)
-            elif conn.execute(self._sql.finish[final], params).rowcount == 1:
+            elif conn.execute(self._sql.finish[final, answered], params).rowcount == 1:
                 maybe_applied = answer_from.maybe_applied or progress.maybe_applied
                 return finished_record(
                     answer_from,
@@ -243,7 +246,7 @@ class SQLStore(Store, ABC):
                     maybe_applied=maybe_applied,
                     evidence=progress.evidence,
                     not_before=not_before,
-                    response=kept,
+                    response=kept if answered else answer_from.response,
                     updated_at=now,
                     finished_at=finished_at,
                     sent_at=_latest(answer_from.sent_at, progress.sent_at),
@@ -298,6 +301,9 @@ class SQLStore(Store, ABC):
             )
             statement = self._sql.settle_applied
             values: tuple[Any, ...] = (state.value, *columns, now)
+        elif state is State.FAILED:
+            statement = self._sql.settle_refused
+            values = (State.FAILED.value, now)
         else:
             statement = self._sql.settle_not_applied
             values = (State.NOT_SENT.value,)

@@ -82,15 +82,22 @@ _RECORD_ATTEMPT = (
 # operation that may have been applied is indeterminate, never not sent. So the state
 # is chosen here, from the row as well as from the caller: {p} is the caller's
 # maybe-applied, then the state to write if it (or the row) says so, then the state.
+# The answer's columns are written by a final finish, and by an unsettled one that
+# keeps an answer (a replay no attempt of ours explains: if a look-up finds nothing,
+# it was the application's refusal, and the operation's final answer); an unsettled
+# finish with none leaves them as they are (`{answer}` is then empty).
 _FINISH = (
     "UPDATE {t} SET state = CASE WHEN maybe_applied OR {p} THEN {p} ELSE {p} END,"
     " attempts = {p}, maybe_applied = maybe_applied OR {p},"
     " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
-    " lease_look_up = false, status_code = {p}, response_headers = {j}, response_body = {p},"
-    " response_sha256 = {p}, response_size = {p}, updated_at = {p}, finished_at = {p},"
+    " lease_look_up = false, {answer}updated_at = {p}, finished_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
     " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND "
+)
+_ANSWER = (
+    "status_code = {p}, response_headers = {j}, response_body = {p}, response_sha256 = {p},"
+    " response_size = {p}, "
 )
 # A final answer is recorded whoever holds the lease: the server answers the same
 # under this key to everyone. Giving up only counts while the caller owns it.
@@ -110,13 +117,17 @@ _MERGE = (
 _SETTLE = (
     "UPDATE {t} SET {sets}, evidence = {p}, not_before = NULL, lease_owner = NULL,"
     " lease_expires = NULL, lease_look_up = false, updated_at = {p}"
-    " WHERE id = {p} AND finished_at IS NULL AND lease_owner = {p} RETURNING {c}"
+    " WHERE id = {p} AND finished_at IS NULL AND lease_owner = {p}{also} RETURNING {c}"
 )
 _APPLIED = (
     "state = {p}, status_code = {p}, response_headers = {j}, response_body = {p},"
     " response_sha256 = {p}, response_size = {p}, finished_at = {p}"
 )
 _NOT_APPLIED = "state = {p}, maybe_applied = false"
+# Refused, never applied: final, with the answer the row already keeps (the refusal
+# itself), so only a row that keeps one (a finished operation always has an answer).
+_REFUSED = "state = {p}, maybe_applied = false, finished_at = {p}"
+_KEEPS_ANSWER = " AND status_code IS NOT NULL"
 # Reaping forgets what an old finished operation said, never that it happened: the
 # request's and the answer's bodies go (personal data, and most of a row's size); the
 # id, key, fingerprint, reference, state and status stay, with the answer's size and
@@ -224,8 +235,11 @@ class Statements:
         def render(template: str) -> str:
             return template.format(**names)
 
+        # By (`state.finished`, whether the answer's columns are written).
         finish = {
-            final: _FINISH + (_FINAL_ANSWER if final else _WHILE_OWNED) for final in (True, False)
+            (final, answered): _FINISH.replace("{answer}", _ANSWER if answered else "")
+            + (_FINAL_ANSWER if final else _WHILE_OWNED)
+            for final, answered in ((True, True), (False, True), (False, False))
         }
         self.dialect: Final = dialect
         self.select_id: Final = render(_SELECT + " WHERE id = {p}")
@@ -237,13 +251,19 @@ class Statements:
         self.merge: Final = render(_MERGE)
         self.record_attempt: Final = render(_RECORD_ATTEMPT)
         self.move: Final = render(_MOVE)
-        # By `state.finished`: the final answer's guard, or the lease owner's.
-        self.finish: Final = {final: render(text) for final, text in finish.items()}
+        # By `state.finished` (the final answer's guard, or the lease owner's), and by
+        # whether an answer is written.
+        self.finish: Final = {which: render(text) for which, text in finish.items()}
         self.finish_returning: Final = {
-            final: render(text + " RETURNING {c}") for final, text in finish.items()
+            which: render(text + " RETURNING {c}") for which, text in finish.items()
         }
-        self.settle_applied: Final = render(_SETTLE.replace("{sets}", _APPLIED))
-        self.settle_not_applied: Final = render(_SETTLE.replace("{sets}", _NOT_APPLIED))
+
+        def settle(sets: str, also: str = "") -> str:
+            return render(_SETTLE.replace("{sets}", sets).replace("{also}", also))
+
+        self.settle_applied: Final = settle(_APPLIED)
+        self.settle_not_applied: Final = settle(_NOT_APPLIED)
+        self.settle_refused: Final = settle(_REFUSED, _KEEPS_ANSWER)
         self.reap: Final = render(_REAP)
         self.seen: Final = render(_SEEN)
         self.advance: Final = render(_ADVANCE)

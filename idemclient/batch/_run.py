@@ -641,6 +641,7 @@ class _Run:
         unfinished = running or (verdict.finding == "found" and verdict.state is None)
         if unfinished and not past_retention(record, now=now, retention=self.retention):
             return True
+        lookup = self.target.lookup
         try:
             taken = _reconcile.take(self.store, self.clock, record.operation_id)
         except OutcomeError as busy:  # another process is sending it right now
@@ -669,6 +670,7 @@ class _Run:
                 # Asked before this lease was taken, maybe long before (every row is
                 # asked first): its "none" is judged as of then.
                 asked_at=asked.at if asked.at is not None else now,
+                by_reference=lookup is not None and _reconcile.by_reference_alone(lookup.template),
             )
         except OutcomeError as exc:
             if running or verdict.finding == "not_found":  # not found yet, too late to send
@@ -699,12 +701,15 @@ class _Run:
             )
             return False
         if outcome.state.finished:
-            self.counts.found += 1
+            if verdict.finding == "found":
+                self.counts.found += 1
+                reason = _found_reason(verdict)
+            else:  # its answer, read as a replay, was the application's refusal
+                reason = (
+                    f"refused by the server, never applied: not sent again ({outcome.evidence})"
+                )
             self._done(
-                item,
-                ReportRow.of(
-                    item.row.number, item.identity.reference, outcome, _found_reason(verdict)
-                ),
+                item, ReportRow.of(item.row.number, item.identity.reference, outcome, reason)
             )
             return False
         return True  # not found: no longer maybe applied, sent again with its key

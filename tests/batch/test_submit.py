@@ -27,6 +27,8 @@ from idemclient._call import CLOCK_SKEW
 from idemclient.batch import Batch, BatchInvalid, BatchProgress, ExitCode, asubmit, submit
 from idemclient.testing import ReferenceServer
 
+from ..support.shop import shop_client
+
 DAY = 86_400.0
 
 
@@ -416,15 +418,7 @@ def test_a_row_the_server_may_still_be_running_is_not_settled_by_an_early_look_u
     key = key_from_identity("E0000", "payout")
     with (
         ReferenceServer(clock=clock, profile=name) as server,
-        Client(
-            store=tmp_path / "s.db",
-            clock=clock,
-            profile=name,
-            policy=RetryPolicy(max_attempts=1),
-            transport=server.transport,
-            base_url="http://psp.test",
-            headers={"Authorization": "Bearer payroll-ops"},
-        ) as client,
+        shop_client(server, clock, tmp_path / "s.db", profile=name, max_attempts=1) as client,
     ):
         server.crash("ADMITTED", key=key)
         first = submit(make_batch(1), client)
@@ -489,15 +483,7 @@ def test_a_batch_killed_while_its_look_up_held_a_row_does_not_count_as_a_send(
 
 
 def _django_client(server: ReferenceServer, clock: ManualClock, store: Path) -> Client:
-    return Client(
-        store=store,
-        clock=clock,
-        profile="django-idempotency-key",
-        policy=RetryPolicy(max_attempts=1),
-        transport=server.transport,
-        base_url="http://psp.test",
-        headers={"Authorization": "Bearer payroll-ops"},
-    )
+    return shop_client(server, clock, store, profile="django-idempotency-key", max_attempts=1)
 
 
 def test_a_row_sent_by_a_slow_host_is_not_settled_early_by_a_right_host(

@@ -370,7 +370,9 @@ def test_a_payout_reconciled_by_the_profiles_payment_look_up_is_not_settled_not_
 # refused a payment with a 409 of its own (nothing paid) to a key the caller gave
 # (wrap() with an identity's key): read as the stored replay, it was reported
 # succeeded. With no attempt of ours before it, it may be either: maybe applied, and
-# the look-up settles it (here: nothing paid, not sent).
+# the look-up settles it (here: nothing paid). By reference, "none" says the 409 was
+# the refusal: failed, with the 409 as its answer; by key (wrap(), no reference), it
+# cannot say so (the server forgets keys): not sent.
 @pytest.mark.parametrize("way", ["wrap", "client", "async", "batch"])
 def test_django_an_applications_own_409_to_a_callers_fresh_key_is_not_succeeded(
     way: str,
@@ -390,7 +392,13 @@ def test_django_an_applications_own_409_to_a_callers_fresh_key_is_not_succeeded(
         state.reconcile(op=op, kill_at=None)
         state.never_twice_and_agreeing()
         settled = state._record(op)
-        assert settled.state is State.NOT_SENT
+        if way == "wrap":
+            assert record.reference is None
+            assert settled.state is State.NOT_SENT
+        else:
+            assert (settled.state, settled.maybe_applied) == (State.FAILED, False)
+            assert settled.response is not None
+            assert settled.response.status_code == 409
         assert not state.final_resources(op)
     finally:
         state.teardown()

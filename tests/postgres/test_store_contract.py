@@ -676,6 +676,76 @@ def test_a_lookup_that_finds_a_declined_payment_settles_it_failed(store: Store) 
         store.settle("op-1", owner=owner, applied=True, evidence="", now=NOW, state=State.PENDING)
 
 
+def _unexplained(store: Store, owner: str, *, answer: bool = True) -> None:
+    """op-1 left unsettled after an answer read as a replay that nothing of ours
+    explains (django-idempotency-key's 409), kept with it when `answer`."""
+    store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
+    store.finish(
+        "op-1",
+        owner=owner,
+        state=State.INDETERMINATE,
+        progress=dataclasses.replace(progress(), sent_at=NOW, replay_unexplained=True),
+        response=StoredResponse.of(409, (), b'{"detail": "exists"}') if answer else None,
+    )
+
+
+def test_an_unsettled_operation_keeps_its_answer_until_a_final_one(store: Store) -> None:
+    owner = new_owner()
+    _unexplained(store, owner)
+    kept = store.get("op-1")
+    assert kept is not None
+    assert (kept.state, kept.finished_at) == (State.INDETERMINATE, None)
+    assert kept.response is not None
+    assert (kept.response.status_code, kept.response.body) == (409, b'{"detail": "exists"}')
+    # Taken and given back with no answer (a look-up too early to believe): still kept.
+    store.claim("op-1", owner=owner, now=NOW + 1, lease_until=NOW + 60, look_up=True)
+    again = store.finish("op-1", owner=owner, state=State.INDETERMINATE, progress=progress())
+    assert again.response is not None
+    assert again.response.status_code == 409
+    # A final answer replaces it.
+    store.claim("op-1", owner=owner, now=NOW + 2, lease_until=NOW + 60)
+    succeed(store, "op-1", owner)
+    done = store.get("op-1")
+    assert done is not None
+    assert done.response is not None
+    assert done.response.status_code == 201
+
+
+def test_a_refused_operation_is_settled_failed_with_the_answer_it_keeps(store: Store) -> None:
+    owner = new_owner()
+    _unexplained(store, owner)
+    store.claim("op-1", owner=owner, now=NOW + 1, lease_until=NOW + 60, look_up=True)
+    record = store.settle(
+        "op-1", owner=owner, applied=False, evidence="refused", now=NOW + 2, state=State.FAILED
+    )
+    assert (record.state, record.finished_at, record.maybe_applied) == (
+        State.FAILED,
+        NOW + 2,
+        False,
+    )
+    assert (record.lease_owner, record.evidence) == (None, "refused")
+    assert record.response is not None
+    assert (record.response.status_code, record.response.body) == (409, b'{"detail": "exists"}')
+    assert store.get("op-1") == record
+    assert [r.operation_id for r in store.unfinished()] == []
+
+
+def test_an_operation_that_keeps_no_answer_is_never_settled_refused(store: Store) -> None:
+    # A finished operation always has an answer: one with none is left as it was.
+    owner = new_owner()
+    _unexplained(store, owner, answer=False)
+    store.claim("op-1", owner=owner, now=NOW + 1, lease_until=NOW + 60, look_up=True)
+    record = store.settle(
+        "op-1", owner=owner, applied=False, evidence="refused", now=NOW + 2, state=State.FAILED
+    )
+    assert (record.state, record.finished_at, record.maybe_applied) == (
+        State.INDETERMINATE,
+        None,
+        True,
+    )
+    assert record.lease_owner == owner
+
+
 # -- finding by reference, and reopening what was never applied ----------------------------
 
 

@@ -16,7 +16,6 @@ from idemclient import (
     ManualClock,
     NotSent,
     ReconcileRequired,
-    RetryPolicy,
     State,
     key_from_identity,
     profiles,
@@ -26,6 +25,7 @@ from idemclient.batch import Batch, submit
 from idemclient.profiles import Match, named
 from idemclient.testing import ReferenceServer
 
+from ...support.shop import shop_client
 from ..scripted import Scripted
 
 CONFLICT = {"detail": "an order with this number exists"}
@@ -99,14 +99,8 @@ def test_a_batch_row_with_an_unexplained_409_is_reported_for_what_it_is(
     name = "django-idempotency-key"
     with ReferenceServer(clock=clock, profile=name) as server:
         for store in ("elsewhere.db", "here.db"):
-            with Client(
-                store=tmp_path / store,
-                clock=clock,
-                profile=name,
-                policy=RetryPolicy(max_attempts=1),
-                transport=server.transport,
-                base_url="http://psp.test",
-                headers={"Authorization": "Bearer payroll-ops"},
+            with shop_client(
+                server, clock, tmp_path / store, profile=name, max_attempts=1
             ) as client:
                 report = submit(_one_row(), client, lookup=None)
             clock.advance(10.0)
@@ -168,12 +162,6 @@ def test_an_unmarked_409_under_a_marker_profile_is_still_doubted(
         client.post("/orders", json={"number": 7}, key="order-7")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a batch row the application refuses with its own 409 is never settled: each"
-    " re-run's look-up finds nothing, settles it not_sent, sends it again, gets the 409"
-    " again and leaves it unsettled, 'never sent again', for ever",
-)
 def test_a_batch_row_the_application_refuses_with_409_settles_after_a_look_up(
     clock: ManualClock, tmp_path: Path
 ) -> None:
@@ -181,27 +169,47 @@ def test_a_batch_row_the_application_refuses_with_409_settles_after_a_look_up(
     with ReferenceServer(clock=clock, profile=name) as server:
         # The application's own conflict, every time: nothing is ever paid.
         server.answer(409, times=100, key=key_from_identity("E0000", "payout"))
-        with Client(
-            store=tmp_path / "s.db",
-            clock=clock,
-            profile=name,
-            policy=RetryPolicy(max_attempts=1),
-            transport=server.transport,
-            base_url="http://psp.test",
-            headers={"Authorization": "Bearer payroll-ops"},
-        ) as client:
-            states = []
+        with shop_client(server, clock, tmp_path / "s.db", profile=name, max_attempts=1) as client:
+            reports = []
             for _ in range(4):
-                [row] = submit(_one_row(), client).rows
-                states.append(row.state)
+                reports.append(submit(_one_row(), client))
                 # Past the server's in_flight_for and the skew: the look-up's "none" counts.
                 clock.advance(profiles.BUILTIN[name].in_flight_for + CLOCK_SKEW + 1.0)
             record = client.store.get("batch/payout/E0000")
         assert server.ledger() == ()
     assert record is not None
-    assert states[0] == "indeterminate"
-    assert states[-1] == "failed", states
-    assert record.attempts <= 2
+    rows = [report.rows[0] for report in reports]
+    assert [row.state for row in rows] == ["indeterminate", "failed", "failed", "failed"]
+    assert [report.exit_code for report in reports] == [3, 4, 4, 4]
+    # Settled by the second run's look-up, not sent again: one attempt, ever.
+    assert (record.state, record.attempts, record.maybe_applied) == (State.FAILED, 1, False)
+    assert (rows[1].http_status, rows[1].attempts, rows[1].resource_id) == (409, 1, None)
+    assert "refused by the server, never applied: not sent again" in rows[1].reason
+    assert "a look-up found no payment" in rows[1].reason
+    assert rows[2].reason.startswith("refused in an earlier run (HTTP 409 refused by")
+
+
+def test_a_batch_row_refused_with_409_is_not_settled_by_a_look_up_too_early(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # Looked up inside the in-flight window, "none" is not "never applied": the row is
+    # never failed then (nor sent again), whatever the 409 was.
+    name = "django-idempotency-key"
+    with ReferenceServer(clock=clock, profile=name) as server:
+        server.answer(409, times=100, key=key_from_identity("E0001", "payout"))
+        with shop_client(server, clock, tmp_path / "s.db", profile=name, max_attempts=1) as client:
+            batch = Batch.from_records(
+                [{"ref": "E0001", "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}]
+            )
+            first = submit(batch, client)
+            clock.advance(profiles.BUILTIN[name].in_flight_for)  # not the skew yet
+            second = submit(batch, client)
+            record = client.store.get("batch/payout/E0001")
+    assert [first.rows[0].state, second.rows[0].state] == ["indeterminate", "indeterminate"]
+    assert "may still be running" in second.rows[0].reason
+    assert second.exit_code == 3
+    assert record is not None
+    assert (record.state, record.attempts, record.maybe_applied) == (State.INDETERMINATE, 1, True)
 
 
 class Challenged(httpx.Auth):
