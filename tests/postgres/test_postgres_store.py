@@ -45,6 +45,22 @@ def snapshot(url: str, schema: str) -> list[tuple[Any, ...]]:
         return found
 
 
+def _store_at_version(url: str, version: int, row: str, params: tuple[Any, ...] = ()) -> None:
+    """A store as an earlier version left it: migrated to `version` only, with one row
+    written by that version's columns (`row`, an INSERT), as on SQLite."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:version])
+        conn.execute(row, params)
+
+
+def _schema_version(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        found = conn.execute("SELECT version FROM idemclient.store_version").fetchone()
+    assert found is not None
+    version: int = found[0]
+    return version
+
+
 # -- choosing it -----------------------------------------------------------------------
 
 
@@ -333,23 +349,23 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
     secret = "xat_SECRET_VALUE_7741"
     body = b'{"amount":1}'
     url = f"https://psp.test/v1/payouts?access_token={secret}&page=1"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:1])
-        conn.execute(
-            "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
-            " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"
-            " updated_at, finished_at, status_code, response_headers, response_body,"
-            " response_sha256, response_size) VALUES ('op', 'k', 'POST', %s, %s::jsonb, %s,"
-            " %s, 'E1', 'succeeded', 1, true, 'HTTP 201', 1, 1, 1, 201, %s::jsonb, %s, '', 2)",
-            (
-                url,
-                json.dumps([["content-type", "application/json"], ["x-auth-token", secret]]),
-                body,
-                fingerprint("POST", httpx.URL(url), body),
-                json.dumps([["set-session", secret]]),
-                b"{}",
-            ),
-        )
+    _store_at_version(
+        pg_url,
+        1,
+        "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
+        " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"
+        " updated_at, finished_at, status_code, response_headers, response_body,"
+        " response_sha256, response_size) VALUES ('op', 'k', 'POST', %s, %s::jsonb, %s,"
+        " %s, 'E1', 'succeeded', 1, true, 'HTTP 201', 1, 1, 1, 201, %s::jsonb, %s, '', 2)",
+        (
+            url,
+            json.dumps([["content-type", "application/json"], ["x-auth-token", secret]]),
+            body,
+            fingerprint("POST", httpx.URL(url), body),
+            json.dumps([["set-session", secret]]),
+            b"{}",
+        ),
+    )
     with PostgresStore(pg_url) as store:
         record = store.get("op")
     assert record is not None
@@ -369,39 +385,35 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
 def test_a_version_5_store_gains_the_look_up_mark_and_its_leases_stay_sends(pg_url: str) -> None:
     """As on SQLite (version 7): a lease an earlier version wrote, which leased look-ups
     in flight too, counts as a send's when it is taken over."""
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:5])
-        conn.execute(
-            "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
-            " fingerprint, reference, state, attempts, maybe_applied, evidence, lease_owner,"
-            " lease_expires, created_at, updated_at) VALUES ('old', 'old-key', 'POST',"
-            " 'http://x/', '[]'::jsonb, '', 'f', 'r', 'in_flight', 1, false, '',"
-            " 'elsewhere:1:t:1', 50, 1, 2)"
-        )
+    _store_at_version(
+        pg_url,
+        5,
+        "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
+        " fingerprint, reference, state, attempts, maybe_applied, evidence, lease_owner,"
+        " lease_expires, created_at, updated_at) VALUES ('old', 'old-key', 'POST',"
+        " 'http://x/', '[]'::jsonb, '', 'f', 'r', 'in_flight', 1, false, '',"
+        " 'elsewhere:1:t:1', 50, 1, 2)",
+    )
     with PostgresStore(pg_url) as store:
         [before] = store.unfinished()
         taken = store.claim("old", owner=new_owner(), now=NOW, lease_until=NOW + 60)
     assert before.lease_look_up is False
     record = taken.record
     assert (taken.taken_over, record.maybe_applied, record.sent_at) == (True, True, 50.0)
-    with psycopg.connect(pg_url) as conn:
-        (version,) = conn.execute("SELECT version FROM idemclient.store_version").fetchone()
-    assert version == SCHEMA_VERSION
+    assert _schema_version(pg_url) == SCHEMA_VERSION
 
 
 def test_a_version_6_store_gains_replay_unexplained_false_for_its_old_rows(pg_url: str) -> None:
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        open_schema(conn, "idemclient", where="test", layout=STORE, migrations=MIGRATIONS[:6])
-        conn.execute(
-            "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
-            " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"
-            " updated_at, sent_at) VALUES ('old', 'old-key', 'POST', 'http://x/', '[]'::jsonb,"
-            " '', 'f', 'r', 'indeterminate', 1, true, 'ReadTimeout', 1, 2, 1.5)"
-        )
+    _store_at_version(
+        pg_url,
+        6,
+        "INSERT INTO idemclient.operations (id, key, method, url, headers, body,"
+        " fingerprint, reference, state, attempts, maybe_applied, evidence, created_at,"
+        " updated_at, sent_at) VALUES ('old', 'old-key', 'POST', 'http://x/', '[]'::jsonb,"
+        " '', 'f', 'r', 'indeterminate', 1, true, 'ReadTimeout', 1, 2, 1.5)",
+    )
     with PostgresStore(pg_url) as store:
         record = store.get("old")
     assert record is not None
     assert (record.replay_unexplained, record.sent_at) == (False, 1.5)
-    with psycopg.connect(pg_url) as conn:
-        version = conn.execute("SELECT version FROM idemclient.store_version").fetchone()
-    assert version == (SCHEMA_VERSION,)
+    assert _schema_version(pg_url) == SCHEMA_VERSION
