@@ -118,6 +118,10 @@ class Settings:
     #: the servers' `Date` headers, a second clock for judging ages and holds (see
     #: `_server_time`); None: judged by `clock` alone (`server_clock=False`)
     server_times: ServerTimes | None = None
+    #: when (on `clock`) this client started watching its clock (`watch`): a stamp
+    #: made since is judged by `clock` alone, as before; the servers' clocks are asked
+    #: about stamps made before, while no client may have been running to see a step
+    watched_since: float = float("inf")
 
     #: the facts `resolve_at` found, by method and path: asked several times per
     #: request (the client, the exchange, the transport), the same each time
@@ -139,13 +143,22 @@ class Settings:
                 origin_of(request.url), response.headers.get("date"), self.clock.monotonic()
             )
 
-    def server_time(self, url: httpx.URL) -> ServerTime | None:
-        """The server's time now, by the latest `Date` from `url`'s origin; None if
-        none came (or it was garbled, or `server_times` is off)."""
+    def server_time(self, url: httpx.URL, *, stamped: float) -> ServerTime | None:
+        """The server's time now, by the latest `Date` from `url`'s origin, to judge a
+        stamp made at `stamped`; None if none came (or it was garbled, or
+        `server_times` is off), or the stamp was made since this client started
+        watching its clock (it would have seen a step back since; see `watched`)."""
         times = self.server_times
-        if times is None:
+        if times is None or self.watched(stamped):
             return None
         return times.at(origin_of(url), self.clock.monotonic())
+
+    def watched(self, stamped: float) -> bool:
+        """A stamp made at `stamped` was made while this client watched its clock
+        (a step back since would have been seen and kept: `clock_went_back`), so this
+        clock alone judges it, as it always did. Before that, no client may have been
+        running, and the servers' `Date` is asked too."""
+        return stamped >= self.watched_since
 
     def resolve(self, request: httpx.Request) -> Resolved:
         """The profile's facts for `request` (its endpoint's, where they differ)."""
@@ -538,13 +551,15 @@ class Call:
             ),
         )
 
-    def server_time(self) -> ServerTime | None:
-        """The server's time now, by the latest `Date` its origin sent this process."""
-        return self.settings.server_time(self.request.url)
+    def server_time(self, stamped: float) -> ServerTime | None:
+        """The server's time now, by the latest `Date` its origin sent this process, to
+        judge a stamp made at `stamped` (see `Settings.server_time`)."""
+        return self.settings.server_time(self.request.url, stamped=stamped)
 
     def age(self, now: float) -> float:
         """The operation's age at `now`: by this clock, or by the server's if more."""
-        return _server_time.age(self.created_at, now=now, server=self.server_time())
+        server = self.server_time(self.created_at)
+        return _server_time.age(self.created_at, now=now, server=server)
 
     def needs_server_time(self, record: OperationRecord) -> bool:
         """Before `record` is sent again: it may have been applied, and this process
@@ -555,6 +570,7 @@ class Call:
             times is not None
             and record.maybe_applied
             and not record.state.finished
+            and not self.settings.watched(record.created_at)
             and not times.knows(origin_of(self.request.url))
         )
 
@@ -932,7 +948,8 @@ class Call:
         until = in_flight_until(sent, self.profile.in_flight_for)
         # Over only once over by the server's clock too: this clock may have been
         # stepped forward since `since` was stamped, which no record shows.
-        until = _server_time.held_until(until, since=sent, now=now, server=self.server_time())
+        server = self.server_time(sent)
+        until = _server_time.held_until(until, since=sent, now=now, server=server)
         if since is not None and until <= now:
             return
         self.not_before = until if self.not_before is None else max(self.not_before, until)

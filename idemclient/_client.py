@@ -710,6 +710,7 @@ class _Common(Generic[HttpxClient]):
             response=response,
             in_flight_for=self.settings.profile.in_flight_for,
             by_reference=by_reference,
+            watched_since=self.settings.watched_since,
         )
 
 

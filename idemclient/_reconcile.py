@@ -505,6 +505,7 @@ def still_in_flight(
     in_flight_for: float,
     asked_at: float | None = None,
     server_at: float | None = None,
+    watched_since: float | None = None,
 ) -> float | None:
     """When a look-up that finds nothing will say "never applied": None if it says so
     now, else the time from which it will (the last attempt that may have been
@@ -514,10 +515,14 @@ def still_in_flight(
     of a send the server ran after it, whenever it is read). `server_at`: the server's
     time when it answered (its `Date`), if it said: the window must be over by that
     clock too (this one may have been stepped forward since the send was stamped), and
-    the time returned is when it is over by both, on this clock."""
+    the time returned is when it is over by both, on this clock. `watched_since`: when
+    the asking client started watching its clock; a send stamped since is judged by
+    this clock alone (see `Settings.watched`)."""
     sent = last_sent(record, now=now)
     if sent is None:
         return None
+    if watched_since is not None and sent >= watched_since:
+        server_at = None
     until = in_flight_until(sent, in_flight_for)
     asked = now if asked_at is None else min(now, asked_at)
     if asked >= until and over_by_server(until, since=sent, server_at=server_at):
@@ -546,6 +551,7 @@ def apply(
     in_flight_for: float,
     asked_at: float | None = None,
     by_reference: bool = False,
+    watched_since: float | None = None,
 ) -> Outcome:
     """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
     and give the lease back. Raises `Indeterminate` when it settled nothing.
@@ -565,6 +571,7 @@ def apply(
             in_flight_for=in_flight_for,
             asked_at=taken.at if asked_at is None else asked_at,
             by_reference=by_reference,
+            watched_since=watched_since,
         )
     finally:
         release_owner(taken.owner)  # the look-up's call is over, whatever the store did
@@ -581,6 +588,7 @@ def _apply(
     in_flight_for: float,
     asked_at: float | None,
     by_reference: bool,
+    watched_since: float | None,
 ) -> Outcome:
     before = taken.before
     evidence = f"settled by look-up: {where}: {verdict.why}"
@@ -592,6 +600,7 @@ def _apply(
             in_flight_for=in_flight_for,
             asked_at=asked_at,
             server_at=answered_at(response),
+            watched_since=watched_since,
         )
         if until is not None:
             release(store, clock, taken)

@@ -121,6 +121,7 @@ def make_settings(
         profile=chosen,
         watch=watch,
         server_times=ServerTimes() if server_clock else None,
+        watched_since=clock.time(),
     )
 
 

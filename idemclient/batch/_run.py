@@ -629,7 +629,9 @@ class _Run:
         if verdict.finding == "not_found" and not record.maybe_applied:
             return True
         now = self.clock.time()
-        # The look-up's answer says the server's time (its Date): both clocks judge.
+        # The look-up's answer says the server's time (its Date): both clocks judge a
+        # record stamped before this client started watching its clock.
+        watched_since = settings_of(self.http).watched_since
         server_at = _reconcile.answered_at(asked.response)
         running = (
             verdict.finding == "not_found"
@@ -639,11 +641,16 @@ class _Run:
                 in_flight_for=self.resolved.profile.in_flight_for,
                 asked_at=asked.at,
                 server_at=server_at,
+                watched_since=watched_since,
             )
             is not None
         )
         unfinished = running or (verdict.finding == "found" and verdict.state is None)
-        server_now = None if server_at is None else server_at + DATE_RESOLUTION
+        server_now = (
+            None
+            if server_at is None or record.created_at >= watched_since
+            else server_at + DATE_RESOLUTION
+        )
         if unfinished and not past_retention(
             record, now=now, retention=self.retention, server_now=server_now
         ):
@@ -678,6 +685,7 @@ class _Run:
                 # asked first): its "none" is judged as of then.
                 asked_at=asked.at if asked.at is not None else now,
                 by_reference=lookup is not None and _reconcile.by_reference_alone(lookup.template),
+                watched_since=watched_since,
             )
         except OutcomeError as exc:
             if running or verdict.finding == "not_found":  # not found yet, too late to send

@@ -353,7 +353,35 @@ def test_the_probe_reads_the_live_server_s_date_over_a_socket(tmp_path: Path) ->
         with Client(**options) as client:
             with pytest.raises(ReconcileRequired, match="past the server's key retention"):
                 client.post("/v1/payments", json=body, operation_id="o")
-            seen = client.settings.server_time(httpx.URL(live.url))
+            seen = client.settings.server_time(httpx.URL(live.url), stamped=0.0)
             assert seen is not None
             assert seen.low <= server_clock.time() < seen.high + 1
         assert sum(1 for entry in server.ledger() if entry.status == "succeeded") == 1
+
+
+def test_a_running_client_judges_its_own_stamps_by_its_own_clock(
+    shops: list[Shop], tmp_path: Path
+) -> None:
+    # A server clock weeks ahead (a test's ManualClock server beside a client on the
+    # real clock, or a server set wrong): while the client runs it watches its own
+    # clock, so what it stamped since it started is judged by that clock. A 500 is
+    # retried under the same key, not stopped as weeks old.
+    shop = _shop(shops, tmp_path, "reference")
+    shop.server_clock.offset = 40 * 24 * HOUR
+    shop.server.answer(500)
+    with Client(
+        base_url=BASE,
+        transport=shop.wire,
+        auth=_bearer,
+        **{**shop.options(), "policy": RetryPolicy(max_attempts=2)},
+    ) as client:
+        outcome = client.post(shop.payments, json=shop.body("inv-1"), operation_id="inv-1")
+    assert outcome.state is State.SUCCEEDED
+    assert shop.wire.sent == ["POST", "POST"]
+    # A later process cannot tell that server from its own clock set back weeks while
+    # nothing ran: a maybe-applied operation it did not stamp is looked up, never sent.
+    shop.server.delay(120.0)
+    assert isinstance(shop.pay("client", "inv-2"), Indeterminate)
+    again = shop.pay("client", "inv-2")
+    assert isinstance(again, ReconcileRequired), again
+    assert shop.applied() == 2
