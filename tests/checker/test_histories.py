@@ -86,7 +86,8 @@ def test_an_intent_recorded_by_a_fast_clock_is_not_sent_again_after_the_key_is_g
     " now; the server's Date read at the re-send agrees with the clock now, so by both"
     " clocks the maybe-applied operation looks young, and re-sent after the server"
     " forgot its key it is paid twice. Seeing it needs a server time stored with the"
-    " record when it was stamped (a store column): not built (docs/reliability.md)",
+    " record (a store column), and here the only write after the first answer, the"
+    " outcome's, failed (disk full): not built (docs/reliability.md)",
 )
 def test_a_fast_clock_set_right_while_no_client_ran_is_outside_what_a_client_can_see() -> None:
     state = PaymentsMachine()
