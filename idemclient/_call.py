@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from . import _server_time
 from ._answer import AnswerWithoutBody, stored_response
 from ._budget import RetryBudget
 from ._classify import (
@@ -54,6 +55,7 @@ from ._policy import Decision, RetryPolicy, decide, retention_set
 from ._profile import Profile, Resolved, codes_in
 from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
+from ._server_time import ServerTime, ServerTimes
 from ._store import Intent, OperationRecord, Progress, Store
 from .profiles import DEFAULT as DEFAULT_PROFILE
 
@@ -113,6 +115,13 @@ class Settings:
     profile: Profile = DEFAULT_PROFILE
     #: notices `clock` stepping back while the client runs (see `clock_went_back`)
     watch: StepWatch | None = None
+    #: the servers' `Date` headers, a second clock for judging ages and holds (see
+    #: `_server_time`); None: judged by `clock` alone (`server_clock=False`)
+    server_times: ServerTimes | None = None
+    #: when (on `clock`) this client started watching its clock (`watch`): a stamp
+    #: made since is judged by `clock` alone, as before; the servers' clocks are asked
+    #: about stamps made before, while no client may have been running to see a step
+    watched_since: float = float("inf")
 
     #: the facts `resolve_at` found, by method and path: asked several times per
     #: request (the client, the exchange, the transport), the same each time
@@ -124,6 +133,32 @@ class Settings:
         """Seconds `clock` has gone back since the watch last kept a step (0.0: none
         past the tolerance)."""
         return self.watch.step_back() if self.watch is not None else 0.0
+
+    def heard(self, request: httpx.Request, response: httpx.Response) -> None:
+        """Note the `Date` of `response` (to `request`), or that it had none: cheap,
+        parsed only when a judgement needs the server's time."""
+        times = self.server_times
+        if times is not None:
+            times.heard(
+                origin_of(request.url), response.headers.get("date"), self.clock.monotonic()
+            )
+
+    def server_time(self, url: httpx.URL, *, stamped: float) -> ServerTime | None:
+        """The server's time now, by the latest `Date` from `url`'s origin, to judge a
+        stamp made at `stamped`; None if none came (or it was garbled, or
+        `server_times` is off), or the stamp was made since this client started
+        watching its clock (it would have seen a step back since; see `watched`)."""
+        times = self.server_times
+        if times is None or self.watched(stamped):
+            return None
+        return times.at(origin_of(url), self.clock.monotonic())
+
+    def watched(self, stamped: float) -> bool:
+        """A stamp made at `stamped` was made while this client watched its clock
+        (a step back since would have been seen and kept: `clock_went_back`), so this
+        clock alone judges it, as it always did. Before that, no client may have been
+        running, and the servers' `Date` is asked too."""
+        return stamped >= self.watched_since
 
     def resolve(self, request: httpx.Request) -> Resolved:
         """The profile's facts for `request` (its endpoint's, where they differ)."""
@@ -495,20 +530,69 @@ class Call:
         (now, or after a wait this call would sleep), may reach a server that has
         forgotten its key by then; None if not."""
         retention = self.settings.retention(self.resolved)
-        age, age_sent = now - self.created_at, at - self.created_at
+        # The older of its ages by this clock and by the server's: this clock may have
+        # been set back since it was recorded, which no record shows.
+        age = self.age(now)
+        age_sent = age + max(0.0, at - now)
         # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
         # be that much more than it looks.
         if age_sent + CLOCK_SKEW <= retention:
             return None
         self._reconcile = True
         when = "" if at <= now else f", {age_sent:.0f}s once its wait ends"
+        local = now - self.created_at
+        by = "" if age <= local else f" by the server's clock ({local:.0f}s by this host's)"
         return Decision(
             "stop",
             reason=(
-                f"maybe applied and {age:.0f}s old{when}, past the server's key"
+                f"maybe applied and {age:.0f}s old{by}{when}, past the server's key"
                 f" retention ({retention:.0f}s, {self.profile.name} profile): look"
                 " it up instead"
             ),
+        )
+
+    def server_time(self, stamped: float) -> ServerTime | None:
+        """The server's time now, by the latest `Date` its origin sent this process, to
+        judge a stamp made at `stamped` (see `Settings.server_time`)."""
+        return self.settings.server_time(self.request.url, stamped=stamped)
+
+    def age(self, now: float) -> float:
+        """The operation's age at `now`: by this clock, or by the server's if more."""
+        server = self.server_time(self.created_at)
+        return _server_time.age(self.created_at, now=now, server=server)
+
+    def needs_server_time(self, record: OperationRecord) -> bool:
+        """Before `record` is sent again: it may have been applied, and this process
+        has heard no `Date` from its server, so its age and hold stand on this clock
+        alone (a probe asks for one)."""
+        times = self.settings.server_times
+        return (
+            times is not None
+            and record.maybe_applied
+            and not record.state.finished
+            and not self.settings.watched(record.created_at)
+            and not times.knows(origin_of(self.request.url))
+        )
+
+    def probe(self) -> httpx.Request | None:
+        """A request that asks the operation's server its time (its `Date`) and does
+        nothing else: HEAD on the operation's URL with the call's headers, without its
+        key, body or body headers, within the call's time; None if no time is left."""
+        remaining = self.remaining()
+        if remaining <= 0:
+            return None
+        timeout = min(self.policy.attempt_timeout, remaining)
+        headers = httpx.Headers(self.request.headers)
+        for name in ("content-length", "content-type", "transfer-encoding"):
+            headers.pop(name, None)
+        slot = self.resolved.key
+        if slot.header is not None:
+            headers.pop(slot.header, None)
+        return httpx.Request(
+            "HEAD",
+            self.request.url,
+            headers=headers,
+            extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
         )
 
     def busy_wait(self) -> float | None:
@@ -523,7 +607,7 @@ class Call:
         """Before the first attempt: seconds to wait first (0.0 for none), or a stop."""
         now = self.clock.time()
         if self.maybe_applied:
-            age = now - self.created_at
+            age = now - self.created_at  # by this clock: a stamp ahead of it is a step back
             # Judged at the time it would be sent: after a wait it must keep first (the
             # in-flight hold, a server's not-before), which this call may sleep out.
             late = self.past_retention(
@@ -860,7 +944,12 @@ class Call:
         if self.profile.guards_in_flight:
             return
         now = self.clock.time()
-        until = in_flight_until(now if since is None else since, self.profile.in_flight_for)
+        sent = now if since is None else since
+        until = in_flight_until(sent, self.profile.in_flight_for)
+        # Over only once over by the server's clock too: this clock may have been
+        # stepped forward since `since` was stamped, which no record shows.
+        server = self.server_time(sent)
+        until = _server_time.held_until(until, since=sent, now=now, server=server)
         if since is not None and until <= now:
             return
         self.not_before = until if self.not_before is None else max(self.not_before, until)

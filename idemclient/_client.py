@@ -80,6 +80,7 @@ def wrap(
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
     profile: str | Profile | None = None,
+    server_clock: bool = True,
 ) -> HttpxClient:
     """Give an existing httpx client safe retries, in place, and return it.
 
@@ -94,6 +95,12 @@ def wrap(
     the key (``"stripe"``, ``"adyen"``..., see `idemclient.profiles`; the generic one by
     default). Where its server reads the key from the JSON body, the body is already
     built here: put the key in it yourself, or the call is refused (`MissingKey`).
+
+    `server_clock` (on by default): an operation that may have been applied is judged
+    (its age against the key retention, its in-flight hold) by the server's `Date`
+    header as well as `clock`, and one probe (HEAD) asks for it before such an operation
+    is sent again by a process that has heard none; False for a server whose `Date` is
+    known to be wrong.
     """
     settings = make_settings(
         store,
@@ -108,6 +115,7 @@ def wrap(
         persist_headers=persist_headers,
         deferred=isinstance(client, httpx.AsyncClient),
         start=_start_store,
+        server_clock=server_clock,
     )
     _wrap_with(client, settings)
     return client
@@ -382,6 +390,7 @@ class _Common(Generic[HttpxClient]):
         secret_headers: Collection[str] = (),
         persist_headers: Collection[str] = (),
         profile: str | Profile | None = None,
+        server_clock: bool = True,
         **httpx_options: Any,
     ) -> None:
         self.settings = make_settings(
@@ -397,6 +406,7 @@ class _Common(Generic[HttpxClient]):
             persist_headers=persist_headers,
             deferred=self._deferred,
             start=_start_store,
+            server_clock=server_clock,
         )
         self.http = self._attach(http, self._factory, httpx_options)
 
@@ -700,6 +710,7 @@ class _Common(Generic[HttpxClient]):
             response=response,
             in_flight_for=self.settings.profile.in_flight_for,
             by_reference=by_reference,
+            watched_since=self.settings.watched_since,
         )
 
 
@@ -733,7 +744,7 @@ class Client(_Common[httpx.Client]):
     (``postgresql://...``, see `idemclient.postgres`), or a `Store`.
     Everything else that `httpx.Client` takes (base_url, auth, headers, timeout,
     limits, verify, transport, mounts...) may be passed as keyword arguments, or pass
-    an `httpx.Client` you built as `http`.
+    an `httpx.Client` you built as `http`. `server_clock`: see `wrap`.
 
     Each method is written once for both clients, as a step: where its return type
     reads `Op[X]`, a `Client` returns the `X`, and an `AsyncClient` an awaitable of it.

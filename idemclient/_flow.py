@@ -185,6 +185,7 @@ def handle(settings: Settings, request: httpx.Request) -> Flow:
     where = route(settings, request, settings.keyed)
     if where.action == "pass":
         response: httpx.Response = yield Send(request)
+        settings.heard(request, response)  # a look-up's answer tells the server's time too
         return response
     if where.action == "refuse":
         assert where.continuation is not None
@@ -229,6 +230,8 @@ def operation(
             exchange.key_header = call.resolved.key.header, call.resolved.key.quoted
         if begin.claim is Claim.FINISHED:
             return call.stored_answer(begin.record)
+        if continuation is None and call.needs_server_time(begin.record):
+            yield from _probe(call)
         call.adopt(begin.record)
         if (
             continuation is not None
@@ -348,6 +351,24 @@ def _await_holder(call: Call, owner: str) -> Flow:
     )
 
 
+def _probe(call: Call) -> Generator[Effect, Any, None]:
+    """Ask the operation's server its time (its `Date`) before an operation that may
+    have been applied is sent again by this process: its age and its in-flight hold are
+    then judged by the server's clock as well as this one, which may have been stepped
+    while no client ran. One HEAD, no retry; one that fails, or an answer without a
+    `Date`, leaves them judged by this clock alone, as without the probe."""
+    request = call.probe()
+    if request is None:
+        return
+    try:
+        response: httpx.Response = yield Send(request)
+    except Exception:  # advice only: the operation goes on, judged by this clock
+        return
+    call.settings.heard(request, response)
+    with contextlib.suppress(Exception):
+        yield Close(response)
+
+
 def _failed_after(continuation: Continuation, error: StoreError) -> Exception:
     """The error for a store that fails when an operation handed back to httpx goes on:
     an attempt of it was made, so never one that says nothing has changed."""
@@ -404,6 +425,7 @@ def _attempts(call: Call, owner: str) -> Flow:
         response: httpx.Response | None = None
         try:
             response = yield Send(call.request)
+            call.settings.heard(call.request, response)
             if call.reads_first(response):
                 call.bound_body(response)
                 yield Read(response)
@@ -557,6 +579,7 @@ def follow(settings: Settings, request: httpx.Request, continuation: Continuatio
     see_other = continuation.status == 303 and not continuation.followed
     continuation.followed = True
     response: httpx.Response = yield Send(request)
+    settings.heard(request, response)
     response.extensions[OUTCOME] = continuation.outcome
     if not see_other or not response.is_success:
         bound_body(response, remaining)

@@ -63,6 +63,7 @@ from ._call import CLOCK_SKEW, LEASE_MARGIN, in_flight_until
 from ._clock import Clock
 from ._errors import Indeterminate
 from ._outcome import Outcome, State, from_record
+from ._server_time import DATE_RESOLUTION, ServerTime, held_until, over_by_server, parse_date
 from ._store import (
     Claim,
     OperationRecord,
@@ -498,20 +499,45 @@ def last_sent(record: OperationRecord, *, now: float) -> float | None:
 
 
 def still_in_flight(
-    record: OperationRecord, *, now: float, in_flight_for: float, asked_at: float | None = None
+    record: OperationRecord,
+    *,
+    now: float,
+    in_flight_for: float,
+    asked_at: float | None = None,
+    server_at: float | None = None,
+    watched_since: float | None = None,
 ) -> float | None:
     """When a look-up that finds nothing will say "never applied": None if it says so
     now, else the time from which it will (the last attempt that may have been
     applied, plus the profile's `in_flight_for` and the hosts' clock skew:
     `in_flight_until`). `asked_at`: when the look-up was asked, if before `now` (its
     "none" is as old as its question: an answer given within the window says nothing
-    of a send the server ran after it, whenever it is read)."""
+    of a send the server ran after it, whenever it is read). `server_at`: the server's
+    time when it answered (its `Date`), if it said: the window must be over by that
+    clock too (this one may have been stepped forward since the send was stamped), and
+    the time returned is when it is over by both, on this clock. `watched_since`: when
+    the asking client started watching its clock; a send stamped since is judged by
+    this clock alone (see `Settings.watched`)."""
     sent = last_sent(record, now=now)
     if sent is None:
         return None
+    if watched_since is not None and sent >= watched_since:
+        server_at = None
     until = in_flight_until(sent, in_flight_for)
     asked = now if asked_at is None else min(now, asked_at)
-    return None if asked >= until else until
+    if asked >= until and over_by_server(until, since=sent, server_at=server_at):
+        return None
+    server = None if server_at is None else ServerTime(server_at, server_at + DATE_RESOLUTION)
+    # The server's time is its answer's, as close to the question as this clock knows.
+    return held_until(until, since=sent, now=asked, server=server)
+
+
+def answered_at(response: httpx.Response | None) -> float | None:
+    """The server's time as it answered `response` (its `Date`), or None."""
+    if response is None:
+        return None
+    raw = response.headers.get("date")
+    return None if raw is None else parse_date(raw)
 
 
 def apply(
@@ -525,6 +551,7 @@ def apply(
     in_flight_for: float,
     asked_at: float | None = None,
     by_reference: bool = False,
+    watched_since: float | None = None,
 ) -> Outcome:
     """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
     and give the lease back. Raises `Indeterminate` when it settled nothing.
@@ -544,6 +571,7 @@ def apply(
             in_flight_for=in_flight_for,
             asked_at=taken.at if asked_at is None else asked_at,
             by_reference=by_reference,
+            watched_since=watched_since,
         )
     finally:
         release_owner(taken.owner)  # the look-up's call is over, whatever the store did
@@ -560,12 +588,20 @@ def _apply(
     in_flight_for: float,
     asked_at: float | None,
     by_reference: bool,
+    watched_since: float | None,
 ) -> Outcome:
     before = taken.before
     evidence = f"settled by look-up: {where}: {verdict.why}"
     if verdict.finding == "not_found":
         now = clock.time()
-        until = still_in_flight(before, now=now, in_flight_for=in_flight_for, asked_at=asked_at)
+        until = still_in_flight(
+            before,
+            now=now,
+            in_flight_for=in_flight_for,
+            asked_at=asked_at,
+            server_at=answered_at(response),
+            watched_since=watched_since,
+        )
         if until is not None:
             release(store, clock, taken)
             raise too_early(before, f"{where}: {verdict.why}", now=now, until=until)

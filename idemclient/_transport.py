@@ -53,6 +53,7 @@ from ._flow import (
 from ._hooks import Hooks, StoreEvent, logger
 from ._policy import RetryPolicy
 from ._profile import Profile
+from ._server_time import ServerTimes
 from ._store import Store
 from ._store._open import open_store
 from .profiles import named
@@ -78,10 +79,14 @@ def make_settings(
     deferred: bool = False,
     start: Callable[[Store, Clock], object] | None = None,
     profile: str | Profile | None = None,
+    server_clock: bool = True,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
     it is open (see `_client`). `deferred` (async) opens and starts the store at its
-    first call, which an async client makes in a worker thread: nothing is opened now."""
+    first call, which an async client makes in a worker thread: nothing is opened now.
+    `server_clock`: judge a stored operation's age and hold by the servers' `Date`
+    headers as well as `clock` (see `_server_time`); off for a server whose `Date` is
+    known to be wrong."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
     chosen = named(profile)  # an unknown name fails before the store is opened
@@ -115,6 +120,8 @@ def make_settings(
         rng=rng or random.Random(),
         profile=chosen,
         watch=watch,
+        server_times=ServerTimes() if server_clock else None,
+        watched_since=clock.time(),
     )
 
 

@@ -241,16 +241,24 @@ def matches_payment(
     )
 
 
-def past_retention(record: OperationRecord, *, now: float, retention: float) -> bool:
+def past_retention(
+    record: OperationRecord, *, now: float, retention: float, server_now: float | None = None
+) -> bool:
     """Older than the server's key retention, or of unknown age: a record's age may be
     up to `CLOCK_SKEW` more than it looks (the host that recorded it was fast), and a
     record dated after `now` (the clock went back, or another host's is ahead) may be
     any age, and so may one a clock was seen to go back while it was unfinished
-    (`clock_stepped`): it may have been recorded by that clock running fast."""
+    (`clock_stepped`): it may have been recorded by that clock running fast.
+    `server_now`: the server's time now (by its `Date`), if known: the age is the older
+    of the two (this clock may have been set back while no client ran)."""
     if record.clock_stepped is not None:
         return True
     age = now - record.created_at
-    return age < 0 or age + CLOCK_SKEW > retention
+    if age < 0:
+        return True
+    if server_now is not None:
+        age = max(age, server_now - record.created_at)
+    return age + CLOCK_SKEW > retention
 
 
 def legacy_candidates(

@@ -67,6 +67,7 @@ from .._outcome import Outcome, State
 from .._policy import RetryPolicy, retention_set
 from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
+from .._server_time import DATE_RESOLUTION
 from .._store import Intent, OperationRecord, Store, StoredResponse
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
@@ -628,6 +629,10 @@ class _Run:
         if verdict.finding == "not_found" and not record.maybe_applied:
             return True
         now = self.clock.time()
+        # The look-up's answer says the server's time (its Date): both clocks judge a
+        # record stamped before this client started watching its clock.
+        watched_since = settings_of(self.http).watched_since
+        server_at = _reconcile.answered_at(asked.response)
         running = (
             verdict.finding == "not_found"
             and _reconcile.still_in_flight(
@@ -635,11 +640,20 @@ class _Run:
                 now=now,
                 in_flight_for=self.resolved.profile.in_flight_for,
                 asked_at=asked.at,
+                server_at=server_at,
+                watched_since=watched_since,
             )
             is not None
         )
         unfinished = running or (verdict.finding == "found" and verdict.state is None)
-        if unfinished and not past_retention(record, now=now, retention=self.retention):
+        server_now = (
+            None
+            if server_at is None or record.created_at >= watched_since
+            else server_at + DATE_RESOLUTION
+        )
+        if unfinished and not past_retention(
+            record, now=now, retention=self.retention, server_now=server_now
+        ):
             return True
         lookup = self.target.lookup
         try:
@@ -671,6 +685,7 @@ class _Run:
                 # asked first): its "none" is judged as of then.
                 asked_at=asked.at if asked.at is not None else now,
                 by_reference=lookup is not None and _reconcile.by_reference_alone(lookup.template),
+                watched_since=watched_since,
             )
         except OutcomeError as exc:
             if running or verdict.finding == "not_found":  # not found yet, too late to send

@@ -10,9 +10,11 @@ in-process and over-the-socket behaviour cannot drift.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from email.utils import formatdate
 from types import TracebackType
 
 import httpx
@@ -39,6 +41,13 @@ from ._protocol.rules import Phase
 from ._storage.backend import open_storage
 
 __all__ = ["DEFAULT_CLOCK_TOLERANCE", "DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
+
+
+def http_date(when: float) -> str:
+    """`when` (seconds since the epoch) as an HTTP-date, e.g.
+    ``Wed, 02 Dec 2026 06:00:00 GMT``."""
+    return formatdate(when, usegmt=True)
+
 
 #: How long an attempt may go silent before another actor may take its request over.
 DEFAULT_LEASE = 30.0
@@ -148,9 +157,18 @@ class ReferenceServer:
 
     def handle(self, request: ServerRequest) -> ServerResponse | DropConnection:
         """Answer one request: the single entry point every adapter uses."""
+        answer: ServerResponse | DropConnection
         if request.path.startswith("/_sandbox/"):
-            return handle_control(self, request)
-        return self._core.handle(request)
+            answer = handle_control(self, request)
+        else:
+            answer = self._core.handle(request)
+        if isinstance(answer, ServerResponse) and answer.header("date") is None:
+            # An origin server with a clock sends its time (RFC 9110 section 6.6.1),
+            # from the server's clock: a test that moves it moves what clients read.
+            answer = dataclasses.replace(
+                answer, headers=(*answer.headers, ("date", http_date(self._clock.time())))
+            )
+        return answer
 
     def respx_side_effect(self, request: httpx.Request) -> httpx.Response:
         """For `respx.route(...).mock(side_effect=server.respx_side_effect)`."""

@@ -47,9 +47,10 @@ The assumptions it rests on (no generated history leaves them):
   back of more than `CLOCK_SKEW` is seen by a client that runs across it:
   `client_clock_jumps` runs one across it. (One that starts after it sees it only
   while the clock is behind the store's latest times, and a store idle for days may
-  be further behind than the step.) A clock stepped back while no client ran, fast
-  then set right or right then set slow, is seen by none; those histories are kept in
-  test_histories.py;
+  be further behind than the step; it sees a clock set back by the server's `Date`,
+  which it asks before sending a maybe-applied operation again.) A clock fast then set
+  right while no client ran is seen by none (the record's stamp is wrong, not the
+  clock now); that history is kept in test_histories.py;
 - purging an operation is an operator's explicit act, after which the application
   does not issue it again;
 - the server's recovery worker runs at least every `SWEEP_EVERY`: a stranded
@@ -62,18 +63,21 @@ The assumptions it rests on (no generated history leaves them):
 - the application reconciles only once the server holds no key in flight
   (`_wait_out_in_flight`): a look-up cannot see a key admitted and not begun;
 - where the profile's server does not guard a key in flight: the client's clock steps
-  forward by more than `CLOCK_SKEW` only while the server holds no key in flight (a
-  step forward no client sees looks like time passing, and ends the client's in-flight
-  hold early; that history is kept in test_histories.py as a strict xfail).
+  forward by more than `CLOCK_SKEW` only while the server holds no key in flight. (A
+  step forward while no client ran looked like time passing and ended the in-flight
+  hold early; the client now holds until the hold is over by the server's `Date` too,
+  and that history is a regression test in test_histories.py. The generated histories
+  keep the old assumption: widening them is left.)
 
 The application re-issues and resumes at once, and a paused process goes on at once:
 where the profile's server does not guard a key in flight, the client itself holds a
 maybe-applied operation for the profile's `in_flight_for` (`Call.hold_in_flight`).
 
 Outside them: a server clock further off than its tolerance reaps keys early, and a
-client clock set back while no client ran makes a maybe-applied operation look young,
-where no client can see either; a re-send after the key is gone pays twice. They
-are not generated; the history that shows the second is kept in test_histories.py.
+record stamped by a client clock running fast, set right while no client ran, looks
+young by both clocks, where no client can see either; a re-send after the key is gone
+pays twice. They are not generated; the history that shows the second is kept in
+test_histories.py.
 Operations purged by the operator are not issued again.
 """
 
@@ -115,6 +119,7 @@ from idemclient import (
     wrap,
 )
 from idemclient._call import CLOCK_SKEW
+from idemclient._server_time import DATE_RESOLUTION
 from idemclient._store import _owners
 from idemclient.batch import read_batch, submit
 from idemclient.profiles import BUILTIN, Profile, named
@@ -907,8 +912,10 @@ def settle_everything(machine: PaymentsMachine) -> None:
     # counts a dead owner's sends until its lease's end, stamped by its clock (an hour
     # fast, say, then set right: that end is late by the step). Said so by the look-up
     # (its not_before), an operator looks again once that time has passed.
+    # The server's clock must say so too (its Date: whole seconds, read as the earliest
+    # the time may be, so up to a second later).
     if any((r := machine._record(op)) is not None and not r.state.finished for op in machine.ops):
-        machine.world.advance(machine.setup.profile.in_flight_for + CLOCK_SKEW)
+        machine.world.advance(machine.setup.profile.in_flight_for + CLOCK_SKEW + DATE_RESOLUTION)
         server.recover()
         for op in machine.ops:
             machine._process(None, frozenset(), machine._reconcile, op=op)

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 import idemclient._ops_cli
 from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, State
 from idemclient.cli import main
-from idemclient.clock import set_testing
+from idemclient.clock import SystemClock, set_testing
 from idemclient.store import SQLiteStore
-from idemclient.testing import LiveServer, serve
+from idemclient.testing import LiveServer, ReferenceServer, serve
 
 from .test_progress import run_in_terminal
 
@@ -37,7 +37,10 @@ def no_real_sleeps() -> Iterator[None]:
 
 @pytest.fixture
 def live() -> Iterator[LiveServer]:
-    with serve() as running:
+    # On the real clock, as the command's clients are: the server sends its time (Date)
+    # and they read it, so a server clock weeks ahead (a ManualClock's start) would make
+    # every maybe-applied operation look weeks old, never sent again.
+    with ReferenceServer(clock=SystemClock()) as server, serve(server) as running:
         yield running
 
 

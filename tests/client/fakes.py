@@ -53,6 +53,8 @@ class FakePSP:
         return [r.headers.get("idempotency-key") for r in self.requests]
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":
+            return httpx.Response(200)  # a client's time probe: no Date here, nothing done
         with self.lock:
             self.requests.append(request)
             self.timeouts.append(dict(request.extensions.get("timeout", {})))

@@ -58,6 +58,8 @@ class GatedPSP:
         self.lock = threading.Lock()
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":
+            return httpx.Response(200)  # a client's time probe: no Date here, nothing done
         key = request.headers.get("idempotency-key")
         with self.lock:
             self.keys.append(key)

@@ -19,6 +19,7 @@ from idemclient import (
     profiles,
 )
 from idemclient._call import CLOCK_SKEW
+from idemclient._server_time import DATE_RESOLUTION
 from idemclient.testing import ReferenceServer
 
 from ..support.shop import BY_REFERENCE, shop_client
@@ -195,7 +196,9 @@ def test_a_404_from_the_lookup_itself_is_not_not_found_unless_the_caller_says_so
         by_id = "/v1/payments/{reference}"
         with pytest.raises(Indeterminate, match="may still be running it"):
             psp.reconcile("o", lookup=by_id, reliable_404=True)
-        clock.advance(profiles.reference.in_flight_for + CLOCK_SKEW)
+        # (and by the server's clock too: its Date has whole seconds, read as the
+        # earliest the time may be)
+        clock.advance(profiles.reference.in_flight_for + CLOCK_SKEW + DATE_RESOLUTION)
         settled = psp.reconcile("o", lookup=by_id, reliable_404=True)
         assert (settled.state, settled.maybe_applied) == (State.NOT_SENT, False)
     assert server.ledger() == ()

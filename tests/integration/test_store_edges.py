@@ -54,13 +54,19 @@ class Counting(httpx.BaseTransport, httpx.AsyncBaseTransport):
     def __init__(self, server: ReferenceServer) -> None:
         self.server = server
         self.sent: list[str] = []
+        #: where a client asked the server's time (a HEAD), kept apart from the sends
+        self.probed: list[str] = []
+
+    def _count(self, request: httpx.Request) -> None:
+        origin = f"{request.url.scheme}://{request.url.host}"
+        (self.probed if request.method == "HEAD" else self.sent).append(origin)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(f"{request.url.scheme}://{request.url.host}")
+        self._count(request)
         return self.server.transport.handle_request(request)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(f"{request.url.scheme}://{request.url.host}")
+        self._count(request)
         return await self.server.transport.handle_async_request(request)
 
 
@@ -408,6 +414,7 @@ def test_re_issuing_against_another_origin_sends_nothing_and_names_both(
         [resumed] = production.resume()
     assert resumed.state is State.SUCCEEDED
     assert wire.sent == [SANDBOX] * 3
+    assert wire.probed == [SANDBOX]  # its time asked where it is sent, nowhere else
 
 
 def test_moving_an_operation_is_an_explicit_act(
@@ -429,6 +436,7 @@ def test_moving_an_operation_is_an_explicit_act(
         with pytest.raises(ValueError, match="http"):
             anywhere.resume(origin="ftp://psp.test")
     assert wire.sent == [SANDBOX, SANDBOX, PRODUCTION]
+    assert wire.probed == [PRODUCTION]  # where it was moved to, before it was sent
 
 
 @pytest.mark.anyio

@@ -95,6 +95,9 @@ def make_uvicorn_server(
         log_config=uvicorn.config.LOGGING_CONFIG if configure_logging else None,
         access_log=log_level in ("debug", "trace", "info"),
         timeout_graceful_shutdown=5,
+        # The reference server sends its own Date, from its clock (which a test may
+        # move): uvicorn's, from the host's, would be a second one.
+        date_header=False,
     )
     return uvicorn.Server(config)
 

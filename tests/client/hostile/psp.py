@@ -30,6 +30,8 @@ class PSP:
         self.lock = threading.Lock()
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":
+            return httpx.Response(200)  # a client's time probe: no Date here, nothing done
         request.read()
         with self.lock:
             self.seen.append(
