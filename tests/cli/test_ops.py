@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import idemclient._ops_cli
-from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, State
+from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, RetryPolicy, State
 from idemclient.cli import main
 from idemclient.clock import SystemClock, set_testing
 from idemclient.store import SQLiteStore
@@ -277,12 +277,16 @@ def test_reconcile_treats_a_404_as_not_found_only_when_told(
 
 def _sent_ago(path: Path, live: LiveServer, seconds: float) -> None:
     """`order-5` in `path`, maybe applied (an HTTP 500 the server answered before it ran
-    anything), its last attempt sent `seconds` ago."""
-    live.server.answer(500, path="/v1/payments", times=8)
+    anything), its last attempt sent `seconds` ago.
+
+    One attempt: retries would sleep on the clock, and the last send would be the jitter
+    drawn later than `seconds` ago, by from nothing to half a minute."""
+    live.server.answer(500, path="/v1/payments", times=1)
     with (
         Client(
             store=path,
             clock=ManualClock(start=time.time() - seconds),
+            policy=RetryPolicy(max_attempts=1),
             base_url=live.url,
             headers={"Authorization": "Bearer shop-1"},
         ) as client,
@@ -316,10 +320,11 @@ def test_reconcile_takes_in_flight_for_over_the_profile_s(tmp_path: Path, live: 
 def test_reconcile_in_flight_for_still_allows_for_the_hosts_clock_skew(
     tmp_path: Path, live: LiveServer
 ) -> None:
-    # Ten minutes is past the operator's five, not past five and the five minutes two
-    # hosts' clocks may be apart: the send may be later than its stamp says.
+    # Nine minutes is past the operator's five, not past five and the five minutes two
+    # hosts' clocks may be apart: the send may be later than its stamp says. (Not ten:
+    # that is the very end of the window, passed by the time the command reads its clock.)
     path = tmp_path / "ops.db"
-    _sent_ago(path, live, 600.0)
+    _sent_ago(path, live, 540.0)
     code, _, err = _reconcile_5(path, live, "--in-flight-for", "5m")
     assert code == 3
     assert "may still be running it" in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ def _client(tmp_path: Path, server: ReferenceServer, **options: object) -> Clien
         base_url="http://psp.test",
         headers={"Authorization": "Bearer merchant-1"},
         clock=ManualClock(),
+        rng=random.Random(7),  # a fixed draw: the logged wait is one number, above 0
         **options,  # type: ignore[arg-type]
     )
 

@@ -119,7 +119,10 @@ def test_apply_then_drop_is_retried_and_replayed(env: Env) -> None:
 
 def test_a_crash_after_every_phase_is_finished_by_the_retry(env: Env) -> None:
     phases = ["ADMITTED", "H1_DONE", "EXT1_SENT", "EXT1_DONE", "H2_DONE", "EXT2_SENT", "EXT2_DONE"]
-    policy = RetryPolicy(deadline=120.0, max_attempts=30, max_backoff=5.0)
+    # The server's lease is 30 s and each 409 asks for 1 s: at the lowest jitter the
+    # lease lapses only after 31 of them (33 attempts with the drop and the last), so
+    # 40 attempts fit any draw, and 120 s fits the highest (5 s a wait).
+    policy = RetryPolicy(deadline=120.0, max_attempts=40, max_backoff=5.0)
     with env.client(policy=policy) as client:
         for n, phase in enumerate(phases):
             env.server.crash(phase, path="/v1/payments")

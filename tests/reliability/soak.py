@@ -22,7 +22,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from typing import Any
 from idemclient import Client, OutcomeError, RetryPolicy, State
 from idemclient.testing import SandboxClient
 from idemclient.testing._adapters.live import _read_ready_line, server_command
+from tests.support.ports import free_port
 
 from .support import PATH, FastClock, exactly_once, payment
 
@@ -46,20 +46,13 @@ LEASE = 2.0  # short, so that work a killed server left is taken over within the
 SETTLE_WITHIN = 60.0  # seconds of real time a restart may take to settle every operation
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class Server:
     """One `idemclient server` process on a fixed port, that can be SIGKILLed and
     started again on the same database."""
 
     def __init__(self, db: str, work: Path, name: str) -> None:
         self.db = db
-        self.port = _free_port()
+        self.port = free_port()  # the same port across kills
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = (work / f"{name}.log").open("a")
         self.process: subprocess.Popen[str] | None = None

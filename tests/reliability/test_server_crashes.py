@@ -20,7 +20,6 @@ next: one finished by the background recovery worker, one by `Client.resume()`.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ import pytest
 
 from idemclient import Client, Indeterminate, RetryPolicy, State
 from idemclient.testing import LedgerEntry, ReferenceServer, SandboxClient, spawn
+from tests.support.ports import free_port
 
 from .conftest import Figures
 from .support import PATH, ChildLines, FastClock, exactly_once, payment
@@ -68,13 +68,6 @@ CRASHES = [
     Scenario("parked-202", "EXT2_SENT", applied=(1, 0)),
     Scenario("response-held", "EXT2_DONE", finished=True, applied=(1, 1)),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 class Incarnation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
@@ -100,11 +101,23 @@ def test_a_delay_with_no_client_timeout_never_times_out(inproc: Env) -> None:
     assert inproc.post("k-patient", timeout=None).status_code == 201
 
 
-def test_a_delay_over_a_real_socket_really_waits(env: Env) -> None:
+def test_a_delay_over_a_real_socket_really_waits(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     env.control.delay(0.5 if env.live else 60)
+    handled = threading.Event()
+    handle = env.server.handle
+
+    def handle_and_note(request: ServerRequest) -> object:
+        answer = handle(request)
+        handled.set()
+        return answer
+
+    monkeypatch.setattr(env.server, "handle", handle_and_note)
     with pytest.raises(httpx.ReadTimeout):
         env.post("k-slow", timeout=0.1)
-    # The request was processed before the delay began: the retry is a replay.
+    # The request was processed before the delay began: the retry is a replay. On a
+    # loaded machine the server's thread may still be processing it when the client's
+    # 0.1 s runs out (the retry would then meet it in flight): wait for it, bounded.
+    assert handled.wait(timeout=20)
     assert env.post("k-slow").headers["idempotent-replayed"] == "true"
 
 

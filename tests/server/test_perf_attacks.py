@@ -39,7 +39,10 @@ def high_descriptors() -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-@pytest.fixture(scope="module")
+# Session-wide: a database of this name exists once per cluster; a module fixture is set
+# up again when the module's tests do not run together (another order), and would
+# create it twice.
+@pytest.fixture(scope="session")
 def fd_db(pg_cluster: Cluster) -> str:
     return pg_cluster.create_database("perf_attack_descriptors")
 

@@ -16,7 +16,10 @@ from ..profiles.server_speakers import BODY, Speaker, in_process, uuid_key
 KEY = uuid_key(21)
 
 
-@pytest.fixture(scope="module")
+# Session-wide: a database of this name exists once per cluster; a module fixture is set
+# up again when the module's tests do not run together (another order), and would
+# create it twice.
+@pytest.fixture(scope="session")
 def profiles_db(pg_cluster: Cluster) -> str:
     return pg_cluster.create_database("server_profiles")
 

@@ -35,7 +35,10 @@ globals().update(
 )
 
 
-@pytest.fixture(scope="module")
+# Session-wide: a database of this name exists once per cluster; a module fixture is set
+# up again when the module's tests do not run together (another order), and would
+# create it twice.
+@pytest.fixture(scope="session")
 def _webhooks_db(pg_cluster: Cluster) -> str:
     return pg_cluster.create_database("server_webhooks")
 

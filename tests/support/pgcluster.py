@@ -17,12 +17,13 @@ import os
 import pwd
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import psycopg
+
+from tests.support.ports import free_port
 
 __all__ = ["Cluster", "ClusterError", "find_bindir"]
 
@@ -67,13 +68,6 @@ def find_bindir() -> str:
         if _has_server(bindir):
             return bindir
     raise ClusterError(f"{_INSTALL_HINT} Looked in: {candidates or list(_BINDIR_GLOBS)}")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _server_user() -> pwd.struct_passwd | None:
@@ -141,7 +135,7 @@ class Cluster:
             "C",
             "--no-sync",
         )
-        self.port = _free_port()
+        self.port = free_port()
         speed_over_safety = [] if durable else ["-c fsync=off", "-c full_page_writes=off"]
         options = " ".join(
             [
