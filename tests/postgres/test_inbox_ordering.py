@@ -38,15 +38,24 @@ def status_of(merchant: MerchantDatabase, payment: str) -> str | None:
 
 
 def deliver(
-    inbox: Inbox[Any], message_id: str, payment: str, status: str, version: float
+    inbox: Inbox[Any],
+    message_id: str,
+    payment: str,
+    status: str,
+    version: float,
+    order: list[float] | None = None,
 ) -> tuple[bool, bool]:
-    """One event, processed as a merchant's handler would: (duplicate, applied)."""
+    """One event, processed as a merchant's handler would: (duplicate, applied).
+    `order`: where an applied version is noted, inside the transaction while the guard
+    holds the resource (so in the order the applying transactions commit)."""
     applied: list[bool] = []
 
     def handler(tx: Any) -> None:
         newer = inbox.advance(tx, "psp", f"payment/{payment}", version)
         applied.append(newer)
         if newer:
+            if order is not None:
+                order.append(version)
             mark = "?" if type(tx).__module__ == "sqlite3" else "%s"
             tx.execute(
                 f"INSERT INTO payments (id, status) VALUES ({mark}, {mark})"
@@ -159,15 +168,15 @@ def test_eight_versions_racing_on_one_resource_leave_the_greatest(
     random.Random(7).shuffle(versions)
     inboxes = [payments.open_inbox() for _ in versions]
     barrier = threading.Barrier(len(inboxes))
-    applied: list[int] = []
+    applied: list[float] = []
     failures: list[BaseException] = []
 
     def run(inbox: Inbox[Any], version: int) -> None:
         try:
             barrier.wait(timeout=10)
-            _, newer = deliver(inbox, f"evt_{version}", "pay_1", f"v{version}", version)
-            if newer:
-                applied.append(version)
+            # Noted inside the transaction: noted after it returned, the threads may
+            # append in another order than they committed.
+            deliver(inbox, f"evt_{version}", "pay_1", f"v{version}", version, applied)
         except BaseException as exc:
             failures.append(exc)
 
