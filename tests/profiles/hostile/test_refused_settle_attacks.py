@@ -1,0 +1,76 @@
+"""Attacks on the django-idempotency-key "refused" settle: a 409 to a caller's key that
+no attempt of ours explains, looked up by reference and not found once nothing of ours
+can still be running, is settled `failed`, "never applied", and never sent again.
+Histories where that word is wrong: a payment for the row exists, and the operator,
+told the row failed, pays it again by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from idemclient import ManualClock, key_from_identity, profiles
+from idemclient._call import CLOCK_SKEW
+from idemclient.batch import Batch, submit
+from idemclient.testing import ReferenceServer
+
+from ...support.shop import shop_client
+
+NAME = "django-idempotency-key"
+WINDOW = profiles.BUILTIN[NAME].in_flight_for + CLOCK_SKEW + 1.0
+# The application's own 409 for a number it already holds: the refusal says that an
+# order with this number exists.
+DUPLICATE = json.dumps({"detail": "an order with this number exists"}).encode()
+
+
+def _row(reference: str) -> Batch:
+    return Batch.from_records(
+        [{"ref": reference, "amount": 100, "currency": "GBP", "value_date": "2026-11-30"}]
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "pays twice: the application refuses the payout row with its own 409 because an"
+        " order with this number exists (paid as a payment by another system of the same"
+        " shop); the batch's look-up (the payouts collection, by reference) does not see"
+        " it, and the row is reported `failed`, 'refused by the server, never applied'"
+        " (exit 4), so the operator pays it by hand a second time. Before the refused"
+        " settle the row was sent again, refused again, and stayed unsettled (exit 3)"
+    ),
+)
+def test_a_duplicate_number_refusal_the_look_up_cannot_see_is_not_reported_never_applied(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    with ReferenceServer(clock=clock, profile=NAME) as server:
+        # Another system of the shop paid E0100 as a payment, under a key of its own.
+        with shop_client(server, clock, tmp_path / "erp.db", profile=NAME) as erp:
+            paid = erp.post(
+                "/v1/payments", json={"amount": 100, "currency": "GBP", "reference": "E0100"}
+            )
+        assert paid.status_code == 201
+        # The application's uniqueness spans its collections: the payout row with that
+        # number is refused, every time, with its own 409.
+        server.answer(
+            409,
+            times=100,
+            key=key_from_identity("E0100", "payout"),
+            headers={"Content-Type": "application/json"},
+            body=DUPLICATE,
+        )
+        with shop_client(
+            server, clock, tmp_path / "payroll.db", profile=NAME, max_attempts=1
+        ) as client:
+            reports = []
+            for _ in range(2):
+                reports.append(submit(_row("E0100"), client))
+                clock.advance(WINDOW)
+        ledger = server.ledger()
+    # One payment of E0100 exists; the row is still told apart from "never applied".
+    assert [entry.reference for entry in ledger] == ["E0100"]
+    rows = [report.rows[0] for report in reports]
+    assert [row.state for row in rows] == ["indeterminate", "indeterminate"]
+    assert reports[1].exit_code == 3
