@@ -7,16 +7,19 @@ told the row failed, pays it again by hand."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
-from idemclient import ManualClock, key_from_identity, profiles
+from idemclient import Client, Indeterminate, ManualClock, State, key_from_identity, profiles
 from idemclient._call import CLOCK_SKEW
 from idemclient.batch import Batch, submit
 from idemclient.testing import ReferenceServer
 
 from ...support.shop import shop_client
+from ..scripted import Scripted
 
 NAME = "django-idempotency-key"
 WINDOW = profiles.BUILTIN[NAME].in_flight_for + CLOCK_SKEW + 1.0
@@ -74,3 +77,42 @@ def test_a_duplicate_number_refusal_the_look_up_cannot_see_is_not_reported_never
     rows = [report.rows[0] for report in reports]
     assert [row.state for row in rows] == ["indeterminate", "indeterminate"]
     assert reports[1].exit_code == 3
+
+
+def _none_found(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json=[])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "misreports: the 409 kept from the first send is still taken as the answer after"
+        " a later send of ours timed out (its answer unknown, never a refusal); a look-up"
+        " by reference that finds nothing then settles the payment `failed`, 'HTTP 409"
+        " refused by the application', and it is never sent again, though the application"
+        " never refused that last request: it is `not_sent`, safe to send again"
+    ),
+)
+def test_a_409_kept_from_an_earlier_send_is_not_the_answer_to_a_later_one(
+    make: Callable[..., Client], clock: ManualClock
+) -> None:
+    body = {"number": 21, "reference": "R21"}
+    server = Scripted(
+        httpx.Response(409, json={"detail": "locked, try later"}),
+        httpx.ReadTimeout,
+        get=_none_found,
+    )
+    client = make(server, NAME)
+    with pytest.raises(Indeterminate):
+        client.post("/orders", json=body, key="order-21", operation_id="o-21", reference="R21")
+    clock.advance(WINDOW)
+    # A look-up by key finds nothing: never applied, sent again with its key.
+    assert client.reconcile("o-21", lookup="/v1/orders?key={key}").state is State.NOT_SENT
+    with pytest.raises(Indeterminate):
+        client.post("/orders", json=body, key="order-21", operation_id="o-21", reference="R21")
+    clock.advance(WINDOW)
+    outcome = client.reconcile("o-21", lookup="/v1/orders?reference={reference}")
+    assert len(server.posts) == 2
+    # Nothing applied, and the last request was never refused: safe to send again.
+    assert (outcome.state, outcome.maybe_applied) == (State.NOT_SENT, False)
+    assert "409" not in outcome.evidence
