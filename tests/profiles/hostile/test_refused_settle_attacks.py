@@ -83,19 +83,13 @@ def _none_found(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json=[])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "misreports: the 409 kept from the first send is still taken as the answer after"
-        " a later send of ours timed out (its answer unknown, never a refusal); a look-up"
-        " by reference that finds nothing then settles the payment `failed`, 'HTTP 409"
-        " refused by the application', and it is never sent again, though the application"
-        " never refused that last request: it is `not_sent`, safe to send again"
-    ),
-)
 def test_a_409_kept_from_an_earlier_send_is_not_the_answer_to_a_later_one(
     make: Callable[..., Client], clock: ManualClock
 ) -> None:
+    # The 409 kept from the first send stops being the operation's answer once it is
+    # sent again: that send timed out (its answer unknown, never a refusal), so a look-up
+    # by reference that finds nothing settles it `not_sent`, not `failed` "refused by the
+    # application" (which is never sent again).
     body = {"number": 21, "reference": "R21"}
     server = Scripted(
         httpx.Response(409, json={"detail": "locked, try later"}),
