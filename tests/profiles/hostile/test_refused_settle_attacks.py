@@ -110,3 +110,36 @@ def test_a_409_kept_from_an_earlier_send_is_not_the_answer_to_a_later_one(
     # Nothing applied, and the last request was never refused: safe to send again.
     assert (outcome.state, outcome.maybe_applied) == (State.NOT_SENT, False)
     assert "409" not in outcome.evidence
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "pays twice: the 409 is another sender's payment replayed, and its body names it"
+        " (pay_31); a look-up by reference that does not list it (another collection, an"
+        " index not caught up) settles the operation `failed`, 'refused by the"
+        " application, never applied', so the caller pays it again, though the kept"
+        " answer itself names the payment the server holds under this key"
+    ),
+)
+def test_a_kept_409_that_names_a_payment_is_never_settled_refused_by_a_look_up_that_misses_it(
+    make: Callable[..., Client], clock: ManualClock
+) -> None:
+    replayed = {"id": "pay_31", "reference": "R31", "amount": 100, "status": "succeeded"}
+    server = Scripted(httpx.Response(409, json=replayed), get=_none_found)
+    client = make(server, NAME)
+    with pytest.raises(Indeterminate):
+        client.post(
+            "/v1/payments",
+            json={"amount": 100, "reference": "R31"},
+            key="order-31",
+            operation_id="o-31",
+            reference="R31",
+        )
+    clock.advance(WINDOW)
+    with pytest.raises(Indeterminate) as raised:
+        client.reconcile("o-31", lookup="/v1/payouts?reference={reference}")
+    outcome = raised.value.outcome
+    assert (outcome.state, outcome.maybe_applied) == (State.INDETERMINATE, True)
+    assert "pay_31" in str(raised.value)
+    assert len(server.posts) == 1
