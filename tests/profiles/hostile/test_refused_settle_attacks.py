@@ -112,19 +112,22 @@ def test_a_409_kept_from_an_earlier_send_is_not_the_answer_to_a_later_one(
     assert "409" not in outcome.evidence
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "pays twice: the 409 is another sender's payment replayed, and its body names it"
-        " (pay_31); a look-up by reference that does not list it (another collection, an"
-        " index not caught up) settles the operation `failed`, 'refused by the"
-        " application, never applied', so the caller pays it again, though the kept"
-        " answer itself names the payment the server holds under this key"
-    ),
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        "/v1/payouts?reference={reference}",
+        # By key, after the server forgot it: "not_sent" would send it again, a new payment.
+        "/v1/payments?key={key}",
+    ],
+    ids=["by-reference", "by-key"],
 )
-def test_a_kept_409_that_names_a_payment_is_never_settled_refused_by_a_look_up_that_misses_it(
-    make: Callable[..., Client], clock: ManualClock
+def test_a_kept_409_that_names_a_payment_is_never_settled_by_a_look_up_that_misses_it(
+    make: Callable[..., Client], clock: ManualClock, lookup: str
 ) -> None:
+    # The 409 is another sender's payment replayed, and its body names it (pay_31). A
+    # look-up by reference that does not list it (another collection, an index not
+    # caught up) settles nothing: `failed`, "never applied", would have the caller pay
+    # again; `not_sent` would send it again once the server has forgotten the key.
     replayed = {"id": "pay_31", "reference": "R31", "amount": 100, "status": "succeeded"}
     server = Scripted(httpx.Response(409, json=replayed), get=_none_found)
     client = make(server, NAME)
@@ -138,8 +141,35 @@ def test_a_kept_409_that_names_a_payment_is_never_settled_refused_by_a_look_up_t
         )
     clock.advance(WINDOW)
     with pytest.raises(Indeterminate) as raised:
-        client.reconcile("o-31", lookup="/v1/payouts?reference={reference}")
+        client.reconcile("o-31", lookup=lookup)
     outcome = raised.value.outcome
     assert (outcome.state, outcome.maybe_applied) == (State.INDETERMINATE, True)
     assert "pay_31" in str(raised.value)
     assert len(server.posts) == 1
+
+
+def test_a_batch_row_whose_409_names_the_payment_is_not_failed_by_a_look_up_that_misses_it(
+    clock: ManualClock, tmp_path: Path
+) -> None:
+    # Another machine paid the row (the same reference, so the same key) seconds ago;
+    # here, the server replays it: a 409 whose body is that payout. The look-up given
+    # lists payments, not payouts: it never finds it, and the row is not `failed`.
+    with ReferenceServer(clock=clock, profile=NAME) as server:
+        with shop_client(server, clock, tmp_path / "elsewhere.db", profile=NAME) as other:
+            assert submit(_row("E0300"), other).exit_code == 0
+        clock.advance(10.0)
+        with shop_client(
+            server, clock, tmp_path / "here.db", profile=NAME, max_attempts=1
+        ) as client:
+            reports = []
+            for _ in range(2):
+                reports.append(
+                    submit(_row("E0300"), client, lookup="/v1/payments?reference={reference}")
+                )
+                clock.advance(WINDOW)
+        ledger = server.ledger()
+    assert len(ledger) == 1
+    rows = [report.rows[0] for report in reports]
+    assert [row.state for row in rows] == ["indeterminate", "indeterminate"]
+    assert reports[1].exit_code == 3
+    assert ledger[0].resource_id in rows[1].reason
