@@ -404,6 +404,11 @@ def _finish_unsettled(call: Call, owner: str, answer: httpx.Response | None = No
     }
     if answer is not None:
         arguments["response"] = _stored(answer)
+    elif call.attempts_here:
+        # Sent again since an answer was kept: whatever this send came to (a timeout,
+        # a throttle, a 401), the kept answer is no longer the last thing the server
+        # said, so it can no longer be taken for the refusal of this request.
+        arguments["drop_answer"] = True
     return StoreCall(call.settings.store.finish, arguments)
 
 

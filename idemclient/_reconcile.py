@@ -33,7 +33,8 @@ What a finding does to a stored operation (`apply`):
   no attempt of ours explained (`replay_unexplained`: another sender's payment under
   the key, or the application's own refusal, django-idempotency-key's 409), and the
   look-up is by reference alone: that answer was the refusal, and the operation is
-  settled `failed`, with it as its answer (`refused`); else
+  settled `failed`, with it as its answer (`refused`); unless that answer's body names
+  a payment (`kept_payment`): then, by any look-up, it stays unsettled; else
 - not found: it becomes `not_sent` and is no longer "maybe applied", so it may be
   sent again with its key; unless an attempt that may have been applied was sent
   less than the server profile's `in_flight_for` ago (`last_sent`), plus the clock skew
@@ -89,6 +90,7 @@ __all__ = [
     "judge",
     "judge_found",
     "judge_resource",
+    "kept_payment",
     "lookup_url",
     "refused",
     "release",
@@ -605,6 +607,20 @@ def _apply(
         if until is not None:
             release(store, clock, taken)
             raise too_early(before, f"{where}: {verdict.why}", now=now, until=until)
+        named = kept_payment(before)
+        if named is not None:
+            # The answer kept as maybe the application's refusal names a payment: the
+            # replay of one the server made under this key. A look-up that does not
+            # list it looks elsewhere (another collection, an index behind): its "none"
+            # settles nothing, neither "refused" nor "never applied, send again".
+            assert before.response is not None
+            release(store, clock, taken, exists=True)
+            raise unsettled(
+                before,
+                f"{where}: {verdict.why}; but the HTTP {before.response.status_code} it"
+                f" was answered names {named}, a payment the server made under its key"
+                " (a replay), which this look-up does not list: look that payment up",
+            )
         if refused(before, by_reference=by_reference):
             return _settle_refused(store, clock, taken, f"{where}: {verdict.why}")
     if verdict.settles:
@@ -658,6 +674,24 @@ def refused(record: OperationRecord, *, by_reference: bool) -> bool:
     answer (recorded by an earlier version) is `not_sent`, sent again with its key, and
     keeps the answer the next time."""
     return by_reference and record.replay_unexplained and record.response is not None
+
+
+def kept_payment(record: OperationRecord) -> str | None:
+    """The id of the payment named by the answer `record` keeps as maybe the
+    application's refusal (`replay_unexplained`), if its JSON body names one (a
+    replay's body is the stored payment; the application's own refusal names none):
+    pure."""
+    kept = record.response
+    if not record.replay_unexplained or kept is None or record.state.finished:
+        return None
+    try:
+        body = json.loads(kept.body)
+    except ValueError:
+        return None
+    if isinstance(body, dict) and isinstance(body.get("data"), list) and len(body["data"]) == 1:
+        body = body["data"][0]
+    value = body.get("id") if isinstance(body, dict) else None
+    return str(value) if isinstance(value, str | int) and str(value) else None
 
 
 def _settle_refused(store: SendingStore, clock: Clock, taken: Taken, found: str) -> Outcome:

@@ -282,13 +282,16 @@ class SendingStore(OperationLookup, Protocol):
         progress: Progress,
         response: StoredResponse | None = None,
         known: OperationRecord | None = None,
+        drop_answer: bool = False,
     ) -> OperationRecord:
         """Store where the call left the operation and release the lease.
 
         `response` is the final answer; an unsettled operation may keep one too (an
         answer read as a replay that no attempt of ours explains: the refusal it is,
         if a look-up finds nothing, see `settle`). Unsettled with no `response`, the
-        operation keeps the answer it has.
+        operation keeps the answer it has, unless `drop_answer`: the caller sent it
+        again since, and what the server said to that is not this answer (a timeout, a
+        throttle), so the kept one is no longer the operation's last word.
 
         `known` is the record as the caller last saw it (from `begin` or `claim`): when
         the write lands, the store may answer from it instead of reading the row back.

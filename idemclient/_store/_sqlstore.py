@@ -195,6 +195,7 @@ class SQLStore(Store, ABC):
         progress: Progress,
         response: StoredResponse | None = None,
         known: OperationRecord | None = None,
+        drop_answer: bool = False,
     ) -> OperationRecord:
         kept, response_values = as_stored(
             response,
@@ -206,8 +207,8 @@ class SQLStore(Store, ABC):
         now = progress.now
         final = state.finished
         # Unsettled with no answer given: the row keeps the answer it has (see
-        # `Statements.finish`).
-        answered = final or response is not None
+        # `Statements.finish`), unless it is dropped (its columns written empty).
+        answered = final or response is not None or drop_answer
         finished_at = now if final else None
         # A final answer ends any wait the server asked for.
         not_before = None if final else progress.not_before

@@ -688,7 +688,17 @@ class _Run:
                 watched_since=watched_since,
             )
         except OutcomeError as exc:
-            if running or verdict.finding == "not_found":  # not found yet, too late to send
+            named = _reconcile.kept_payment(record)
+            if verdict.finding == "not_found" and not running and named is not None:
+                # Its 409 names the payment made under its key: this look-up misses it.
+                reason = (
+                    f"not found on the server ({verdict.why}), but the HTTP 409 it was"
+                    f" answered names {named}, the payment made under its key (a replay):"
+                    " not sent, not settled; look that payment up, or settle it with"
+                    f" idemclient ops reconcile {record.operation_id} and a look-up that"
+                    " lists it"
+                )
+            elif running or verdict.finding == "not_found":  # not found yet, too late to send
                 reason = (
                     f"not found on the server yet ({verdict.why}), but an attempt that may"
                     " have been applied may still be running there (the profile's"
