@@ -700,8 +700,10 @@ def _settle_refused(store: SendingStore, clock: Clock, taken: Taken, found: str)
     assert kept is not None, "refused only with an answer kept"
     evidence = (
         f"HTTP {kept.status_code} refused by the application, not a replay: a look-up"
-        f" found no payment ({found}), and no attempt of it can still be running: never"
-        " applied"
+        f" found no payment ({found}), and no attempt of it can still be running: this"
+        f" request was never applied. A {kept.status_code} is a conflict: what it"
+        " conflicts with (its answer's body) may exist elsewhere, outside what the"
+        " look-up searched; read it before paying this another way"
     )
     record = store.settle(
         before.operation_id,

@@ -731,7 +731,8 @@ class _Run:
                 reason = _found_reason(verdict)
             else:  # its answer, read as a replay, was the application's refusal
                 reason = (
-                    f"refused by the server, never applied: not sent again ({outcome.evidence})"
+                    f"refused by the server, never applied: not sent again ({outcome.evidence};"
+                    f" `idemclient ops show {item.identity.operation_id}` shows the body)"
                 )
             self._done(
                 item, ReportRow.of(item.row.number, item.identity.reference, outcome, reason)

@@ -34,18 +34,7 @@ def _row(reference: str) -> Batch:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "pays twice: the application refuses the payout row with its own 409 because an"
-        " order with this number exists (paid as a payment by another system of the same"
-        " shop); the batch's look-up (the payouts collection, by reference) does not see"
-        " it, and the row is reported `failed`, 'refused by the server, never applied'"
-        " (exit 4), so the operator pays it by hand a second time. Before the refused"
-        " settle the row was sent again, refused again, and stayed unsettled (exit 3)"
-    ),
-)
-def test_a_duplicate_number_refusal_the_look_up_cannot_see_is_not_reported_never_applied(
+def test_a_duplicate_number_refusal_the_look_up_cannot_see_points_at_what_it_conflicts_with(
     clock: ManualClock, tmp_path: Path
 ) -> None:
     with ReferenceServer(clock=clock, profile=NAME) as server:
@@ -72,11 +61,16 @@ def test_a_duplicate_number_refusal_the_look_up_cannot_see_is_not_reported_never
                 reports.append(submit(_row("E0100"), client))
                 clock.advance(WINDOW)
         ledger = server.ledger()
-    # One payment of E0100 exists; the row is still told apart from "never applied".
+    # One payment of E0100 exists, the other system's. This row's request was refused
+    # and never applied: `failed` (left unsettled, it would be refused on every run, for
+    # ever), with a reason that does not let the operator read "refused" as "unpaid":
+    # the conflict may name a payment made elsewhere, and the row says where its body is.
     assert [entry.reference for entry in ledger] == ["E0100"]
     rows = [report.rows[0] for report in reports]
-    assert [row.state for row in rows] == ["indeterminate", "indeterminate"]
-    assert reports[1].exit_code == 3
+    assert [row.state for row in rows] == ["indeterminate", "failed"]
+    assert reports[1].exit_code == 4
+    assert "may exist elsewhere, outside what the look-up searched" in rows[1].reason
+    assert "idemclient ops show batch/payout/E0100" in rows[1].reason
 
 
 def _none_found(request: httpx.Request) -> httpx.Response:
