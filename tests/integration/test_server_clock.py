@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ from idemclient.batch import read_batch, submit
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer, serve
 from tests.checker.world import Clock, World
+
+Handler = Callable[[httpx.Request, httpx.BaseTransport], httpx.Response]
 
 HOUR = 3600.0
 BASE = "https://psp.test"
@@ -257,6 +259,20 @@ def test_a_clock_stepped_forward_while_no_client_ran_keeps_the_hold(
     assert shop.applied() == 1
 
 
+class _Rewired(httpx.BaseTransport):
+    def __init__(self, handle: Handler, inner: httpx.BaseTransport) -> None:
+        self.handle, self.inner = handle, inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self.handle(request, self.inner)
+
+
+def _rewire(shop: Shop, handle: Handler) -> None:
+    """Put `handle` (given each request and the wire's transport) between the shop's
+    client and its wire, from now on."""
+    shop.wire.inner = _Rewired(handle, shop.wire.inner)
+
+
 def test_a_probe_that_fails_leaves_the_judgement_to_this_clock(
     shops: list[Shop], tmp_path: Path
 ) -> None:
@@ -264,16 +280,13 @@ def test_a_probe_that_fails_leaves_the_judgement_to_this_clock(
     shop = _shop(shops, tmp_path, "reference")
     shop.server.delay(120.0)
     assert isinstance(shop.pay("client"), Indeterminate)
-    inner = shop.wire.inner
 
-    class NoHead(httpx.BaseTransport):
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            if request.method == "HEAD":
-                raise httpx.ConnectError("no route", request=request)
-            response: httpx.Response = inner.handle_request(request)
-            return response
+    def no_head(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
+        if request.method == "HEAD":
+            raise httpx.ConnectError("no route", request=request)
+        return inner.handle_request(request)
 
-    shop.wire.inner = NoHead()
+    _rewire(shop, no_head)
     shop.world.advance(HOUR)
     outcome = shop.pay("client")
     assert shop.wire.sent[-2:] == ["HEAD", "POST"]
@@ -288,15 +301,13 @@ def test_an_answer_without_a_date_leaves_the_judgement_to_this_clock(
     shop = _shop(shops, tmp_path, "reference")
     shop.server.delay(120.0)
     assert isinstance(shop.pay("client"), Indeterminate)
-    inner = shop.wire.inner
 
-    class Undated(httpx.BaseTransport):
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            response: httpx.Response = inner.handle_request(request)
-            del response.headers["date"]
-            return response
+    def undated(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
+        response = inner.handle_request(request)
+        del response.headers["date"]
+        return response
 
-    shop.wire.inner = Undated()
+    _rewire(shop, undated)
     shop.world.advance(30 * HOUR)
     shop.server.reap()
     shop.client_clock.offset = -10 * HOUR
