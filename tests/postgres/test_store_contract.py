@@ -237,6 +237,20 @@ def test_registered_operations_keep_their_order_and_content(store: Store) -> Non
     assert records[0].reference == "ref-1"
 
 
+def test_operations_made_at_one_time_are_listed_as_recorded(store: Store) -> None:
+    # Under a ManualClock, or a batch recorded at once, many operations share a
+    # created_at: listed (`ops list`, resume's order) as they were recorded, every time.
+    owner = new_owner()
+    names = [f"op-{n}" for n in (5, 0, 9, 3, 7, 1)]
+    for name in names:
+        store.begin(make_intent(name, f"key-{name}"), owner=owner, now=NOW, lease_until=NOW)
+    for name in names[::2]:
+        succeed(store, name, owner)
+    assert [r.operation_id for r in store.operations()] == names
+    assert [r.operation_id for r in store.operations(states=[State.SUCCEEDED])] == names[::2]
+    assert [r.operation_id for r in store.unfinished()] == names[1::2]
+
+
 def test_unfinished_lists_oldest_first_and_skips_finished(store: Store) -> None:
     owner = new_owner()
     for n in range(3):
