@@ -1,0 +1,84 @@
+"""Attacks on the server's `Date` as a second clock (see `idemclient._server_time`):
+the HEAD probe cut short, many operations resumed at once, a client that talks to
+many origins."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from idemclient import AsyncClient, Indeterminate, State
+from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer
+
+
+def _interrupted_probe(shop: Shop) -> None:
+    inner = shop.wire.inner
+
+    class CutOnHead(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "HEAD":
+                raise KeyboardInterrupt  # the process is stopped while it asks the time
+            response: httpx.Response = inner.handle_request(request)
+            return response
+
+    shop.wire.inner = CutOnHead()
+    with pytest.raises(KeyboardInterrupt):
+        shop.pay("client")
+    shop.wire.inner = inner
+
+
+def test_a_probe_cut_short_gives_the_lease_back(tmp_path: Path) -> None:
+    shop = Shop(tmp_path, "reference")
+    try:
+        shop.server.delay(120.0)
+        assert isinstance(shop.pay("client"), Indeterminate)
+        shop.world.advance(HOUR)
+        _interrupted_probe(shop)
+        # Nothing was sent by the interrupted process: the next one may send at once.
+        shop.wire.sent.clear()
+        outcome = shop.pay("client")
+        assert shop.wire.sent[-1:] == ["POST"], (shop.wire.sent, outcome)
+        assert shop.record().state is State.SUCCEEDED
+        assert shop.applied() == 1
+    finally:
+        shop.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="20 maybe-applied operations resumed concurrently by one AsyncClient send 20"
+    " HEAD probes to one origin (one per operation, none waits for another's answer):"
+    " a restarted worker resuming hundreds floods the PSP with HEADs before any payment",
+)
+def test_many_operations_resumed_at_once_ask_the_time_once(tmp_path: Path) -> None:
+    # A worker that restarts and resumes its backlog concurrently: every maybe-applied
+    # operation finds no Date heard yet, and each sends its own HEAD.
+    shop = Shop(tmp_path, "reference")
+    references = [f"inv-{n}" for n in range(20)]
+    try:
+        shop.server.delay(120.0, times=len(references))
+        for reference in references:
+            assert isinstance(shop.pay("client", reference), Indeterminate)
+        shop.world.advance(HOUR)
+        shop.wire.sent.clear()
+
+        async def resume() -> list[Any]:
+            async with AsyncClient(
+                base_url=BASE, transport=shop.wire, auth=_bearer, **shop.options()
+            ) as client:
+                return await asyncio.gather(
+                    *(
+                        client.post(shop.payments, json=shop.body(r), operation_id=r)
+                        for r in references
+                    )
+                )
+
+        asyncio.run(resume())
+        assert shop.wire.sent.count("POST") == len(references)
+        assert shop.wire.sent.count("HEAD") == 1, shop.wire.sent.count("HEAD")
+    finally:
+        shop.close()
