@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import AsyncClient, Indeterminate, State
+from idemclient import AsyncClient, Indeterminate, RetryPolicy, State
 from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer
 
 
@@ -80,5 +80,47 @@ def test_many_operations_resumed_at_once_ask_the_time_once(tmp_path: Path) -> No
         asyncio.run(resume())
         assert shop.wire.sent.count("POST") == len(references)
         assert shop.wire.sent.count("HEAD") == 1, shop.wire.sent.count("HEAD")
+    finally:
+        shop.close()
+
+
+def _head_hangs(shop: Shop) -> None:
+    """The server (or a gateway before it) never answers a HEAD: each one runs until
+    its read timeout, on the shared timeline."""
+    inner = shop.wire.inner
+
+    class Hang(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "HEAD":
+                shop.world.advance(request.extensions["timeout"]["read"])
+                raise httpx.ReadTimeout("no answer to HEAD", request=request)
+            response: httpx.Response = inner.handle_request(request)
+            return response
+
+    shop.wire.inner = Hang()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a HEAD that hangs takes the probe's whole attempt_timeout, which is the whole"
+    " 20 s deadline: the maybe-applied payment is never sent again (Indeterminate, 'the"
+    " deadline passed; last seen: ReadTimeout') by any new process, for ever, where"
+    " before the probe it was sent under its key and answered from it",
+)
+def test_a_hanging_probe_leaves_the_operation_time_to_be_sent(tmp_path: Path) -> None:
+    shop = Shop(tmp_path, "reference")
+    try:
+        shop.server.delay(120.0)
+        assert isinstance(shop.pay("client"), Indeterminate)
+        shop.world.advance(HOUR)
+        _head_hangs(shop)
+        # A deadline no longer than an attempt's timeout (each attempt is cut to it).
+        options = {**shop.options(), "policy": RetryPolicy(max_attempts=1, deadline=20.0)}
+        shop.options = lambda: options  # type: ignore[method-assign]
+        shop.wire.sent.clear()
+        outcome = shop.pay("client")
+        assert shop.wire.sent == ["HEAD", "POST"], (shop.wire.sent, outcome)
+        assert shop.record().state is State.SUCCEEDED, outcome
+        assert shop.applied() == 1
     finally:
         shop.close()
