@@ -100,13 +100,6 @@ def _head_hangs(shop: Shop) -> None:
     shop.wire.inner = Hang()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a HEAD that hangs takes the probe's whole attempt_timeout, which is the whole"
-    " 20 s deadline: the maybe-applied payment is never sent again (Indeterminate, 'the"
-    " deadline passed; last seen: ReadTimeout') by any new process, for ever, where"
-    " before the probe it was sent under its key and answered from it",
-)
 def test_a_hanging_probe_leaves_the_operation_time_to_be_sent(tmp_path: Path) -> None:
     shop = Shop(tmp_path, "reference")
     try:
