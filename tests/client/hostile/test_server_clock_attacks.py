@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import AsyncClient, Indeterminate, RetryPolicy, State
+from idemclient import AsyncClient, Client, Indeterminate, RetryPolicy, State
+from idemclient._call import origin_of
+from idemclient._server_time import MAX_ORIGINS
 from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer
 
 
@@ -117,3 +119,21 @@ def test_a_hanging_probe_leaves_the_operation_time_to_be_sent(tmp_path: Path) ->
         assert shop.applied() == 1
     finally:
         shop.close()
+
+
+def test_a_client_calling_many_hosts_keeps_a_bounded_number_of_dates() -> None:
+    # Every answer's Date is noted per origin, a passed-through GET's too: a client that
+    # also calls its merchants' hosts (webhooks, say) kept one entry per host for ever
+    # (about 370 bytes each: 37 MB per 100,000 hosts).
+    def dated(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(204, headers={"date": "Wed, 02 Dec 2026 06:00:00 GMT"})
+
+    hosts = [f"https://merchant-{n}.test/hooks" for n in range(MAX_ORIGINS + 50)]
+    with Client(transport=httpx.MockTransport(dated), store=":memory:") as client:
+        for url in hosts:
+            client.get(url)
+        times = client.settings.server_times
+        assert times is not None
+        assert times.knows(origin_of(httpx.URL(hosts[-1])))
+        assert not times.knows(origin_of(httpx.URL(hosts[0])))  # forgotten, not kept
+        assert sum(times.knows(origin_of(httpx.URL(url))) for url in hosts) == MAX_ORIGINS
