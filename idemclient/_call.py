@@ -581,10 +581,11 @@ class Call:
 
     def probe(self) -> httpx.Request | None:
         """A request that asks the operation's server its time (its `Date`) and does
-        nothing else: HEAD on the operation's URL with the call's headers, without its
-        key, body or body headers, within `PROBE_TIMEOUT` and a quarter of the call's
-        time left (a HEAD that hangs leaves the operation the rest); None if no time is
-        left."""
+        nothing else: HEAD on the root of the operation's origin (never its own URL: a
+        server whose payment view does not check the method would run it, keyless) with
+        the call's headers, without its key, body or body headers, within
+        `PROBE_TIMEOUT` and a quarter of the call's time left (a HEAD that hangs leaves
+        the operation the rest); None if no time is left."""
         remaining = self.remaining()
         if remaining <= 0:
             return None
@@ -597,7 +598,7 @@ class Call:
             headers.pop(slot.header, None)
         return httpx.Request(
             "HEAD",
-            self.request.url,
+            self.request.url.copy_with(raw_path=b"/"),
             headers=headers,
             extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
         )

@@ -1,6 +1,7 @@
 """Attacks on the server's `Date` as a second clock (see `idemclient._server_time`):
-the HEAD probe cut short, many operations resumed at once, a client that talks to
-many origins."""
+the HEAD probe cut short, hanging, or reaching a method-blind payment view; many
+operations resumed at once; a client that talks to many origins; a clock set back
+before a long-running client started."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient import (
+    AsyncClient,
+    Client,
+    Indeterminate,
+    ManualClock,
+    ReconcileRequired,
+    RetryPolicy,
+    State,
+)
 from idemclient._call import origin_of
 from idemclient._server_time import MAX_ORIGINS
 from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer
@@ -149,9 +158,14 @@ class MethodBlindCapture:
         self.captures: list[str] = []
         self.keys: set[str] = set()
         self.lose_next = True
+        self.probed: list[str] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         headers = {"date": "Wed, 02 Dec 2026 06:00:00 GMT"}
+        if request.method == "HEAD":
+            self.probed.append(request.url.path)
+        if request.url.path != "/v1/payments/pi_1/capture":
+            return httpx.Response(404, headers=headers)
         key = request.headers.get("idempotency-key")
         if key is not None and key in self.keys:
             return httpx.Response(200, json={"status": "captured"}, headers=headers)
@@ -164,13 +178,6 @@ class MethodBlindCapture:
         return httpx.Response(200, json={"status": "captured"}, headers=headers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the time probe is a HEAD on the operation's own URL, without its key: a"
-    " server whose payment view does not check the method (a bodiless capture) runs it"
-    " once more, undeduplicated, before the keyed re-send is answered from its key:"
-    " captured twice",
-)
 def test_the_time_probe_does_not_reach_the_payment_endpoint(tmp_path: Path) -> None:
     server = MethodBlindCapture()
     clock = ManualClock(start=1_796_191_200.0)
@@ -187,3 +194,28 @@ def test_the_time_probe_does_not_reach_the_payment_endpoint(tmp_path: Path) -> N
     with Client(**options) as client:  # the worker restarted: resumed
         client.post("/v1/payments/pi_1/capture", operation_id="capture-pi_1")
     assert server.captures == ["POST"], server.captures
+    assert server.probed == ["/"]  # the time was asked all the same, of the origin
+
+
+def test_a_record_stamped_before_the_client_started_but_after_its_set_back_start(
+    tmp_path: Path,
+) -> None:
+    # Set back 24 h while no client ran: a record stamped in the 24 h before looks
+    # stamped after the new client started, as if this clock had watched it. Held: the
+    # store sees its stamps ahead of the clock, and keeps the step.
+    shop = Shop(tmp_path, "reference")  # keys kept 24 h, reaped 25 h after the stamp
+    try:
+        shop.server.delay(120.0)
+        assert isinstance(shop.pay("client"), Indeterminate)  # applied, answer lost
+        shop.world.advance(20 * HOUR)
+        shop.client_clock.offset = -24 * HOUR  # set back while no client ran
+        with Client(base_url=BASE, transport=shop.wire, auth=_bearer, **shop.options()) as c:
+            # A long-running worker: the record, stamped before it started, looked
+            # 4 h in the future when it did, and by now looks 6 h old.
+            shop.world.advance(10 * HOUR)
+            shop.server.reap()
+            with pytest.raises(ReconcileRequired, match="clock of this store was seen to go"):
+                c.post(shop.payments, json=shop.body("inv-1"), operation_id="inv-1")
+        assert shop.applied() == 1
+    finally:
+        shop.close()
