@@ -63,8 +63,12 @@ Origin = tuple[bytes, bytes, int | None]
 
 
 def parse_date(raw: str) -> float | None:
-    """Seconds since the epoch of an HTTP-date (any of the three forms RFC 9110 allows);
-    None for a garbled one, or one without a zone that says it is UTC."""
+    """Seconds since the epoch of an HTTP-date in the IMF-fixdate or RFC 850 form; None
+    for a garbled one, or one without a zone that says it is UTC. The obsolete asctime
+    form, which RFC 9110 says is GMT but names no zone, gives None too: a server still
+    sending it may be sending its local time, and a zone guessed wrong by hours would
+    stop every resumed operation as past the key retention (ahead), or be ignored
+    (behind)."""
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError, IndexError, OverflowError):
