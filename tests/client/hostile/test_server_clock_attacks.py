@@ -23,6 +23,7 @@ from idemclient import (
 )
 from idemclient._call import origin_of
 from idemclient._server_time import MAX_ORIGINS
+from idemclient.testing import ReferenceServer
 from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer
 
 
@@ -219,3 +220,28 @@ def test_a_record_stamped_before_the_client_started_but_after_its_set_back_start
         assert shop.applied() == 1
     finally:
         shop.close()
+
+
+def test_the_reference_server_s_default_clock_does_not_refuse_a_resume(tmp_path: Path) -> None:
+    # A user's crash-recovery test, as the README, examples/resume_after_crash.py and
+    # the pytest plugin's `reference_server` fixture build the server (clock left out:
+    # a ManualClock at 1.8e9, weeks from today). Its Date, sent, made a fresh Client on
+    # the real clock refuse the payment as "3805339s old by the server's clock (0s by
+    # this host's)" where it was answered from its key.
+    body = {"amount": 700, "currency": "EUR", "reference": "inv-1"}
+    headers = {"Authorization": "Bearer shop-1"}
+    with ReferenceServer() as server:  # as docs/server.md shows it, clock left out
+        options: dict[str, Any] = {
+            "base_url": "https://psp.test",
+            "transport": server.transport,
+            "headers": headers,
+            "store": tmp_path / "s.db",
+            "policy": RetryPolicy(max_attempts=1),
+        }
+        server.drop()  # applied, then the connection is cut: maybe applied
+        with Client(**options) as client, pytest.raises(Indeterminate):
+            client.post("/v1/payments", json=body, operation_id="inv-1")
+        with Client(**options) as client:  # the test's "after the crash" process
+            outcome = client.post("/v1/payments", json=body, operation_id="inv-1")
+        assert outcome.status_code == 201 or outcome.is_success, outcome
+        assert sum(1 for entry in server.ledger() if entry.status == "succeeded") == 1
