@@ -245,3 +245,51 @@ def test_the_reference_server_s_default_clock_does_not_refuse_a_resume(tmp_path:
             outcome = client.post("/v1/payments", json=body, operation_id="inv-1")
         assert outcome.status_code == 201 or outcome.is_success, outcome
         assert sum(1 for entry in server.ledger() if entry.status == "succeeded") == 1
+
+
+def test_a_probe_cancelled_in_an_async_task_gives_the_lease_back(tmp_path: Path) -> None:
+    shop = Shop(tmp_path, "reference")
+    try:
+        shop.server.delay(120.0)
+        assert isinstance(shop.pay("client"), Indeterminate)
+        shop.world.advance(HOUR)
+        inner = shop.wire.inner
+
+        class HeadNeverAnswers(httpx.AsyncBaseTransport):
+            def __init__(self) -> None:
+                self.asked = asyncio.Event()
+
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                if request.method == "HEAD":
+                    self.asked.set()
+                    await asyncio.Event().wait()  # until cancelled
+                response: httpx.Response = await inner.handle_async_request(request)
+                return response
+
+        async def cancelled_then_again() -> object:
+            hanging = HeadNeverAnswers()
+            shop.wire.inner = hanging
+            async with AsyncClient(
+                base_url=BASE, transport=shop.wire, auth=_bearer, **shop.options()
+            ) as client:
+                task = asyncio.ensure_future(
+                    client.post(shop.payments, json=shop.body("inv-1"), operation_id="inv-1")
+                )
+                await hanging.asked.wait()
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            shop.wire.inner = inner
+            async with AsyncClient(
+                base_url=BASE, transport=shop.wire, auth=_bearer, **shop.options()
+            ) as client:
+                return await client.post(
+                    shop.payments, json=shop.body("inv-1"), operation_id="inv-1"
+                )
+
+        outcome = asyncio.run(cancelled_then_again())
+        assert shop.wire.sent[-1] == "POST", (shop.wire.sent, outcome)
+        assert shop.record().state is State.SUCCEEDED, outcome
+        assert shop.applied() == 1
+    finally:
+        shop.close()
