@@ -81,6 +81,11 @@ KEY_HEADER = "Idempotency-Key"
 #: A lease outlives the call's deadline by this much, so an owner still finishing its
 #: last attempt is never taken over; a dead owner's lease lapses soon after.
 LEASE_MARGIN = 10.0
+#: The longest a time probe (a HEAD, see `Call.probe`) may take: a server answers one at
+#: once, and one that does not must not take the time the operation needs to be sent.
+PROBE_TIMEOUT = 5.0
+#: ...nor more than this share of the time left before the call's deadline.
+_PROBE_SHARE = 0.25
 _BUSY_POLL_FIRST = 0.01
 _BUSY_POLL_MAX = 0.5
 
@@ -576,12 +581,15 @@ class Call:
 
     def probe(self) -> httpx.Request | None:
         """A request that asks the operation's server its time (its `Date`) and does
-        nothing else: HEAD on the operation's URL with the call's headers, without its
-        key, body or body headers, within the call's time; None if no time is left."""
+        nothing else: HEAD on the root of the operation's origin (never its own URL: a
+        server whose payment view does not check the method would run it, keyless) with
+        the call's headers, without its key, body or body headers, within
+        `PROBE_TIMEOUT` and a quarter of the call's time left (a HEAD that hangs leaves
+        the operation the rest); None if no time is left."""
         remaining = self.remaining()
         if remaining <= 0:
             return None
-        timeout = min(self.policy.attempt_timeout, remaining)
+        timeout = min(PROBE_TIMEOUT, self.policy.attempt_timeout, remaining * _PROBE_SHARE)
         headers = httpx.Headers(self.request.headers)
         for name in ("content-length", "content-type", "transfer-encoding"):
             headers.pop(name, None)
@@ -590,7 +598,7 @@ class Call:
             headers.pop(slot.header, None)
         return httpx.Request(
             "HEAD",
-            self.request.url,
+            self.request.url.copy_with(raw_path=b"/"),
             headers=headers,
             extensions={"timeout": dict.fromkeys(("connect", "read", "write", "pool"), timeout)},
         )

@@ -298,9 +298,21 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     help="Resume only the operations sent under this server profile (default: each under"
     " the profile it was sent under).",
 )
+@click.option(
+    "--server-clock/--no-server-clock",
+    default=True,
+    help="Judge a maybe-applied operation's age and in-flight hold by the server's Date"
+    " header as well as this host's clock (default); --no-server-clock for a server whose"
+    " Date is known to be wrong.",
+)
 @VERBOSE_OPTION
 def resume_command(
-    store: Path | str, token: str, limit: int | None, profile_name: str | None, verbose: bool
+    store: Path | str,
+    token: str,
+    limit: int | None,
+    profile_name: str | None,
+    server_clock: bool,
+    verbose: bool,
 ) -> None:
     """Finish unfinished operations with their original keys, after a crash.
 
@@ -318,6 +330,7 @@ def resume_command(
                 headers={"Authorization": f"Bearer {token}"},
                 hooks=_verbose_hooks() if verbose else None,
                 profile=name,
+                server_clock=server_clock,
             )
         except (StoreError, ImportError, ValueError) as exc:
             _fail(str(exc))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "DATE_RESOLUTION",
+    "MAX_ORIGINS",
     "STAMP_SLACK",
     "ServerTime",
     "ServerTimes",
@@ -53,13 +54,21 @@ DATE_RESOLUTION = 1.0
 #: clock skew allowed between hosts (`_call.CLOCK_SKEW`, the same value). Further
 #: ahead, it was made by a clock running fast, and its elapsed time is unknown.
 STAMP_SLACK = 300.0
+#: How many origins a client keeps a `Date` of: the ones heard from longest ago are
+#: forgotten first (asked again if needed). A client that also calls many other hosts
+#: (a webhook sender's, say; every answer is noted) must not grow without bound.
+MAX_ORIGINS = 1024
 
 Origin = tuple[bytes, bytes, int | None]
 
 
 def parse_date(raw: str) -> float | None:
-    """Seconds since the epoch of an HTTP-date (any of the three forms RFC 9110 allows);
-    None for a garbled one, or one without a zone that says it is UTC."""
+    """Seconds since the epoch of an HTTP-date in the IMF-fixdate or RFC 850 form; None
+    for a garbled one, or one without a zone that says it is UTC. The obsolete asctime
+    form, which RFC 9110 says is GMT but names no zone, gives None too: a server still
+    sending it may be sending its local time, and a zone guessed wrong by hours would
+    stop every resumed operation as past the key retention (ahead), or be ignored
+    (behind)."""
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError, IndexError, OverflowError):
@@ -118,8 +127,9 @@ def over_by_server(until: float, *, since: float, server_at: float | None) -> bo
 class ServerTimes:
     """The latest `Date` each origin sent, and when it came (monotonic seconds).
 
-    Noting one is a dictionary write (the hot path: every response); it is parsed only
-    when a judgement asks (`at`). Shared by a client's transports and threads.
+    Noting one is a dictionary write under an uncontended lock (the hot path: every
+    response); it is parsed only when a judgement asks (`at`). Shared by a client's
+    transports and threads. At most `MAX_ORIGINS` origins are kept.
     """
 
     __slots__ = ("_lock", "_parsed", "_seen")
@@ -133,10 +143,18 @@ class ServerTimes:
     def heard(self, origin: Origin, raw: str | None, received: float) -> None:
         """`origin` answered at monotonic `received`, with `Date: raw` (None: with no
         `Date`, which leaves one heard before as it was)."""
-        if raw is not None:
-            self._seen[origin] = (raw, received)
-        elif origin not in self._seen:
-            self._seen[origin] = None
+        seen = self._seen
+        # Under the lock: a thread noting "no Date" must not overwrite one another just
+        # noted, and one that forgets the oldest origin must not race an insert.
+        with self._lock:
+            if raw is not None:
+                seen[origin] = (raw, received)
+            elif origin not in seen:
+                seen[origin] = None
+            else:
+                return
+            while len(seen) > MAX_ORIGINS:
+                del seen[next(iter(seen))]  # the oldest first noted
 
     def knows(self, origin: Origin) -> bool:
         """`origin` answered this process: with its time, or with none to give."""

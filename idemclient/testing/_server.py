@@ -63,7 +63,10 @@ class ReferenceServer:
 
     `db` is a SQLite path, ":memory:", or a `postgresql://` URL (the seed's schema, the
     key table partitioned by day; see docs/server.md). `clock` defaults to a
-    `ManualClock`, so leases and TTLs expire only when a test advances it. With
+    `ManualClock`, so leases and TTLs expire only when a test advances it; such a
+    server sends no `Date` (its time is a sandbox's, not the time a client on the real
+    clock reads: given one, a client would judge its operations weeks old). Given a
+    clock, every answer carries one `Date` from it. With
     `sandbox=False` the `/_sandbox/` endpoints answer 404 (the Python API below still
     works).
 
@@ -104,6 +107,9 @@ class ReferenceServer:
         if key_ttl is None:
             key_ttl = self._dialect.longest_retention
         self._clock: ServerClock = clock if clock is not None else ManualClock()
+        #: a clock given by the test is the server's time, sent as `Date`; the default
+        #: one starts at a fixed instant unrelated to today, and is not sent
+        self._dated = clock is not None
         self._storage = open_storage(db)
         self._deliverer = Deliverer(
             self._storage, self._clock, max_attempts=webhook_max_attempts, timeout=webhook_timeout
@@ -162,7 +168,7 @@ class ReferenceServer:
             answer = handle_control(self, request)
         else:
             answer = self._core.handle(request)
-        if isinstance(answer, ServerResponse) and answer.header("date") is None:
+        if self._dated and isinstance(answer, ServerResponse) and answer.header("date") is None:
             # An origin server with a clock sends its time (RFC 9110 section 6.6.1),
             # from the server's clock: a test that moves it moves what clients read.
             answer = dataclasses.replace(

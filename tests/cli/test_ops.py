@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
@@ -501,3 +502,32 @@ def test_show_and_list_say_when_a_look_up_holds_an_operation(store_with_history:
     assert "looked up" not in finished
     _, out, _ = run("ops", "show", "--store", str(store_with_history), "order-1")
     assert "looking it up" not in out
+
+
+def test_resume_without_the_server_clock_for_a_server_whose_date_is_wrong(
+    tmp_path: Path,
+) -> None:
+    # A server whose Date is forty days ahead (a faked clock, a week-year formatting
+    # bug): judged by it, a payment cut off a moment ago is weeks past its key
+    # retention, refused for ever by `ops resume`; `--no-server-clock` is the way out
+    # that `Client(server_clock=False)` gives code.
+    ahead = ManualClock(start=time.time() + 40 * 86400.0)
+    path = tmp_path / "ops.db"
+    with ReferenceServer(clock=ahead) as server, serve(server) as live:
+        server.drop(path="/v1/payments")
+        options: dict[str, Any] = {
+            "store": path,
+            "base_url": live.url,
+            "headers": {"Authorization": "Bearer shop-1"},
+            "policy": RetryPolicy(max_attempts=1),
+        }
+        with Client(**options) as c, pytest.raises(Indeterminate):
+            c.post("/v1/payments", json=PAYMENT, operation_id="order-2")
+        args = ("ops", "resume", "--store", str(path), "--token", "shop-1")
+        code, out, _ = run(*args)
+        assert code == 3, out
+        assert "order-2  indeterminate" in out
+        code, out, err = run(*args, "--no-server-clock")
+        assert code == 0, err
+        assert "order-2  succeeded" in out
+        assert sum(1 for entry in server.ledger() if entry.status == "succeeded") == 1
