@@ -40,6 +40,13 @@ JSON_OPTION = click.option(
 VERBOSE_OPTION = click.option(
     "-v", "--verbose", is_flag=True, help="Show each retry as it happens (on stderr)."
 )
+SERVER_CLOCK_OPTION = click.option(
+    "--server-clock/--no-server-clock",
+    default=True,
+    help="Judge a maybe-applied operation's age and in-flight hold by the server's Date"
+    " header as well as this host's clock (default); --no-server-clock for a server whose"
+    " Date is known to be wrong.",
+)
 
 #: The colour of each state on a terminal (none in a pipe, or with NO_COLOR set).
 _COLOURS = {
@@ -298,13 +305,7 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     help="Resume only the operations sent under this server profile (default: each under"
     " the profile it was sent under).",
 )
-@click.option(
-    "--server-clock/--no-server-clock",
-    default=True,
-    help="Judge a maybe-applied operation's age and in-flight hold by the server's Date"
-    " header as well as this host's clock (default); --no-server-clock for a server whose"
-    " Date is known to be wrong.",
-)
+@SERVER_CLOCK_OPTION
 @VERBOSE_OPTION
 def resume_command(
     store: Path | str,

@@ -36,6 +36,7 @@ from .._keys import DEFAULT_NAMESPACE
 from .._ops_cli import (
     JSON_OPTION,
     RELIABLE_404_HELP,
+    SERVER_CLOCK_OPTION,
     STATUS_HELP,
     VERBOSE_OPTION,
     parse_statuses,
@@ -348,6 +349,7 @@ def _profile(name: str, retention: float | None, in_flight_for: float | None) ->
     " already knows. Nothing is looked up, recorded or sent; exit 0, or 2 for a batch a"
     " run would refuse.",
 )
+@SERVER_CLOCK_OPTION
 @JSON_OPTION
 @VERBOSE_OPTION
 def submit_command(
@@ -383,6 +385,7 @@ def submit_command(
     new_payments: bool,
     report: str | None,
     dry_run: bool,
+    server_clock: bool,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -432,6 +435,7 @@ def submit_command(
             new_payments=new_payments,
             report=report,
             dry_run=dry_run,
+            server_clock=server_clock,
             as_json=as_json,
             verbose=verbose,
         )
@@ -461,6 +465,7 @@ def _submit(
     new_payments: bool,
     report: str | None,
     dry_run: bool = False,
+    server_clock: bool = True,
     as_json: bool = False,
     verbose: bool = False,
 ) -> NoReturn:
@@ -511,6 +516,7 @@ def _submit(
             hooks=Hooks(on_retry=lambda event: progress.say(retry_line(event)))
             if verbose
             else None,
+            server_clock=server_clock,
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)

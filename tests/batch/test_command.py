@@ -592,3 +592,28 @@ def test_a_refusal_after_a_lost_answer_is_final_only_where_the_server_replays(
     rows = {line["ref"]: line for line in read_report(work / "report.csv")}
     assert rows[reference]["state"] == state
     exactly_once(live, references(ROWS))
+
+
+def test_no_server_clock_sends_a_row_a_server_with_a_wrong_date_would_hold(
+    tmp_path: Path, work: Path
+) -> None:
+    # A server whose Date is forty days ahead (a faked clock, a week-year formatting
+    # bug): judged by it, a row that may have been applied a moment ago is past its
+    # key retention, so a run that may not look it up leaves it unsettled for ever;
+    # `--no-server-clock` is the way out that `Client(server_clock=False)` gives code.
+    (work / "payroll-nov.csv").write_text(payroll(1))
+    ahead = ManualClock(start=time.time() + 40 * DAY)
+    with (
+        ReferenceServer(clock=ahead, db=str(tmp_path / "psp.sqlite3")) as server,
+        serve(server) as live,
+    ):
+        server.drop(key=key_of("2026-11-E1000"))  # applied, its answer lost
+        first = submit_file(live, work, "--no-lookup", "--max-attempts", "1")
+        assert first.returncode == 3, first.stderr
+        held = submit_file(live, work, "--no-lookup", report=work / "held.csv")
+        assert held.returncode == 3, held.stderr
+        [row] = read_report(work / "held.csv")
+        assert "by the server's clock" in row["reason"], row
+        sent = submit_file(live, work, "--no-lookup", "--no-server-clock")
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        exactly_once(live, ["2026-11-E1000"])
