@@ -913,9 +913,17 @@ def settle_everything(machine: PaymentsMachine) -> None:
     # fast, say, then set right: that end is late by the step). Said so by the look-up
     # (its not_before), an operator looks again once that time has passed.
     # The server's clock must say so too (its Date: whole seconds, read as the earliest
-    # the time may be, so up to a second later).
+    # the time may be, so up to a second later); a server clock slow by X (within its
+    # tolerance) says so up to X later, measured from a send stamped by a clock that
+    # was fast then and has been set right (found deep, django-idempotency-key: an hour
+    # fast, a server half an hour slow, the owner killed in flight).
     if any((r := machine._record(op)) is not None and not r.state.finished for op in machine.ops):
-        machine.world.advance(machine.setup.profile.in_flight_for + CLOCK_SKEW + DATE_RESOLUTION)
+        machine.world.advance(
+            machine.setup.profile.in_flight_for
+            + CLOCK_SKEW
+            + SERVER_CLOCK_TOLERANCE
+            + DATE_RESOLUTION
+        )
         server.recover()
         for op in machine.ops:
             machine._process(None, frozenset(), machine._reconcile, op=op)

@@ -634,3 +634,21 @@ def test_razorpay_a_look_up_waits_out_the_window_by_the_server_s_whole_seconds_t
     state.client_clock_jumps(offset=0.0)
     state.never_twice_and_agreeing()
     state.teardown()
+
+
+# Found (deep, all profiles, seed 3019803869, in django-idempotency-key) once holds had
+# to be over by the server's clock too: a send stamped by a client clock an hour fast,
+# its owner killed in flight, the clock set right (seen: a client ran across it), and a
+# server clock half an hour slow (within its tolerance). Measured from that stamp, the
+# server's clock ends the hold the fast hour plus its own slow half hour late; the end of
+# a history looked again only the window after, and the operation stayed indeterminate.
+# Late, never wrong (nothing was sent beside the attempt): the model now waits out the
+# server clock's tolerance too, as an operator told the look-up's time would.
+def test_django_a_hold_stamped_by_a_fast_clock_ends_late_by_a_slow_server_clock() -> None:
+    state = PaymentsMachine.for_profile("django-idempotency-key")()
+    state.client_clock_jumps(offset=3600.0)
+    state.server_clock_jumps(offset=-1790.0)
+    state.issue_new(way="client", by="operation_id", kill_at=5, disk_full=NOTHING)
+    state.client_clock_jumps(offset=0.0)
+    state.never_twice_and_agreeing()
+    state.teardown()
