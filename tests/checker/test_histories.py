@@ -501,7 +501,7 @@ def test_paypal_a_clock_stepped_forward_while_no_client_ran_is_held_by_the_serve
     state = PaymentsMachine.for_profile("paypal")()
     state.server_crashes_after(after="ADMITTED")
     state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
-    state.client_clock.offset = 3600.0  # stepped while no process of the client runs
+    state.client_clock_steps_unseen(offset=3600.0)  # while no process of the client runs
     state.resume(kill_at=None, disk_full=NOTHING, way="client")
     try:
         state.never_twice_and_agreeing()
@@ -612,7 +612,7 @@ def test_razorpay_a_clock_set_back_while_no_client_ran_is_seen_by_the_servers_da
     state.issue_again(op=op, kill_at=None, disk_full=OUTCOME_WRITES, other=False)
     state.time_passes(seconds=7 * DAY + 1)
     state.server_recovers()
-    state.client_clock.offset = -2 * DAY  # set back while no process of the client runs
+    state.client_clock_steps_unseen(offset=-2 * DAY)  # while no process of the client runs
     try:
         state.never_twice_and_agreeing()
     finally:
@@ -652,3 +652,39 @@ def test_django_a_hold_stamped_by_a_fast_clock_ends_late_by_a_slow_server_clock(
     state.client_clock_jumps(offset=0.0)
     state.never_twice_and_agreeing()
     state.teardown()
+
+
+# A history the rule for a clock stepped while no client ran (`client_clock_steps_unseen`)
+# generates, written from its shape (docs/reliability.md says what the deep runs met):
+# the server's clock half an hour off, inside its stated tolerance (an hour), and the
+# client's clock, right, stepped an hour forward while no client ran, an attempt held
+# in flight by the server (paypal does not guard a key in flight). With the server's
+# clock right it pays once (the history above). Two days forward pays once too: past
+# paypal's 6-hour retention by the host's clock, it is looked up, never sent. The same
+# steps under square, wise, gocardless and django-idempotency-key paid once when tried.
+@pytest.mark.xfail(
+    strict=True,
+    reason="pays twice: the client's in-flight hold (paypal's 15 minutes) is judged by"
+    " the server's Date with only CLOCK_SKEW (5 minutes) of slack for that clock. Ahead"
+    " by 1790 s, the server's time says the hold has run (1790 s since the send); behind"
+    " by 1790 s, the send's stamp is further ahead of it than STAMP_SLACK and the"
+    " server's time is not used, leaving the host's clock, stepped an hour, to judge."
+    " Both clocks then say the hold is over, and the resume sends the operation beside"
+    " the attempt the server still holds: a second payment. Not fixed: the client knows"
+    " nothing of the server clock's tolerance (a hold covering it, or a server time"
+    " stored at the send, would be needed)",
+)
+@pytest.mark.parametrize("server_offset", [1790.0, -1790.0])
+def test_paypal_a_clock_stepped_forward_unseen_with_the_server_clock_half_an_hour_off(
+    server_offset: float,
+) -> None:
+    state = PaymentsMachine.for_profile("paypal")()
+    state.server_clock_jumps(offset=server_offset)
+    state.server_crashes_after(after="ADMITTED")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.client_clock_steps_unseen(offset=3600.0)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
