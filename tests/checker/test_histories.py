@@ -664,7 +664,8 @@ def test_django_a_hold_stamped_by_a_fast_clock_ends_late_by_a_slow_server_clock(
 # steps under square, wise, gocardless and django-idempotency-key paid once when tried.
 @pytest.mark.xfail(
     strict=True,
-    reason="pays twice: the client's in-flight hold (paypal's 15 minutes) is judged by"
+    reason="outside the assumptions (a server's Date within CLOCK_SKEW of true time):"
+    " pays twice: the client's in-flight hold (paypal's 15 minutes) is judged by"
     " the server's Date with only CLOCK_SKEW (5 minutes) of slack for that clock. Ahead"
     " by 1790 s, the server's time says the hold has run (1790 s since the send); behind"
     " by 1790 s, the send's stamp is further ahead of it than STAMP_SLACK and the"
