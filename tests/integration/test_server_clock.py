@@ -70,6 +70,14 @@ class Counting(httpx.BaseTransport, httpx.AsyncBaseTransport):
         return response
 
 
+class _Rewired(httpx.BaseTransport):
+    def __init__(self, handle: Handler, inner: httpx.BaseTransport) -> None:
+        self.handle, self.inner = handle, inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self.handle(request, self.inner)
+
+
 class Shop:
     """One shop's processes (each a fresh client on one store file), and its PSP: the
     reference server, on a clock of its own on the same timeline."""
@@ -101,6 +109,13 @@ class Shop:
         if slot.field is not None:
             body[slot.field] = key_from_identity("shop", reference)
         return body
+
+    def through(self, handle: Handler) -> Any:
+        """Put `handle` (given each request and the wire's transport) between the
+        shop's clients and its server, from now on; the transport it replaced."""
+        inner = self.wire.inner
+        self.wire.inner = _Rewired(handle, inner)
+        return inner
 
     def pay(self, way: str, reference: str = "inv-1") -> object:
         """One application process pays `reference` (again): its outcome or error."""
@@ -259,20 +274,6 @@ def test_a_clock_stepped_forward_while_no_client_ran_keeps_the_hold(
     assert shop.applied() == 1
 
 
-class _Rewired(httpx.BaseTransport):
-    def __init__(self, handle: Handler, inner: httpx.BaseTransport) -> None:
-        self.handle, self.inner = handle, inner
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return self.handle(request, self.inner)
-
-
-def _rewire(shop: Shop, handle: Handler) -> None:
-    """Put `handle` (given each request and the wire's transport) between the shop's
-    client and its wire, from now on."""
-    shop.wire.inner = _Rewired(handle, shop.wire.inner)
-
-
 def test_a_probe_that_fails_leaves_the_judgement_to_this_clock(
     shops: list[Shop], tmp_path: Path
 ) -> None:
@@ -286,7 +287,7 @@ def test_a_probe_that_fails_leaves_the_judgement_to_this_clock(
             raise httpx.ConnectError("no route", request=request)
         return inner.handle_request(request)
 
-    _rewire(shop, no_head)
+    shop.through(no_head)
     shop.world.advance(HOUR)
     outcome = shop.pay("client")
     assert shop.wire.sent[-2:] == ["HEAD", "POST"]
@@ -307,7 +308,7 @@ def test_an_answer_without_a_date_leaves_the_judgement_to_this_clock(
         del response.headers["date"]
         return response
 
-    _rewire(shop, undated)
+    shop.through(undated)
     shop.world.advance(30 * HOUR)
     shop.server.reap()
     shop.client_clock.offset = -10 * HOUR

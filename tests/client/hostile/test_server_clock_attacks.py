@@ -24,20 +24,16 @@ from idemclient import (
 from idemclient._call import origin_of
 from idemclient._server_time import MAX_ORIGINS
 from idemclient.testing import ReferenceServer
-from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer
+from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer, _paid_then_timed_out
 
 
 def _interrupted_probe(shop: Shop) -> None:
-    inner = shop.wire.inner
+    def cut_on_head(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
+        if request.method == "HEAD":
+            raise KeyboardInterrupt  # the process is stopped while it asks the time
+        return inner.handle_request(request)
 
-    class CutOnHead(httpx.BaseTransport):
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            if request.method == "HEAD":
-                raise KeyboardInterrupt  # the process is stopped while it asks the time
-            response: httpx.Response = inner.handle_request(request)
-            return response
-
-    shop.wire.inner = CutOnHead()
+    inner = shop.through(cut_on_head)
     with pytest.raises(KeyboardInterrupt):
         shop.pay("client")
     shop.wire.inner = inner
@@ -46,8 +42,7 @@ def _interrupted_probe(shop: Shop) -> None:
 def test_a_probe_cut_short_gives_the_lease_back(tmp_path: Path) -> None:
     shop = Shop(tmp_path, "reference")
     try:
-        shop.server.delay(120.0)
-        assert isinstance(shop.pay("client"), Indeterminate)
+        _paid_then_timed_out(shop, "client")
         shop.world.advance(HOUR)
         _interrupted_probe(shop)
         # Nothing was sent by the interrupted process: the next one may send at once.
@@ -99,24 +94,20 @@ def test_many_operations_resumed_at_once_ask_the_time_once(tmp_path: Path) -> No
 def _head_hangs(shop: Shop) -> None:
     """The server (or a gateway before it) never answers a HEAD: each one runs until
     its read timeout, on the shared timeline."""
-    inner = shop.wire.inner
 
-    class Hang(httpx.BaseTransport):
-        def handle_request(self, request: httpx.Request) -> httpx.Response:
-            if request.method == "HEAD":
-                shop.world.advance(request.extensions["timeout"]["read"])
-                raise httpx.ReadTimeout("no answer to HEAD", request=request)
-            response: httpx.Response = inner.handle_request(request)
-            return response
+    def hang(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
+        if request.method == "HEAD":
+            shop.world.advance(request.extensions["timeout"]["read"])
+            raise httpx.ReadTimeout("no answer to HEAD", request=request)
+        return inner.handle_request(request)
 
-    shop.wire.inner = Hang()
+    shop.through(hang)
 
 
 def test_a_hanging_probe_leaves_the_operation_time_to_be_sent(tmp_path: Path) -> None:
     shop = Shop(tmp_path, "reference")
     try:
-        shop.server.delay(120.0)
-        assert isinstance(shop.pay("client"), Indeterminate)
+        _paid_then_timed_out(shop, "client")
         shop.world.advance(HOUR)
         _head_hangs(shop)
         # A deadline no longer than an attempt's timeout (each attempt is cut to it).
@@ -250,8 +241,7 @@ def test_the_reference_server_s_default_clock_does_not_refuse_a_resume(tmp_path:
 def test_a_probe_cancelled_in_an_async_task_gives_the_lease_back(tmp_path: Path) -> None:
     shop = Shop(tmp_path, "reference")
     try:
-        shop.server.delay(120.0)
-        assert isinstance(shop.pay("client"), Indeterminate)
+        _paid_then_timed_out(shop, "client")
         shop.world.advance(HOUR)
         inner = shop.wire.inner
 
