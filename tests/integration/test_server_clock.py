@@ -279,8 +279,7 @@ def test_a_probe_that_fails_leaves_the_judgement_to_this_clock(
 ) -> None:
     # Never worse than without the probe: no answer, no server time; sent as before.
     shop = _shop(shops, tmp_path, "reference")
-    shop.server.delay(120.0)
-    assert isinstance(shop.pay("client"), Indeterminate)
+    _paid_then_timed_out(shop, "client")
 
     def no_head(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
         if request.method == "HEAD":
@@ -300,8 +299,7 @@ def test_an_answer_without_a_date_leaves_the_judgement_to_this_clock(
     shops: list[Shop], tmp_path: Path
 ) -> None:
     shop = _shop(shops, tmp_path, "reference")
-    shop.server.delay(120.0)
-    assert isinstance(shop.pay("client"), Indeterminate)
+    _paid_then_timed_out(shop, "client")
 
     def undated(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
         response = inner.handle_request(request)

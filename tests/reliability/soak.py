@@ -131,7 +131,7 @@ def settle(plan: dict[str, Any], url: str) -> dict[str, Any]:
                 break
             # A real wait, not an injected clock: the server is another process on the
             # real clock, and its lease must lapse in real time before a retry.
-            time.sleep(0.5)  # why real: another process's lease lapses in real time
+            time.sleep(0.5)  # a real wait is needed: the server process leases on the real clock
         keys = {r.operation_id: r.key for r in client.store.operations()}
     return {"outcomes": outcomes, "pending": pending, "first_keys": first_keys, "keys": keys}
 
@@ -179,7 +179,7 @@ def run_trials(
             def kill_and_restart(server: Server = victim, wait: float = delay) -> None:
                 # Real time: the server is another process on the real clock, and the
                 # kill must land at a random moment of the client's real run.
-                time.sleep(wait)  # why real: the kill lands at a real moment of a real run
+                time.sleep(wait)  # a real wait is needed: the kill lands mid-run in real time
                 server.kill()
                 server.start()
 
