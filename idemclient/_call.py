@@ -943,14 +943,15 @@ class Call:
         self.maybe_applied = self.maybe_applied or self._sending
         self.evidence = f"interrupted by {type(error).__name__}"
 
-    def hold_in_flight(self, *, since: float | None = None) -> None:
+    def hold_in_flight(self, *, since: float | None = None) -> float | None:
         """An attempt that may have been applied (sent now, or at `since`) may still be
         running at a server that does not guard a key in flight: not sent again before
         the profile's `in_flight_for` (and the hosts' clock skew: `in_flight_until`) has
         passed (kept in `not_before`, for every later call). A hold from `since` that
-        has already passed holds nothing."""
+        has already passed holds nothing. Returns when this hold ends (`not_before` may
+        end later, for another reason), or None if it holds nothing."""
         if self.profile.guards_in_flight:
-            return
+            return None
         now = self.clock.time()
         sent = now if since is None else since
         until = in_flight_until(sent, self.profile.in_flight_for)
@@ -959,8 +960,9 @@ class Call:
         server = self.server_time(sent)
         until = _server_time.held_until(until, since=sent, now=now, server=server)
         if since is not None and until <= now:
-            return
+            return None
         self.not_before = until if self.not_before is None else max(self.not_before, until)
+        return until
 
     def progress(self, *, settling: bool = False) -> Progress:
         """Where this call has got to, for the store. `settling`: the last write."""

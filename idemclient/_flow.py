@@ -25,6 +25,7 @@ What one operation request goes through (`operation`):
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,15 @@ from ._exchange import current, handed_back, route
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision
 from ._redaction import redact_url
-from ._store import Begin, Claim, OperationRecord, StoredResponse, new_owner, release_owner
+from ._store import (
+    Begin,
+    Claim,
+    OperationRecord,
+    StoredResponse,
+    gone_in_words,
+    new_owner,
+    release_owner,
+)
 
 __all__ = [
     "Body",
@@ -252,6 +261,8 @@ def operation(
             )
         try:
             if begin.taken_over and not call.profile.guards_in_flight:
+                if begin.dead_holder is not None:
+                    return (yield from _after_dead_holder(call, owner, begin.dead_holder))
                 return (yield from _await_holder(call, owner))
             return (yield from _attempts(call, owner))
         except BaseException as exc:
@@ -313,9 +324,10 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
 
 
 def _await_holder(call: Call, owner: str) -> Flow:
-    """Taken over from an owner whose lease lapsed (a process paused, or dead) under a
-    profile whose server does not guard a key in flight: that owner's attempt may still
-    be running there, and the same key sent now would run beside it (a second payment).
+    """Taken over from an owner whose lease lapsed (a process paused, or dead where this
+    host cannot see it: another host's) under a profile whose server does not guard a
+    key in flight: that owner's attempt may still be running there, and the same key
+    sent now would run beside it (a second payment).
     Nothing is sent: the store is polled, within the deadline, for the answer that
     owner records when it comes back (a final answer is recorded whoever holds the
     lease); else the operation stops, maybe applied. Its lease released, a later call
@@ -345,6 +357,48 @@ def _await_holder(call: Call, owner: str) -> Flow:
                     " profile's server does not refuse a second request while the first"
                     " runs: nothing was sent. Resume it later, or look it up"
                     " (Client.reconcile)"
+                ),
+            ),
+        )
+    )
+
+
+def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
+    """Taken over, under a profile whose server does not guard a key in flight, from an
+    owner that had exited (a process of this host, or an ended call of this one): it
+    will record nothing, so there is no answer to wait for (`_await_holder`), but its
+    attempt may still be running at the server. Held from its last send (the stored
+    `sent_at`: it sent nothing after it was found dead), never from less: stopped at
+    once, maybe applied, while that hold lasts; sent as any resume would be once it is
+    over."""
+    record = call.record
+    assert record is not None  # adopted
+    # `adopt` held from the same send already; without a stored send time (a row from
+    # before schema 7), held from now, which is later than any send of the dead owner.
+    held = call.hold_in_flight(since=record.sent_at)
+    if held is None:  # that attempt has had the server's whole in-flight time to end
+        return (yield from _attempts(call, owner))
+    gone = gone_in_words(holder)
+    call.evidence = (
+        f"taken over after {gone}, its lease unreleased: its attempt may still be running"
+        " at the server"
+    )
+    wait = held - call.clock.time()
+    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(held))
+    return (
+        yield from _stop(
+            call,
+            owner,
+            Decision(
+                "stop",
+                reason=(
+                    f"{gone} without releasing it: nobody will record the answer to its"
+                    " attempt, which may still be running at the server, and the"
+                    f" {call.profile.name} profile's server does not refuse a second"
+                    " request while the first runs: nothing was sent. It may be sent"
+                    f" again in {wait:.0f}s, at {when} (the profile's in_flight_for from"
+                    " that attempt, and the clock skew allowed between the store's hosts):"
+                    " resume it then, or look it up (Client.reconcile)"
                 ),
             ),
         )

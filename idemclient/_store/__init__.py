@@ -22,7 +22,7 @@ from ._base import (
     owner_sent_until,
 )
 from ._cipher import BodyEncryption
-from ._owners import new_owner, owner_is_dead, release_owner
+from ._owners import gone_in_words, new_owner, owner_is_dead, release_owner
 from ._rows import DEFAULT_SECRET_HEADERS
 from ._sqlite import SQLiteStore
 
@@ -43,6 +43,7 @@ __all__ = [
     "SendingStore",
     "Store",
     "StoredResponse",
+    "gone_in_words",
     "holder_is_live",
     "new_owner",
     "owner_is_dead",

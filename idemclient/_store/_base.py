@@ -215,6 +215,13 @@ class Begin:
     #: CLAIMED: the record as it was just before this claim, read in its transaction
     #: (what a caller read earlier may be stale: another caller may have sent since)
     prior: OperationRecord | None = None
+    #: `taken_over` from an owner that was, when taken, a process of this host that no
+    #: longer exists, or an ended call of this process (`owner_is_dead`): that owner's
+    #: name. It sent nothing after the claim and will record nothing more, so nobody is
+    #: to be waited for; its attempt may still be running at the server all the same.
+    #: Judged once, at the claim: an owner alive then and dead later may have sent until
+    #: it died. None: taken from nobody, a look-up, or an owner that may be alive.
+    dead_holder: str | None = None
 
 
 class OperationLookup(Protocol):

@@ -16,7 +16,7 @@ import secrets
 import socket
 import threading
 
-__all__ = ["new_owner", "owner_is_dead", "release_owner"]
+__all__ = ["gone_in_words", "new_owner", "owner_is_dead", "release_owner"]
 
 _state_lock = threading.Lock()
 _process: tuple[int, str] | None = None
@@ -82,3 +82,15 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return False
     return bool(fields) and fields[0] == b"Z"
+
+
+def gone_in_words(owner: str) -> str:
+    """What became of `owner`, one that `owner_is_dead` found dead, for a message."""
+    _, _, rest = owner.partition(":")
+    pid_text, _, rest = rest.partition(":")
+    token, _, _ = rest.partition(":")
+    with _state_lock:
+        pid, ours = _this_process()
+    if pid_text == str(pid) and token == ours:
+        return "the call of this process that held it has ended"
+    return f"the process that held it (pid {pid_text} on this host) has exited"

@@ -52,6 +52,7 @@ from ._base import (
     owner_sent_until,
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
+from ._owners import owner_is_dead
 from ._rows import as_stored, dump_headers, intent_from_row, mismatch, record_from_row
 from ._statements import Statements
 
@@ -562,7 +563,10 @@ class SQLStore(Store, ABC):
         if record.state.finished:
             return Begin(Claim.FINISHED, record)
         holder = record.lease_owner
-        if holder_is_live(record, now=now):
+        # Judged once, before the lease is taken: what the claim says of its holder
+        # must be what it was when taken (see `Begin.holder_dead`).
+        dead = holder is not None and owner_is_dead(holder)
+        if not dead and holder_is_live(record, now=now):
             return Begin(Claim.BUSY, record)
         # Taken from an owner in flight: it may have sent until now or its lease's end.
         # A look-up's lease is never in flight: nothing was sent under it.
@@ -591,7 +595,13 @@ class SQLStore(Store, ABC):
             return Begin(Claim.BUSY, record)
         # A look-up that held it sent nothing: no attempt of its to wait for.
         sender = holder is not None and not record.lease_look_up
-        return Begin(Claim.CLAIMED, self._record(row), taken_over=sender, prior=record)
+        return Begin(
+            Claim.CLAIMED,
+            self._record(row),
+            taken_over=sender,
+            prior=record,
+            dead_holder=holder if sender and dead else None,
+        )
 
     def _conflicts(self, conn: Connection, intents: Sequence[Intent]) -> list[tuple[str, str, str]]:
         """(operation id, key, why) for each of `intents` stored before for another

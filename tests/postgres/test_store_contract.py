@@ -64,6 +64,7 @@ def test_a_claim_says_whether_it_took_a_lapsed_lease_over(store: Store) -> None:
     store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
     taken = store.claim("op-1", owner=second, now=NOW + 61, lease_until=NOW + 121)
     assert (taken.claim, taken.taken_over) == (Claim.CLAIMED, True)  # first may be sending
+    assert taken.dead_holder is None  # its call is still running: it may record an answer
     store.finish("op-1", owner=second, state=State.INDETERMINATE, progress=progress())
     released = store.claim("op-1", owner=first, now=NOW + 62, lease_until=NOW + 122)
     assert (released.claim, released.taken_over) == (Claim.CLAIMED, False)  # given back
@@ -94,6 +95,34 @@ def test_a_dead_local_owner_is_taken_over_at_once(store: Store) -> None:
     taken = store.claim("op-1", owner=live, now=NOW + 1, lease_until=NOW + 60)
     assert taken.claim is Claim.CLAIMED
     assert taken.record.lease_owner == live
+    # The claim says whom it took the lease from, found dead: nobody to wait for.
+    assert (taken.taken_over, taken.dead_holder) == (True, dead)
+
+
+def test_a_claim_names_only_a_dead_sender_as_its_dead_holder(store: Store) -> None:
+    # Another host's owner, out of its lease: it may be alive, paused.
+    store.begin(make_intent(), owner="elsewhere:1:abc:1", now=NOW, lease_until=NOW + 60)
+    taken = store.claim("op-1", owner=new_owner(), now=NOW + 61, lease_until=NOW + 90)
+    assert (taken.claim, taken.taken_over, taken.dead_holder) == (Claim.CLAIMED, True, None)
+    # A call of this process that ended, its lease left behind: dead, taken at once.
+    ended = new_owner()
+    store.begin(make_intent("op-2", "key-2"), owner=ended, now=NOW, lease_until=NOW + 600)
+    release_owner(ended)
+    taken = store.claim("op-2", owner=new_owner(), now=NOW + 1, lease_until=NOW + 60)
+    assert (taken.claim, taken.taken_over, taken.dead_holder) == (Claim.CLAIMED, True, ended)
+    # A dead look-up sent nothing: no takeover of a sender, no dead holder to name.
+    store.finish(
+        "op-2",
+        owner=taken.record.lease_owner or "",
+        state=State.INDETERMINATE,
+        progress=progress(now=NOW + 2),
+    )
+    looker = new_owner()
+    looking = store.claim("op-2", owner=looker, now=NOW + 3, lease_until=NOW + 60, look_up=True)
+    assert looking.claim is Claim.CLAIMED
+    release_owner(looker)
+    taken = store.claim("op-2", owner=new_owner(), now=NOW + 4, lease_until=NOW + 60)
+    assert (taken.claim, taken.taken_over, taken.dead_holder) == (Claim.CLAIMED, False, None)
 
 
 def test_another_hosts_owner_is_respected_until_expiry(store: Store) -> None:
