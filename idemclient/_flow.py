@@ -380,8 +380,7 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
         return (yield from _attempts(call, owner))
     gone = gone_in_words(holder)
     call.evidence = (
-        f"taken over after {gone}, its lease unreleased: its attempt may still be running"
-        " at the server"
+        f"taken over: {gone}, its lease unreleased; its attempt may still be running at the server"
     )
     wait = held - call.clock.time()
     when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(held))

@@ -29,9 +29,10 @@ from idemclient import (
     RetryPolicy,
     State,
 )
-from idemclient._call import intent_for
+from idemclient._call import CLOCK_SKEW, intent_for
 from idemclient.errors import StoreUnavailable
 from idemclient.hooks import Hooks
+from idemclient.profiles import named
 from idemclient.store import SQLiteStore
 
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
@@ -249,3 +250,30 @@ def test_a_full_disk_at_the_outcome_commit_is_indeterminate_and_holds_nothing_ba
     assert (again.state, again.replayed) == (State.SUCCEEDED, True)
     assert sum(psp.effects.values()) == 1
     assert len(told) == 2
+
+
+def test_a_lease_left_by_an_ended_call_is_not_waited_on_under_an_unguarded_server(
+    tmp_path: Path,
+) -> None:
+    """GoCardless runs a second request beside one still running under its key: the
+    lease an ended call left behind is not waited on (that call will record nothing),
+    and nothing is sent until its attempt has had the server's in-flight time."""
+    clock = ManualClock()
+    psp = GatedPSP()
+    store = FillingStore(tmp_path / "c.db")
+    with client(psp, store, clock, profile="gocardless") as c:
+        store.full = True
+        with pytest.raises(Indeterminate):
+            c.post("/v1/payments", json=PAYMENT, operation_id="op")
+        store.full = False
+        before = clock.monotonic()
+        with pytest.raises(Indeterminate, match="the call of this process that held it has"):
+            c.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert clock.monotonic() == before  # no wait on the store for that call's answer
+        assert len(psp.keys) == 1  # nothing sent beside the first
+        clock.advance(named("gocardless").in_flight_for + CLOCK_SKEW)
+        again = c.post("/v1/payments", json=PAYMENT, operation_id="op")
+    store.close()
+    assert again.state is State.SUCCEEDED
+    assert len(psp.keys) == 2
+    assert sum(psp.effects.values()) == 1
