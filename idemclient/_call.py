@@ -144,8 +144,12 @@ class Settings:
         parsed only when a judgement needs the server's time."""
         times = self.server_times
         if times is not None:
+            headers = response.headers
             times.heard(
-                origin_of(request.url), response.headers.get("date"), self.clock.monotonic()
+                origin_of(request.url),
+                headers.get("date"),
+                self.clock.monotonic(),
+                headers.get("age"),
             )
 
     def server_time(self, url: httpx.URL, *, stamped: float) -> ServerTime | None:
@@ -473,12 +477,16 @@ class Call:
         self.maybe_applied = False
         #: when this call last sent an attempt that may have been applied
         self.sent_at: float | None = None
+        #: the server's time then, by its `Date` (an upper bound), if this process knew it
+        self.server_sent_at: float | None = None
         #: an answer read as a replay came that no attempt of ours explains (kept by
         #: the store for good: `OperationRecord.replay_unexplained`)
         self.replay_unexplained = False
         self.evidence = ""
         self.not_before: float | None = None
         self.created_at = 0.0
+        #: the server's time when the operation was recorded (a lower bound), if known
+        self.server_created_at: float | None = None
         self.record: OperationRecord | None = None
         self.settled = False
         self._sending = False
@@ -523,12 +531,13 @@ class Call:
         self.evidence = record.evidence
         self.not_before = record.not_before
         self.created_at = record.created_at
+        self.server_created_at = record.server_created_at
         self.record = record
         # Held from the last send that may have been applied, whoever kept it: a look-up
         # that took the row from an owner dead in flight gives it back with no owner (no
         # takeover to see) and with that owner's send time, which no call had held from.
         if record.maybe_applied and record.sent_at is not None:
-            self.hold_in_flight(since=record.sent_at)
+            self.hold_in_flight(since=record.sent_at, server_since=record.server_sent_at)
 
     def past_retention(self, *, now: float, at: float) -> Decision | None:
         """A stop for a look-up if an operation that may have been applied, sent at `at`
@@ -562,40 +571,61 @@ class Call:
         return self.settings.server_time(self.request.url, stamped=stamped)
 
     def age(self, now: float) -> float:
-        """The operation's age at `now`: by this clock, or by the server's if more."""
+        """The operation's age at `now`: by this clock, or by the server's if more (from
+        the server's time when it was recorded, where the record keeps it)."""
         server = self.server_time(self.created_at)
-        return _server_time.age(self.created_at, now=now, server=server)
-
-    def needs_server_time(self, record: OperationRecord) -> bool:
-        """Before `record` is sent again: it may have been applied, and this process
-        has heard no `Date` from its server, so its age and hold stand on this clock
-        alone (a probe asks for one)."""
-        times = self.settings.server_times
-        return (
-            times is not None
-            and record.maybe_applied
-            and not record.state.finished
-            and not self.settings.watched(record.created_at)
-            and not times.knows(origin_of(self.request.url))
+        return _server_time.age(
+            self.created_at, now=now, server=server, server_stamped=self.server_created_at
         )
 
-    def probe(self) -> httpx.Request | None:
+    def server_now(self) -> ServerTime | None:
+        """The server's time now, by the latest `Date` its origin sent this process,
+        whatever it is to judge: what a record keeps beside its own stamps (None if none
+        came, or `server_times` is off)."""
+        times = self.settings.server_times
+        if times is None:
+            return None
+        return times.at(origin_of(self.request.url), self.clock.monotonic())
+
+    def stamped_intent(self) -> Intent:
+        """The intent, with the server's time as it is recorded (a lower bound: the
+        server first sees its key later), so that its age can be judged on the server's
+        clock alone, whatever this host's clock said then."""
+        assert self.intent is not None
+        server = self.server_now()
+        if server is None:
+            return self.intent
+        return dataclasses.replace(self.intent, server_created_at=server.low)
+
+    def _sent_now(self) -> None:
+        """An attempt that may have been applied was sent (or learnt to be) now."""
+        self.sent_at = self.clock.time()
+        server = self.server_now()
+        self.server_sent_at = None if server is None else server.high
+
+    def probe_timeout(self) -> float:
+        """How long a time probe (see `probe`) may take: `PROBE_TIMEOUT`, and a quarter
+        of the call's time left (a HEAD that hangs leaves the operation the rest); 0.0
+        or less: no time for one."""
+        remaining = self.remaining()
+        if remaining <= 0:
+            return 0.0
+        return min(PROBE_TIMEOUT, self.policy.attempt_timeout, remaining * _PROBE_SHARE)
+
+    def probe(self, timeout: float) -> httpx.Request:
         """A request that asks the operation's server its time (its `Date`) and does
         nothing else: HEAD on the root of the operation's origin (never its own URL: a
         server whose payment view does not check the method would run it, keyless) with
-        the call's headers, without its key, body or body headers, within
-        `PROBE_TIMEOUT` and a quarter of the call's time left (a HEAD that hangs leaves
-        the operation the rest); None if no time is left."""
-        remaining = self.remaining()
-        if remaining <= 0:
-            return None
-        timeout = min(PROBE_TIMEOUT, self.policy.attempt_timeout, remaining * _PROBE_SHARE)
+        the call's headers, without its key, body or body headers, within `timeout`
+        (`probe_timeout`)."""
         headers = httpx.Headers(self.request.headers)
         for name in ("content-length", "content-type", "transfer-encoding"):
             headers.pop(name, None)
         slot = self.resolved.key
         if slot.header is not None:
             headers.pop(slot.header, None)
+        # The origin's time, not a cache's copy of an old answer (whose Date is old).
+        headers["cache-control"] = "no-cache"
         return httpx.Request(
             "HEAD",
             self.request.url.copy_with(raw_path=b"/"),
@@ -793,7 +823,7 @@ class Call:
         # "none" waits from there (the row's last write, which stands in otherwise, may
         # be ahead of the clock by a step it went back).
         if found.maybe_applied:
-            self.sent_at = self.clock.time()
+            self._sent_now()
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind
         hooks, call_hooks = self.settings.hooks, self.call_hooks
@@ -939,26 +969,35 @@ class Call:
         """The call was cut short from outside (cancelled, interrupted, a hook raised)."""
         # Cut short while an attempt was on the wire: the request may have arrived.
         if self._sending:
-            self.sent_at = self.clock.time()
+            self._sent_now()
         self.maybe_applied = self.maybe_applied or self._sending
         self.evidence = f"interrupted by {type(error).__name__}"
 
-    def hold_in_flight(self, *, since: float | None = None) -> float | None:
+    def hold_in_flight(
+        self, *, since: float | None = None, server_since: float | None = None
+    ) -> float | None:
         """An attempt that may have been applied (sent now, or at `since`) may still be
         running at a server that does not guard a key in flight: not sent again before
         the profile's `in_flight_for` (and the hosts' clock skew: `in_flight_until`) has
         passed (kept in `not_before`, for every later call). A hold from `since` that
-        has already passed holds nothing. Returns when this hold ends (`not_before` may
-        end later, for another reason), or None if it holds nothing."""
+        has already passed holds nothing. `server_since`: the server's time at `since`
+        (kept with the record), from which its clock measures the hold. Returns when
+        this hold ends (`not_before` may end later, for another reason), or None if it
+        holds nothing."""
         if self.profile.guards_in_flight:
             return None
         now = self.clock.time()
         sent = now if since is None else since
+        if since is None:
+            known = self.server_now()
+            server_since = None if known is None else known.high
         until = in_flight_until(sent, self.profile.in_flight_for)
         # Over only once over by the server's clock too: this clock may have been
         # stepped forward since `since` was stamped, which no record shows.
         server = self.server_time(sent)
-        until = _server_time.held_until(until, since=sent, now=now, server=server)
+        until = _server_time.held_until(
+            until, since=sent, now=now, server=server, server_since=server_since
+        )
         if since is not None and until <= now:
             return None
         self.not_before = until if self.not_before is None else max(self.not_before, until)
@@ -977,6 +1016,7 @@ class Call:
             not_before=self.not_before,
             now=self.clock.time(),
             sent_at=self.sent_at,
+            server_sent_at=self.server_sent_at,
             replay_unexplained=self.replay_unexplained,
         )
 

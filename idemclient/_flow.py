@@ -25,6 +25,7 @@ What one operation request goes through (`operation`):
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from ._call import (
     buffered_body,
     clock_went_back,
     keep_step,
+    origin_of,
     unsettled_error,
 )
 from ._errors import StoreError
@@ -71,6 +73,7 @@ __all__ = [
     "Shield",
     "Sleep",
     "StoreCall",
+    "Turn",
     "adrive",
     "advance",
     "drive",
@@ -116,6 +119,16 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Turn:
+    """Take `lock` (one origin's turn to be asked its time), waiting at most `limit`
+    seconds of real time (not the client's clock, which other waiters' sleeps would
+    move); the result says whether it was taken. Released by the flow."""
+
+    lock: threading.Lock
+    limit: float
+
+
+@dataclass(frozen=True, slots=True)
 class Body:
     """Read a request's streamed body, at most `limit` bytes, so that every attempt can
     send it again; the result is the body."""
@@ -131,7 +144,7 @@ class Shield:
     effect: StoreCall
 
 
-Effect = StoreCall | Send | Read | Close | Sleep | Shield | Body
+Effect = StoreCall | Send | Read | Close | Sleep | Shield | Body | Turn
 Flow = Generator[Effect, Any, httpx.Response]
 
 
@@ -224,6 +237,8 @@ def operation(
         exchange = current(settings)
         if exchange is not None and exchange.continuation is continuation:
             exchange.continuation = None
+    else:
+        yield from _ask_the_time(call)
     owner = new_owner()
     try:
         try:
@@ -239,8 +254,6 @@ def operation(
             exchange.key_header = call.resolved.key.header, call.resolved.key.quoted
         if begin.claim is Claim.FINISHED:
             return call.stored_answer(begin.record)
-        if continuation is None and call.needs_server_time(begin.record):
-            yield from _probe(call)
         call.adopt(begin.record)
         if (
             continuation is not None
@@ -290,7 +303,7 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
         begin: Begin = yield StoreCall(
             settings.store.begin,
             {
-                "intent": call.intent,
+                "intent": call.stamped_intent(),
                 "owner": owner,
                 "now": clock.time(),
                 "lease_until": call.lease_until(),
@@ -375,7 +388,7 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
     assert record is not None  # adopted
     # `adopt` held from the same send already; without a stored send time (a row from
     # before schema 7), held from now, which is later than any send of the dead owner.
-    held = call.hold_in_flight(since=record.sent_at)
+    held = call.hold_in_flight(since=record.sent_at, server_since=record.server_sent_at)
     if held is None:  # that attempt has had the server's whole in-flight time to end
         return (yield from _attempts(call, owner))
     gone = gone_in_words(holder)
@@ -404,22 +417,42 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
     )
 
 
-def _probe(call: Call) -> Generator[Effect, Any, None]:
-    """Ask the operation's server its time (its `Date`) before an operation that may
-    have been applied is sent again by this process: its age and its in-flight hold are
-    then judged by the server's clock as well as this one, which may have been stepped
-    while no client ran. One HEAD, no retry; one that fails, or an answer without a
-    `Date`, leaves them judged by this clock alone, as without the probe."""
-    request = call.probe()
-    if request is None:
+def _ask_the_time(call: Call) -> Generator[Effect, Any, None]:
+    """Ask the operation's server its time (its `Date`) before this process first
+    records or sends an operation there, unless an answer from it told it already: the
+    record keeps the server's time beside its own stamps, and an operation recorded
+    before (which may have been applied) is judged by the server's clock as well as this
+    one, which may have been stepped while no client ran, or may be wrong now. One HEAD
+    per origin at a time (others wait for its answer, within the probe's time), no
+    retry; one that fails is not sent again for `ASK_AGAIN_AFTER`; without an answer,
+    or an answer without a `Date`, operations are judged by this clock alone, as
+    without the probe."""
+    times = call.settings.server_times
+    if times is None:
         return
+    origin = origin_of(call.request.url)
+    clock = call.clock
+    limit = call.probe_timeout()
+    if limit <= 0 or not times.ask(origin, clock.monotonic()):
+        return
+    turn = times.turn(origin)
+    if not (yield Turn(turn, limit)):
+        return  # another caller's question took all this one's time: judged as without
     try:
-        response: httpx.Response = yield Send(request)
-    except Exception:  # advice only: the operation goes on, judged by this clock
-        return
-    call.settings.heard(request, response)
-    with contextlib.suppress(Exception):
-        yield Close(response)
+        if not times.ask(origin, clock.monotonic()):
+            return  # answered (or found silent) while this caller waited its turn
+        request = call.probe(limit)
+        try:
+            response: httpx.Response = yield Send(request)
+        except Exception:  # advice only: the operation goes on, judged by this clock
+            times.answered(origin, clock.monotonic(), heard=False)
+            return
+        call.settings.heard(request, response)
+        times.answered(origin, clock.monotonic(), heard=True)
+        with contextlib.suppress(Exception):
+            yield Close(response)
+    finally:
+        turn.release()
 
 
 def _failed_after(continuation: Continuation, error: StoreError) -> Exception:
@@ -441,6 +474,7 @@ def _claim(call: Call, owner: str) -> Generator[Effect, Any, Any]:
                 "owner": owner,
                 "now": call.clock.time(),
                 "lease_until": call.lease_until(),
+                "server_time": call.server_now(),
             },
         )
     )

@@ -99,6 +99,8 @@ def _record_json(record: OperationRecord) -> dict[str, Any]:
         "finished_at": record.finished_at,
         "clock_stepped": record.clock_stepped,
         "sent_at": record.sent_at,
+        "server_created_at": record.server_created_at,
+        "server_sent_at": record.server_sent_at,
         "replay_unexplained": record.replay_unexplained,
         "status": None if response is None else response.status_code,
     }
@@ -252,6 +254,8 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
         ("updated", _when(record.updated_at)),
         ("finished", _when(record.finished_at)),
         ("last sent", _when(record.sent_at)),
+        ("created (server)", _when(record.server_created_at)),
+        ("last sent (server)", _when(record.server_sent_at)),
     ]
     if record.clock_stepped is not None:
         rows.append(

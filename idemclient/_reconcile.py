@@ -472,6 +472,7 @@ def release(store: SendingStore, clock: Clock, taken: Taken, *, exists: bool = F
 def _give_back(store: SendingStore, clock: Clock, taken: Taken, state: State, exists: bool) -> None:
     before = taken.before
     now = clock.time()
+    sent = last_sent(before, now=now)
     store.finish(
         before.operation_id,
         owner=taken.owner,
@@ -483,7 +484,9 @@ def _give_back(store: SendingStore, clock: Clock, taken: Taken, state: State, ex
             not_before=before.not_before,
             now=now,
             # Kept as a time of its own: this write's time is no send.
-            sent_at=last_sent(before, now=now),
+            sent_at=sent,
+            # ... with the server's time at it, where it is the send the record keeps.
+            server_sent_at=before.server_sent_at if sent == before.sent_at else None,
         ),
     )
 
@@ -525,13 +528,18 @@ def still_in_flight(
         return None
     if watched_since is not None and sent >= watched_since:
         server_at = None
+    # The server's time at that send, where the record keeps it (not for a send an
+    # owner in flight may have made since, which no one stamped).
+    server_sent = record.server_sent_at if sent == record.sent_at else None
     until = in_flight_until(sent, in_flight_for)
     asked = now if asked_at is None else min(now, asked_at)
-    if asked >= until and over_by_server(until, since=sent, server_at=server_at):
+    if asked >= until and over_by_server(
+        until, since=sent, server_at=server_at, server_since=server_sent
+    ):
         return None
     server = None if server_at is None else ServerTime(server_at, server_at + DATE_RESOLUTION)
     # The server's time is its answer's, as close to the question as this clock knows.
-    return held_until(until, since=sent, now=asked, server=server)
+    return held_until(until, since=sent, now=asked, server=server, server_since=server_sent)
 
 
 def answered_at(response: httpx.Response | None) -> float | None:

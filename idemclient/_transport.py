@@ -46,6 +46,7 @@ from ._flow import (
     Shield,
     Sleep,
     StoreCall,
+    Turn,
     adrive,
     drive,
     handle,
@@ -242,6 +243,8 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
             return effect.response.read()
         if isinstance(effect, Close):
             return effect.response.close()
+        if isinstance(effect, Turn):
+            return effect.lock.acquire(timeout=effect.limit)
         if isinstance(effect, Body):
             stream = effect.request.stream
             if not isinstance(stream, httpx.SyncByteStream):
@@ -292,6 +295,8 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
             return await effect.response.aclose()
         if isinstance(effect, Sleep):
             return await self.settings.clock.asleep(effect.seconds)
+        if isinstance(effect, Turn):
+            return await _take_turn(effect)
         if isinstance(effect, Body):
             stream = effect.request.stream
             if not isinstance(stream, httpx.AsyncByteStream):
@@ -306,3 +311,19 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
             await anyio.to_thread.run_sync(_kept_at_close, self.settings, step)
         if self.settings.owns_store:  # in a worker thread, as every store call
             await anyio.to_thread.run_sync(self.settings.store.close)
+
+
+#: How often an async call waiting for another's time probe looks again (real seconds).
+_TURN_POLL = 0.01
+
+
+async def _take_turn(turn: Turn) -> bool:
+    """`Turn` for the event loop: the lock is a thread lock (the asker may be a task of
+    this loop, which must keep running), tried without blocking, every `_TURN_POLL`
+    seconds of real time (never the client's clock) until `turn.limit` has passed."""
+    give_up = time.monotonic() + turn.limit
+    while not turn.lock.acquire(blocking=False):
+        if time.monotonic() >= give_up:
+            return False
+        await anyio.sleep(_TURN_POLL)
+    return True

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .._outcome import State
+from .._server_time import ServerTime
 from ._owners import owner_is_dead
 
 __all__ = [
@@ -97,6 +98,10 @@ class Intent:
     reference: str | None = None
     #: the server profile it is sent under (None: recorded before profiles, `generic`)
     profile: str | None = None
+    #: the server's time as it is recorded, by the server's `Date` (a lower bound: its
+    #: server sees the key later), if the recording process knew it (see
+    #: `OperationRecord.server_created_at`)
+    server_created_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +118,9 @@ class Progress:
     #: when this call last sent an attempt that may have been applied (its time, or
     #: the time it learnt so), if it did: the store keeps the latest (`sent_at`)
     sent_at: float | None = None
+    #: the server's time at `sent_at` (an upper bound), by its `Date`, if the call knew
+    #: it; None with a `sent_at`: not known, and the record keeps none for that send
+    server_sent_at: float | None = None
     #: this call was given an answer the profile reads as a replay of the stored success
     #: that no attempt of its operation explains (see `OperationRecord`); kept for good
     replay_unexplained: bool = False
@@ -166,6 +174,16 @@ class OperationRecord:
     #: so from then on no such answer counts as this operation's success; a look-up
     #: settles it. False for rows recorded before schema 9 (SQLite; PostgreSQL 7).
     replay_unexplained: bool = False
+    #: the server's time, by its `Date`, at or before the operation's first send (a
+    #: lower bound of when the server first saw its key), if the process that recorded
+    #: it (or first claimed it, registered unsent) knew it: its age is then judged on
+    #: the server's clock alone as well, whatever the recording host's clock said.
+    #: None: not known, or recorded before schema 10 (SQLite; PostgreSQL 8).
+    server_created_at: float | None = None
+    #: the server's time at `sent_at` (an upper bound), if the process that kept that
+    #: send knew it: an in-flight hold from it is measured on the server's clock alone
+    #: as well. None: not known (the hold is judged from `sent_at` as before).
+    server_sent_at: float | None = None
 
 
 def holder_is_live(record: OperationRecord, *, now: float) -> bool:
@@ -263,6 +281,7 @@ class SendingStore(OperationLookup, Protocol):
         now: float,
         lease_until: float,
         look_up: bool = False,
+        server_time: ServerTime | None = None,
     ) -> Begin:
         """Lease an existing unfinished operation to `owner` if nobody live holds it.
 
@@ -271,7 +290,9 @@ class SendingStore(OperationLookup, Protocol):
         its state (`lease_look_up` says who holds it), and a later takeover of the
         lease counts no send. Either way, one taken from an owner that was in flight
         may have been applied (`maybe_applied`, and `sent_at` up to when that owner may
-        have sent)."""
+        have sent). `server_time`: the server's time now, if the caller knows it: kept
+        beside `sent_at` for such a takeover (`server_sent_at`), and as the
+        `server_created_at` of a registered operation claimed for its first send."""
         ...
 
     def record_attempt(

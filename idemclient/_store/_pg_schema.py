@@ -151,8 +151,17 @@ def _v7(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
+def _v8(conn: psycopg.Connection[Any], schema: str) -> None:
+    # The server's own time beside the row's stamps, at or before the first send and at
+    # the latest send (see the SQLite store's version 10). Null: not known.
+    conn.execute(
+        f"ALTER TABLE {schema}.operations ADD COLUMN server_created_at double precision,"
+        " ADD COLUMN server_sent_at double precision"
+    )
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -240,12 +240,14 @@ class PostgresStore(SQLStore):
             created = cur.execute(
                 f"INSERT INTO {self._table} ({INSERT_COLUMNS})"
                 " SELECT id, key, method, url, headers::jsonb, body, fingerprint, reference,"
-                " state, lease_owner, lease_expires, created_at, updated_at, profile FROM"
+                " state, lease_owner, lease_expires, created_at, updated_at, profile,"
+                " server_created_at FROM"
                 " unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
                 " %s::bytea[], %s::text[], %s::text[], %s::text[], %s::text[], %s::float8[],"
-                " %s::float8[], %s::float8[], %s::text[]) WITH ORDINALITY AS t(id, key,"
-                " method, url, headers, body, fingerprint, reference, state, lease_owner,"
-                " lease_expires, created_at, updated_at, profile, n) ORDER BY n"
+                " %s::float8[], %s::float8[], %s::text[], %s::float8[]) WITH ORDINALITY AS"
+                " t(id, key, method, url, headers, body, fingerprint, reference, state,"
+                " lease_owner, lease_expires, created_at, updated_at, profile,"
+                " server_created_at, n) ORDER BY n"
                 " ON CONFLICT DO NOTHING",
                 [list(column) for column in columns],
             ).rowcount

@@ -50,7 +50,7 @@ COLUMNS = (
     " maybe_applied, evidence, not_before, lease_owner, lease_expires, status_code,"
     " response_headers, response_body, response_sha256, response_size, created_at,"
     " updated_at, finished_at, profile, clock_stepped, sent_at, lease_look_up,"
-    " replay_unexplained"
+    " replay_unexplained, server_created_at, server_sent_at"
 )
 
 
@@ -152,6 +152,8 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         sent_at,
         lease_look_up,
         replay_unexplained,
+        server_created_at,
+        server_sent_at,
     ) = row
     where = {"operation_id": operation_id}
     response = None
@@ -193,6 +195,8 @@ def record_from_row(row: Sequence[Any], cipher: Cipher = PLAIN) -> OperationReco
         # statements know no mark, may have taken a look-up's lease as a send).
         lease_look_up=bool(lease_look_up) and state != State.IN_FLIGHT.value,
         replay_unexplained=bool(replay_unexplained),
+        server_created_at=server_created_at,
+        server_sent_at=server_sent_at,
     )
 
 

@@ -180,6 +180,17 @@ def _v9(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE operations ADD COLUMN replay_unexplained INTEGER NOT NULL DEFAULT 0")
 
 
+def _v10(db: sqlite_utils.Database) -> None:
+    # The server's own time, by its Date headers, beside two of the row's stamps: at or
+    # before the first send (server_created_at, a lower bound) and at the latest send
+    # that may have been applied (server_sent_at, an upper bound). A host clock that was
+    # wrong when it stamped the row, and set right since, leaves created_at and sent_at
+    # wrong where nothing shows it; the server's stamps measure age and the in-flight
+    # hold on its clock alone. Null: not known, or written by an earlier version.
+    db.table("operations").add_column("server_created_at", float)
+    db.table("operations").add_column("server_sent_at", float)
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -213,7 +224,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

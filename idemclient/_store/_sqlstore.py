@@ -38,6 +38,7 @@ from .._db.dialect import Connection, Cursor
 from .._errors import OperationMismatch
 from .._outcome import State
 from .._redaction import DEFAULT_SECRET_HEADERS, HeaderRule, origin_of
+from .._server_time import DATE_RESOLUTION, ServerTime
 from ._base import (
     Begin,
     Claim,
@@ -122,6 +123,9 @@ class SQLStore(Store, ABC):
     # -- writing ---------------------------------------------------------------------
 
     def begin(self, intent: Intent, *, owner: str, now: float, lease_until: float) -> Begin:
+        # The intent's server time, read as it was recorded, is the time now as well.
+        known = intent.server_created_at
+        server = None if known is None else ServerTime(known, known + DATE_RESOLUTION)
         headers, withheld = self.header_rule.split_request(intent.headers)
         if self._admit(
             admission_values(
@@ -148,7 +152,9 @@ class SQLStore(Store, ABC):
             )
         with self._transaction(durable=self.durability is Durability.FULL) as conn:
             record = self._find_for(conn, intent)
-            return self._claim_found(conn, record, owner=owner, now=now, lease_until=lease_until)
+            return self._claim_found(
+                conn, record, owner=owner, now=now, lease_until=lease_until, server_time=server
+            )
 
     def claim(
         self,
@@ -158,11 +164,18 @@ class SQLStore(Store, ABC):
         now: float,
         lease_until: float,
         look_up: bool = False,
+        server_time: ServerTime | None = None,
     ) -> Begin:
         with self._transaction(durable=self.durability is Durability.FULL) as conn:
             record = self._fetch(conn, operation_id)
             return self._claim_found(
-                conn, record, owner=owner, now=now, lease_until=lease_until, look_up=look_up
+                conn,
+                record,
+                owner=owner,
+                now=now,
+                lease_until=lease_until,
+                look_up=look_up,
+                server_time=server_time,
             )
 
     def record_attempt(
@@ -180,6 +193,7 @@ class SQLStore(Store, ABC):
                     progress.now,
                     progress.sent_at,
                     progress.sent_at,
+                    *server_sent(progress),
                     progress.replay_unexplained,
                     operation_id,
                     owner,
@@ -228,6 +242,7 @@ class SQLStore(Store, ABC):
             finished_at,
             progress.sent_at,
             progress.sent_at,
+            *server_sent(progress),
             progress.replay_unexplained,
             operation_id,
         )
@@ -252,6 +267,7 @@ class SQLStore(Store, ABC):
                     updated_at=now,
                     finished_at=finished_at,
                     sent_at=_latest(answer_from.sent_at, progress.sent_at),
+                    server_sent_at=_server_sent_after(answer_from, progress),
                     replay_unexplained=(
                         answer_from.replay_unexplained or progress.replay_unexplained
                     ),
@@ -275,6 +291,7 @@ class SQLStore(Store, ABC):
                 progress.now,
                 progress.sent_at,
                 progress.sent_at,
+                *server_sent(progress),
                 progress.replay_unexplained,
                 operation_id,
             ),
@@ -557,9 +574,12 @@ class SQLStore(Store, ABC):
         now: float,
         lease_until: float,
         look_up: bool = False,
+        server_time: ServerTime | None = None,
     ) -> Begin:
         """Lease `record`, just read in this transaction, unless it is finished or a
-        live owner holds it; `look_up`: for a look-up (see `SendingStore.claim`)."""
+        live owner holds it; `look_up`: for a look-up (see `SendingStore.claim`).
+        `server_time`: the server's time now, if the caller knows it (see
+        `Statements.take_over`)."""
         if record.state.finished:
             return Begin(Claim.FINISHED, record)
         holder = record.lease_owner
@@ -586,6 +606,10 @@ class SQLStore(Store, ABC):
                     State.IN_FLIGHT.value,
                     sent_until,
                     sent_until,
+                    State.PENDING.value,
+                    None if server_time is None else server_time.low,
+                    sent_until is not None,
+                    None if server_time is None else server_time.high,
                     record.operation_id,
                     holder,
                 ),
@@ -667,6 +691,7 @@ def admission_values(
         now,
         now,
         intent.profile,
+        intent.server_created_at,
     )
 
 
@@ -702,6 +727,7 @@ def admitted(
         finished_at=None,
         withheld_headers=withheld,
         profile=intent.profile,
+        server_created_at=intent.server_created_at,
     )
 
 
@@ -721,6 +747,7 @@ def finished_record(
     finished_at: float | None,
     sent_at: float | None,
     replay_unexplained: bool = False,
+    server_sent_at: float | None = None,
 ) -> OperationRecord:
     """`known` as `finish` just wrote it, lease released: `dataclasses.replace`
     spelled out, which costs a quarter as much on the hottest path of the library (a
@@ -751,7 +778,30 @@ def finished_record(
         clock_stepped=known.clock_stepped,
         sent_at=sent_at,
         replay_unexplained=replay_unexplained,
+        server_created_at=known.server_created_at,
+        server_sent_at=server_sent_at,
     )
+
+
+def server_sent(progress: Progress) -> tuple[int, float | None, float | None]:
+    """The values of a write's `server_sent_at` (see `Statements`): 1 and the server's
+    time at the send it keeps (the later of it and the row's is kept, as `sent_at`); 2
+    for a send whose server time the writer does not know (the row then keeps none: the
+    one it has belongs to an earlier send); 0 for no send (the row's is kept)."""
+    if progress.sent_at is None:
+        return 0, None, None
+    if progress.server_sent_at is None:
+        return 2, None, None
+    return 1, progress.server_sent_at, progress.server_sent_at
+
+
+def _server_sent_after(stored: OperationRecord, progress: Progress) -> float | None:
+    """`server_sent_at` as `server_sent` has the row write it."""
+    if progress.sent_at is None:
+        return stored.server_sent_at
+    if progress.server_sent_at is None:
+        return None
+    return _latest(stored.server_sent_at, progress.server_sent_at)
 
 
 def _latest(stored: float | None, sent: float | None) -> float | None:

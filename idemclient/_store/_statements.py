@@ -31,7 +31,7 @@ __all__ = ["INSERT_COLUMNS", "Statements"]
 #: take their defaults (no attempts, not maybe applied, no evidence).
 INSERT_COLUMNS = (
     "id, key, method, url, headers, body, fingerprint, reference, state, lease_owner,"
-    " lease_expires, created_at, updated_at, profile"
+    " lease_expires, created_at, updated_at, profile, server_created_at"
 )
 
 # Templates: {t} the table, {p} a parameter, {j} a headers parameter, {c} every column
@@ -42,7 +42,7 @@ _SELECT = "SELECT {c} FROM {t}"
 # conflicting means the operation (or its key) exists.
 _ADMIT = (
     "INSERT INTO {t} ({insert}) VALUES ({p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}, {p}, {p},"
-    " {p}, {p}, {p}) ON CONFLICT DO NOTHING"
+    " {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
 )
 # The row that answers for an intent: the one with its id, else the one with its key.
 _FIND_FOR = _SELECT + " WHERE id = {p} OR key = {p} ORDER BY id = {p} DESC LIMIT 1"
@@ -59,11 +59,18 @@ _EXISTING = _SELECT + " WHERE id {any} OR key {any}"
 # of it counts no send. The state: a sender's claim (the first {p}) makes it in flight;
 # a look-up's keeps it, except that one taken from an owner in flight is indeterminate
 # (maybe applied). Every SET reads the row as it was before this statement.
+# The server's time (the taker's, by its Date, if it knows it) goes beside the two
+# stamps it can bound: a registered row never claimed has not been sent, so the time
+# now is at or before its first send; an owner in flight sent at the latest now, so the
+# time now is at or after it (NULL if unknown: the hold is judged from sent_at alone).
 _TAKE_OVER = (
     "UPDATE {t} SET state = CASE WHEN {p} THEN {p} WHEN state = {p} THEN {p} ELSE state END,"
     " lease_owner = {p}, lease_expires = {p}, lease_look_up = {p}, updated_at = {p},"
     " maybe_applied = maybe_applied OR state = {p},"
-    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at))"
+    " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " server_created_at = CASE WHEN server_created_at IS NULL AND state = {p} THEN {p}"
+    " ELSE server_created_at END,"
+    " server_sent_at = CASE WHEN {p} THEN {p} ELSE server_sent_at END"
     " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
 )
 # Guarded by the holder just read, as a takeover is: a move never races a sender.
@@ -75,6 +82,8 @@ _RECORD_ATTEMPT = (
     "UPDATE {t} SET attempts = {p}, maybe_applied = maybe_applied OR {p}, evidence = {p},"
     " not_before = {p}, lease_expires = {p}, updated_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
+    " WHEN 2 THEN NULL ELSE server_sent_at END,"
     " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND lease_owner = {p} AND finished_at IS NULL"
 )
@@ -92,6 +101,8 @@ _FINISH = (
     " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
     " lease_look_up = false, {answer}updated_at = {p}, finished_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
+    " WHEN 2 THEN NULL ELSE server_sent_at END,"
     " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND "
 )
@@ -111,6 +122,8 @@ _MERGE = (
     " ELSE state END, maybe_applied = maybe_applied OR {p},"
     " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
+    " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
+    " WHEN 2 THEN NULL ELSE server_sent_at END,"
     " replay_unexplained = replay_unexplained OR {p}"
     " WHERE id = {p} AND finished_at IS NULL"
 )
@@ -193,7 +206,8 @@ _FIND_TAIL_REQUESTS = (
 _RECORD_SETTLED = (
     "INSERT INTO {t} ({insert}, evidence, status_code, response_headers, response_body,"
     " response_sha256, response_size, finished_at) VALUES ({p}, {p}, {p}, {p}, {j}, {p}, {p},"
-    " {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p}) ON CONFLICT DO NOTHING"
+    " {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {j}, {p}, {p}, {p}, {p})"
+    " ON CONFLICT DO NOTHING"
 )
 # A request that was never applied, pointed at a corrected target under its own key:
 # only while nothing says it may have been applied and nobody holds it, and only from

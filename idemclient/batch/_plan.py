@@ -250,14 +250,17 @@ def past_retention(
     any age, and so may one a clock was seen to go back while it was unfinished
     (`clock_stepped`): it may have been recorded by that clock running fast.
     `server_now`: the server's time now (by its `Date`), if known: the age is the older
-    of the two (this clock may have been set back while no client ran)."""
+    of the two (this clock may have been set back while no client ran), measured from
+    the server's time at the record's first send where the record keeps it
+    (`server_created_at`: the recording host's clock may have been wrong then)."""
     if record.clock_stepped is not None:
         return True
     age = now - record.created_at
     if age < 0:
         return True
     if server_now is not None:
-        age = max(age, server_now - record.created_at)
+        since = record.created_at if record.server_created_at is None else record.server_created_at
+        age = max(age, server_now - since)
     return age + CLOCK_SKEW > retention
 
 

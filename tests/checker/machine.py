@@ -54,9 +54,9 @@ The assumptions it rests on (no generated history leaves them):
   `Date` too, which a client asks before sending a maybe-applied operation again.
   Unseen steps are drawn only from a right clock: a clock made wrong is set right
   again by `client_clock_jumps` (back: run across; forward, from slow: as below). A
-  clock fast then set right while no client ran is seen by none (the record's stamp
-  is wrong, not the clock now, and the server's time agrees with the clock now); that
-  history is kept in test_histories.py as a strict xfail;
+  clock fast then set right while no client ran leaves the record's own stamp wrong,
+  which only the server's time kept with the record shows (the client asks it before
+  a process's first operation); that history is kept in test_histories.py;
 - purging an operation is an operator's explicit act, after which the application
   does not issue it again;
 - the server's recovery worker runs at least every `SWEEP_EVERY`: a stranded
@@ -80,20 +80,20 @@ The assumptions it rests on (no generated history leaves them):
   `CLOCK_SKEW`, the slack the client gives the `Date` it reads (its hosts' clock skew):
   so where the profile's server does not guard a key in flight, an unseen step is
   drawn only while the server's clock is within `CLOCK_SKEW / 2`, and the server's
-  clock stays so while the client's is wrong from one. (With it half an hour off,
-  inside the server's own `SERVER_CLOCK_TOLERANCE` between its hosts, an hour's step
-  forward ends the hold early and pays twice: kept in test_histories.py as a strict
-  xfail outside the assumptions.)
+  clock stays so while the client's is wrong from one. (The record keeps the server's
+  time at the send, so a server clock off by a constant amount, half an hour say, no
+  longer ends the hold early: that history is kept in test_histories.py and pays once. What the
+  assumption still keeps out is the server's clock stepping between the send and the
+  judgement while the client's was stepped unseen: two clocks wrong at once.)
 
 The application re-issues and resumes at once, and a paused process goes on at once:
 where the profile's server does not guard a key in flight, the client itself holds a
 maybe-applied operation for the profile's `in_flight_for` (`Call.hold_in_flight`).
 
-Outside them: a server clock further off than its tolerance reaps keys early, and a
-record stamped by a client clock running wrong, set right while no client ran, looks
-young (fast) or old (slow) by both clocks, where no client can see either; a re-send
-after the key is gone, or before the hold is over, pays twice. They are not generated;
-the history that shows the fast clock's is kept in test_histories.py.
+Outside them: a server clock further off than its tolerance reaps keys early; a
+re-send after the key is gone pays twice. Not generated. (A record stamped by a client
+clock running wrong, set right while no client ran, is seen by the server's time kept
+with it; the history that showed the fast clock's is kept in test_histories.py.)
 Operations purged by the operator are not issued again.
 """
 

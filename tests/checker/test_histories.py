@@ -10,6 +10,7 @@ import pytest
 
 from idemclient import IdemError, State
 from idemclient._call import CLOCK_SKEW
+from idemclient._server_time import DATE_RESOLUTION
 
 from .machine import DAY, KEY_TTL, PaymentsMachine
 from .world import INTENT_WRITES, OUTCOME_WRITES
@@ -79,17 +80,15 @@ def test_an_intent_recorded_by_a_fast_clock_is_not_sent_again_after_the_key_is_g
     assert len(state.final_resources(op)) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="outside what a client can see: a clock that ran fast and was set right while"
-    " no client ran leaves the record's own stamp wrong (two days ahead), not the clock"
-    " now; the server's Date read at the re-send agrees with the clock now, so by both"
-    " clocks the maybe-applied operation looks young, and re-sent after the server"
-    " forgot its key it is paid twice. Seeing it needs a server time stored with the"
-    " record (a store column), and here the only write after the first answer, the"
-    " outcome's, failed (disk full): not built (docs/reliability.md)",
-)
-def test_a_fast_clock_set_right_while_no_client_ran_is_outside_what_a_client_can_see() -> None:
+# Once outside what a client could see: a clock that ran fast, set right while no
+# client ran, leaves the record's own stamp wrong (two days ahead), not the clock now;
+# the server's Date read at the re-send agrees with the clock now, so by both clocks
+# the maybe-applied operation looked young, and re-sent after the server forgot its key
+# it was paid twice (the only write after the first answer, the outcome's, failed:
+# disk full). The record now keeps the server's time as it was recorded (asked before
+# the process's first send): by the server's clock alone it is two days old, past the
+# key retention, so it is looked up, never sent.
+def test_a_fast_clock_set_right_while_no_client_ran_is_seen_by_the_servers_time_recorded() -> None:
     state = PaymentsMachine()
     state.client_clock_jumps(offset=2 * DAY)
     op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=OUTCOME_WRITES)
@@ -390,8 +389,9 @@ def test_django_an_applications_own_409_to_a_callers_fresh_key_is_not_succeeded(
         assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
         assert record.replay_unexplained
         # A look-up's "none" counts once the profile's in_flight_for and the hosts'
-        # clock skew have passed.
-        state.world.advance(state.setup.profile.in_flight_for + CLOCK_SKEW)
+        # clock skew have passed, by the server's whole-second Dates too (the send's
+        # server time an upper bound, the look-up's a lower one).
+        state.world.advance(state.setup.profile.in_flight_for + CLOCK_SKEW + 2 * DATE_RESOLUTION)
         state.reconcile(op=op, kill_at=None)
         state.never_twice_and_agreeing()
         settled = state._record(op)
@@ -662,19 +662,12 @@ def test_django_a_hold_stamped_by_a_fast_clock_ends_late_by_a_slow_server_clock(
 # clock right it pays once (the history above). Two days forward pays once too: past
 # paypal's 6-hour retention by the host's clock, it is looked up, never sent. The same
 # steps under square, wise, gocardless and django-idempotency-key paid once when tried.
-@pytest.mark.xfail(
-    strict=True,
-    reason="outside the assumptions (a server's Date within CLOCK_SKEW of true time):"
-    " pays twice: the client's in-flight hold (paypal's 15 minutes) is judged by"
-    " the server's Date with only CLOCK_SKEW (5 minutes) of slack for that clock. Ahead"
-    " by 1790 s, the server's time says the hold has run (1790 s since the send); behind"
-    " by 1790 s, the send's stamp is further ahead of it than STAMP_SLACK and the"
-    " server's time is not used, leaving the host's clock, stepped an hour, to judge."
-    " Both clocks then say the hold is over, and the resume sends the operation beside"
-    " the attempt the server still holds: a second payment. Not fixed: the client knows"
-    " nothing of the server clock's tolerance (a hold covering it, or a server time"
-    " stored at the send, would be needed)",
-)
+# It paid twice while the client judged the hold by the server's Date against its own
+# stamp of the send, with only CLOCK_SKEW of slack for the server's clock: ahead by
+# 1790 s, the server's time said the hold had run; behind by 1790 s, the stamp was too
+# far ahead of it to be measured from, leaving the host's clock, stepped an hour, to
+# judge. The record now keeps the server's own time at the send: the hold runs on the
+# server's clock from there, whatever its offset.
 @pytest.mark.parametrize("server_offset", [1790.0, -1790.0])
 def test_paypal_a_clock_stepped_forward_unseen_with_the_server_clock_half_an_hour_off(
     server_offset: float,

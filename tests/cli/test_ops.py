@@ -287,6 +287,9 @@ def _sent_ago(path: Path, live: LiveServer, seconds: float) -> None:
         Client(
             store=path,
             clock=ManualClock(start=time.time() - seconds),
+            # Dated back by a slow clock: no server time kept beside its stamps (as an
+            # earlier version recorded), which would say it was sent just now.
+            server_clock=False,
             policy=RetryPolicy(max_attempts=1),
             base_url=live.url,
             headers={"Authorization": "Bearer shop-1"},

@@ -27,6 +27,8 @@ def main(store: str, ledger: str, point: str) -> None:
     psp = FileLedgerPSP(ledger)
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":  # the time probe before the payment: answered
+            return httpx.Response(200)
         if point == "during-send":
             die()  # the request is on its way; the server never answers
         response = psp.handle(request)

@@ -255,7 +255,8 @@ def test_a_tls_verification_failure_is_not_retried(client: Client, psp: FakePSP)
     transport.inner = httpx.MockTransport(handler)
     with pytest.raises(NotSent) as caught:
         client.post("/v1/payments", json=PAYMENT)
-    assert len(psp.requests) == 1
+    # The time probe (HEAD) failed too, and is not asked again; the payment once.
+    assert [r.method for r in psp.requests] == ["HEAD", "POST"]
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
 
 
@@ -357,6 +358,8 @@ def test_a_discarded_answer_is_closed_before_sleeping(store_path: Path, clock: M
             self.closed = True
 
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":  # the client asks the time: answered at once
+            return httpx.Response(200)
         if not streams:
             streams.append(TrackedStream())
             return httpx.Response(503, stream=streams[0])
@@ -557,6 +560,8 @@ def test_an_interrupted_call_leaves_a_truthful_record_and_no_lease(
     client: Client, psp: FakePSP
 ) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":
+            return httpx.Response(200)
         raise KeyboardInterrupt
 
     transport = transport_of(client.http)
@@ -569,6 +574,32 @@ def test_an_interrupted_call_leaves_a_truthful_record_and_no_lease(
     assert record.state is State.INDETERMINATE  # it was on the wire when cut short
     assert record.lease_owner is None
     assert "KeyboardInterrupt" in record.evidence
+
+
+def test_an_interrupt_while_asking_the_time_records_and_sends_nothing(
+    client: Client, psp: FakePSP
+) -> None:
+    # Cut short during the time probe (the HEAD before a process's first operation):
+    # nothing is recorded (no intent yet), nothing was sent, and the next call asks
+    # again at once (the question was not left out for others to wait on).
+    methods: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        methods.append(request.method)
+        if request.method == "HEAD" and methods.count("HEAD") == 1:
+            raise KeyboardInterrupt
+        return psp.handler(request)
+
+    transport = transport_of(client.http)
+    assert isinstance(transport, IdempotentTransport)
+    transport.inner = httpx.MockTransport(handler)
+    with pytest.raises(KeyboardInterrupt):
+        client.post("/v1/payments", json=PAYMENT, operation_id="op")
+    assert client.store.get("op") is None
+    assert methods == ["HEAD"]
+    assert client.post("/v1/payments", json=PAYMENT, operation_id="op").succeeded
+    assert methods == ["HEAD", "HEAD", "POST"]
+    assert sum(psp.effects.values()) == 1
 
 
 def test_get_passes_through_without_a_key_or_a_record(client: Client, psp: FakePSP) -> None:

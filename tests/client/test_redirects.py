@@ -27,10 +27,15 @@ class Redirecting:
         self.location = location
         self.times = times
         self.seen: list[tuple[str, str, str | None, str | None]] = []
+        #: the client's questions for the server's time (HEAD), apart: they do nothing
+        self.probes: list[str] = []
         self.effects: Counter[str] = Counter()
         self.answers: dict[str, bytes] = {}
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":
+            self.probes.append(str(request.url))
+            return httpx.Response(200)
         key = request.headers.get("idempotency-key")
         auth = request.headers.get("authorization")
         self.seen.append((request.method, str(request.url), key, auth))
@@ -118,6 +123,7 @@ def test_a_hop_to_another_origin_sends_nothing_there(tmp_path: Path, code: int) 
     ):
         client.post("/v1/payments", json=PAYMENT, operation_id="op")
     assert [host for _, host, _, _ in psp.seen] == ["https://psp.test/v1/payments"]
+    assert psp.probes == ["https://psp.test/"]  # the operation's own origin only
     assert "another origin" in str(raised.value)
     assert raised.value.outcome.state is State.INDETERMINATE
 

@@ -41,6 +41,8 @@ class DrippingPSP:
         self.streams: list[Dripping] = []
 
     def handler(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":  # no body to a HEAD: the client's time probe
+            return httpx.Response(200)
         stream = Dripping(self.clock, pause=0.5)
         self.streams.append(stream)
         return httpx.Response(201, stream=stream)

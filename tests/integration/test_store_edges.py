@@ -414,7 +414,9 @@ def test_re_issuing_against_another_origin_sends_nothing_and_names_both(
         [resumed] = production.resume()
     assert resumed.state is State.SUCCEEDED
     assert wire.sent == [SANDBOX] * 3
-    assert wire.probed == [SANDBOX]  # its time asked where it is sent, nowhere else
+    # Each process asks the time of the origin it is about to send to, first: the
+    # refused one its own (it sent nothing there), the resume the operation's.
+    assert wire.probed == [SANDBOX, PRODUCTION, SANDBOX]
 
 
 def test_moving_an_operation_is_an_explicit_act(
@@ -436,7 +438,8 @@ def test_moving_an_operation_is_an_explicit_act(
         with pytest.raises(ValueError, match="http"):
             anywhere.resume(origin="ftp://psp.test")
     assert wire.sent == [SANDBOX, SANDBOX, PRODUCTION]
-    assert wire.probed == [PRODUCTION]  # where it was moved to, before it was sent
+    # Asked where it was moved to, before it was sent there; then the refused re-issue's.
+    assert wire.probed == [SANDBOX, PRODUCTION, SANDBOX]
 
 
 @pytest.mark.anyio

@@ -29,7 +29,7 @@ def main(url: str, ledger: str, point: str) -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         response = psp.handle(request)
-        if point == "after-apply":
+        if point == "after-apply" and request.method != "HEAD":  # not the time probe
             die()  # the PSP applied it; the answer dies with this process
         return response
 

@@ -16,6 +16,7 @@ import pytest
 
 from idemclient import State
 from idemclient._call import fingerprint
+from idemclient._server_time import ServerTime
 from idemclient._store import Claim, Intent, Progress, StoredResponse, new_owner, release_owner
 from idemclient.errors import OperationMismatch, StoreUnavailable
 from idemclient.postgres import PostgresStore
@@ -23,6 +24,8 @@ from idemclient.store import SQLiteStore, Store
 
 from ..store.conftest import NOW, make_intent
 from .conftest import StoreFactory, raw_dump
+
+DAY = 86_400.0
 
 
 def progress(attempts: int = 1, *, now: float = NOW, applied: bool = True) -> Progress:
@@ -357,6 +360,77 @@ def test_sent_at_keeps_the_latest_send_that_may_have_been_applied(store: Store) 
     assert store.get("op-1").sent_at == NOW + 160  # type: ignore[union-attr]
     store.clock_went_back(step=60.0, now=NOW + 120)
     assert store.get("op-1").sent_at == NOW + 120  # type: ignore[union-attr]
+
+
+def test_the_servers_time_is_kept_beside_the_first_send_and_the_latest(store: Store) -> None:
+    # The server's time (by its Date) as an operation is recorded, and at each send
+    # that may have been applied: its age and in-flight hold are then measured on the
+    # server's clock alone too, whatever the writing host's clock said.
+    owner = new_owner()
+    intent = dataclasses.replace(make_intent(), server_created_at=NOW - 2 * DAY)
+    begun = store.begin(intent, owner=owner, now=NOW, lease_until=NOW + 60)
+    assert begun.record.server_created_at == NOW - 2 * DAY
+    assert store.get("op-1").server_created_at == NOW - 2 * DAY  # type: ignore[union-attr]
+
+    def sent(now: float, server: float | None) -> Progress:
+        return dataclasses.replace(progress(now=now), sent_at=now, server_sent_at=server)
+
+    store.record_attempt("op-1", owner=owner, progress=sent(NOW + 5, NOW + 9), lease_until=NOW + 60)
+    assert store.get("op-1").server_sent_at == NOW + 9  # type: ignore[union-attr]
+    # A write with no send keeps it; an earlier one lowers nothing (as sent_at).
+    store.record_attempt("op-1", owner=owner, progress=progress(now=NOW + 6), lease_until=NOW + 60)
+    record = store.finish(
+        "op-1", owner=owner, state=State.INDETERMINATE, progress=sent(NOW + 7, NOW + 8)
+    )
+    assert record.server_sent_at == NOW + 9
+    assert store.get("op-1").server_sent_at == NOW + 9  # type: ignore[union-attr]
+    # A send whose server time its writer does not know: the one kept belongs to an
+    # earlier send, and is dropped (the hold is then judged from sent_at alone).
+    again = new_owner()
+    store.claim("op-1", owner=again, now=NOW + 10, lease_until=NOW + 70)
+    record = store.finish(
+        "op-1", owner=again, state=State.INDETERMINATE, progress=sent(NOW + 11, None)
+    )
+    assert (record.sent_at, record.server_sent_at) == (NOW + 11, None)
+    assert store.get("op-1").server_sent_at is None  # type: ignore[union-attr]
+    assert store.get("op-1").server_created_at == NOW - 2 * DAY  # type: ignore[union-attr]
+    # An owner in flight taken over may have sent until now: the taker's server time
+    # now goes beside it (none, if it knows none).
+    slow = new_owner()
+    store.claim("op-1", owner=slow, now=NOW + 100, lease_until=NOW + 160)
+    server_now = ServerTime(NOW + 500, NOW + 501)
+    taken = store.claim(
+        "op-1", owner=new_owner(), now=NOW + 200, lease_until=NOW + 260, server_time=server_now
+    )
+    assert (taken.record.sent_at, taken.record.server_sent_at) == (NOW + 160, NOW + 501)
+    assert taken.record.server_created_at == NOW - 2 * DAY  # never moved by a claim
+
+
+def test_a_registered_operation_takes_the_servers_time_at_its_first_claim(store: Store) -> None:
+    # Registered (a batch) while the server's time was not known: the first claim for
+    # a send comes before any send, so its server time bounds the first send's.
+    store.register([make_intent()], now=NOW)
+    assert store.get("op-1").server_created_at is None  # type: ignore[union-attr]
+    owner = new_owner()
+    first = store.claim(
+        "op-1", owner=owner, now=NOW + 5, lease_until=NOW + 65, server_time=ServerTime(NOW, NOW + 1)
+    )
+    assert first.record.server_created_at == NOW
+    store.finish("op-1", owner=owner, state=State.INDETERMINATE, progress=progress(now=NOW + 6))
+    # Claimed again after a send: a later time says nothing of the first send.
+    later = store.claim(
+        "op-1",
+        owner=new_owner(),
+        now=NOW + 100,
+        lease_until=NOW + 160,
+        server_time=ServerTime(NOW + 100, NOW + 101),
+    )
+    assert later.record.server_created_at == NOW
+    # ... and one registered with it known keeps that.
+    store.register(
+        [dataclasses.replace(make_intent("op-2", "k-2"), server_created_at=NOW - 9)], now=NOW
+    )
+    assert store.get("op-2").server_created_at == NOW - 9  # type: ignore[union-attr]
 
 
 def test_an_unexplained_replay_is_kept_for_good(store: Store) -> None:

@@ -72,7 +72,7 @@ class Sabotage(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         with self.lock:
-            mine = self.armed is not None and request.headers["idempotency-key"] == self.armed
+            mine = self.armed is not None and request.headers.get("idempotency-key") == self.armed
         if mine and self.point == "during-send":
             stream = request.stream
             assert isinstance(stream, httpx.SyncByteStream)

@@ -53,18 +53,27 @@ def payment(reference: str, rng: random.Random | None = None) -> dict[str, Any]:
 
 
 class Counting(httpx.BaseTransport, httpx.AsyncBaseTransport):
-    """A reference server's in-process transport, counting the requests that reach it."""
+    """A reference server's in-process transport, counting the requests that reach it:
+    the operations' (`requests`), and apart, the clients' questions for the server's
+    time (`probes`, HEAD), which change nothing."""
 
     def __init__(self, server: ReferenceServer) -> None:
         self.inner = server.transport
         self.requests = 0
+        self.probes = 0
+
+    def _count(self, request: httpx.Request) -> None:
+        if request.method == "HEAD":
+            self.probes += 1
+        else:
+            self.requests += 1
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests += 1
+        self._count(request)
         return self.inner.handle_request(request)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests += 1
+        self._count(request)
         return await self.inner.handle_async_request(request)
 
 

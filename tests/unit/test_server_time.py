@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from idemclient._call import CLOCK_SKEW
 from idemclient._reconcile import answered_at, still_in_flight
 from idemclient._server_time import (
+    ASK_AGAIN_AFTER,
     DATE_RESOLUTION,
+    MAX_ORIGINS,
     STAMP_SLACK,
     ServerTime,
     ServerTimes,
@@ -22,12 +24,14 @@ from idemclient._server_time import (
     held_until,
     over_by_server,
     parse_date,
+    went_back,
 )
 from idemclient.batch._plan import past_retention
 
 from .test_look_up_in_flight import HELD, NOW, WINDOW, record
 
 DAY = 86_400.0
+HOUR = 3_600.0
 ORIGIN = (b"https", b"psp.test", None)
 
 
@@ -212,3 +216,154 @@ def test_an_answer_without_a_date_counts_as_heard_and_keeps_an_earlier_date() ->
     times.heard(ORIGIN, formatdate(NOW, usegmt=True), 1.0)
     times.heard(ORIGIN, None, 2.0)
     assert times.at(ORIGIN, 1.0) == server(NOW)
+
+
+# -- the server's time kept with the record ------------------------------------------
+
+
+def test_an_age_from_the_servers_recorded_time_sees_a_stamp_made_by_a_fast_clock() -> None:
+    # Recorded by a clock two days fast, set right since: by its own stamp, and by the
+    # server's time now against that stamp, it is an hour old. The server's time as it
+    # was recorded says two days and an hour.
+    stamped = NOW - HOUR + 2 * DAY
+    assert age(stamped, now=NOW, server=server(NOW)) == pytest.approx(-2 * DAY + HOUR + 1)
+    kept = NOW - 2 * DAY - HOUR
+    assert age(stamped, now=NOW, server=server(NOW), server_stamped=kept) == 2 * DAY + HOUR + 1
+    # With no server time now, the local age, as before (the record's is not enough).
+    assert age(stamped, now=NOW, server=None, server_stamped=kept) == NOW - stamped
+
+
+@pytest.mark.parametrize("offset", [-1790.0, 0.0, 1790.0, 3 * DAY])
+def test_a_hold_from_the_servers_time_at_the_send_runs_its_span_on_the_servers_clock(
+    offset: float,
+) -> None:
+    # Sent ten minutes ago; this clock stepped an hour forward since, where nothing
+    # shows it: by it, the 15-minute hold is over. The server's clock, off by any
+    # constant amount, read at the send and now, says five minutes are left.
+    span = 900.0
+    sent_local = NOW + HOUR - 600  # stamped before the step: an hour behind the clock now
+    until = sent_local + span
+    at_send = NOW - 600 + offset + DATE_RESOLUTION  # an upper bound, as the call keeps it
+    seen = server(NOW + offset)
+    held = held_until(until, since=sent_local, now=NOW + HOUR, server=seen, server_since=at_send)
+    assert held == NOW + HOUR + 300 + DATE_RESOLUTION
+    assert not over_by_server(until, since=sent_local, server_at=NOW + offset, server_since=at_send)
+    assert over_by_server(
+        until, since=sent_local, server_at=NOW + offset + 302, server_since=at_send
+    )
+
+
+def test_a_server_clock_set_back_since_the_send_cannot_measure_the_hold() -> None:
+    # The server's Date at the send was a month ahead, and is right now: measured from
+    # it, the hold would last a month. The server's clock went back; this one judges.
+    until = NOW + 900
+    ahead = NOW + 30 * DAY
+    later = NOW + 1000  # over by this clock, and by the server's from the local stamp
+    assert went_back(ahead, later)
+    assert (
+        held_until(until, since=NOW, now=later, server=server(later), server_since=ahead) == until
+    )
+    assert over_by_server(until, since=NOW, server_at=later, server_since=ahead)
+    # Within the readings' whole seconds, it did not go back.
+    assert not went_back(NOW + 2 * DATE_RESOLUTION, NOW)
+
+
+@given(
+    stamped=st.floats(-1e10, 1e10),
+    now=st.floats(-1e10, 1e10),
+    server_at=st.floats(-1e10, 1e10),
+    server_since=st.floats(-1e10, 1e10),
+    span=st.floats(0, 1e7),
+)
+def test_the_servers_recorded_time_never_judges_less_safely_than_this_clock_alone(
+    stamped: float, now: float, server_at: float, server_since: float, span: float
+) -> None:
+    seen = server(server_at)
+    local = age(stamped, now=now, server=None)
+    kept = age(stamped, now=now, server=seen, server_stamped=server_since)
+    assert kept >= local
+    assert kept >= age(stamped, now=now, server=seen)  # never younger than without it
+    until = stamped + span
+    held = held_until(until, since=stamped, now=now, server=seen, server_since=server_since)
+    assert held >= until
+    assert held >= held_until(until, since=stamped, now=now, server=seen)  # never less
+    if over_by_server(until, since=stamped, server_at=server_at, server_since=server_since):
+        assert over_by_server(until, since=stamped, server_at=server_at)
+    # ... and holds at most one span (and the slack, and the readings' seconds) past now.
+    assert held <= max(until, now + span + STAMP_SLACK + 2 * DATE_RESOLUTION)
+
+
+def test_one_question_per_origin_at_a_time_and_a_silent_origin_is_not_asked_again_soon() -> None:
+    times = ServerTimes()
+    turn = times.turn(ORIGIN)
+    assert times.turn(ORIGIN) is turn  # one turn per origin, shared by its callers
+    assert times.ask(ORIGIN, 0.0)
+    times.answered(ORIGIN, 7.0, heard=False)  # no answer
+    assert not times.ask(ORIGIN, 7.0 + ASK_AGAIN_AFTER - 1)
+    assert times.ask(ORIGIN, 7.0 + ASK_AGAIN_AFTER)
+    times.heard(ORIGIN, formatdate(NOW, usegmt=True), 401.0)
+    times.answered(ORIGIN, 401.0, heard=True)
+    assert not times.ask(ORIGIN, 402.0)  # answered: never asked again
+    # Turns of origins nobody asks are let go when there are too many; a held one stays.
+    with turn:
+        for n in range(MAX_ORIGINS + 1):
+            times.turn((b"https", f"h{n}.test".encode(), None))
+        assert times.turn(ORIGIN) is turn
+
+
+def test_a_forked_child_does_not_inherit_its_parents_question_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pre-fork server: the parent's caller held the turn as the process forked. In
+    # the child, nobody will release it: each call would wait the probe's whole time.
+    times = ServerTimes()
+    held = times.turn(ORIGIN)
+    held.acquire()
+    monkeypatch.setattr("os.getpid", lambda: -1)  # the child's pid
+    fresh = times.turn(ORIGIN)
+    assert fresh is not held
+    assert fresh.acquire(blocking=False)
+
+
+@pytest.mark.parametrize("wrong", [-HOUR, HOUR])
+def test_a_wrong_date_at_the_send_never_ends_a_hold_the_other_measures_keep(
+    wrong: float,
+) -> None:
+    # A gateway's own 504 (its clock an hour off) was the latest Date at the send: the
+    # server's time kept with it is an hour off. The host's clock was then stepped an
+    # hour forward unseen. The server's time now (right), against the local stamp of the
+    # send, still says ten minutes: held, whatever the kept time says.
+    span = 900.0
+    sent_local = NOW - 600  # stamped by the host's clock while it was right
+    until = sent_local + span
+    kept = NOW - 600 + wrong + DATE_RESOLUTION
+    held = held_until(
+        until, since=sent_local, now=NOW + HOUR, server=server(NOW), server_since=kept
+    )
+    assert held >= NOW + HOUR + 300
+    assert not over_by_server(until, since=sent_local, server_at=NOW, server_since=kept)
+
+
+def test_a_node_ahead_at_the_intent_never_makes_an_operation_younger() -> None:
+    # The HEAD reached a node three hours ahead; the host's clock was right then, and
+    # set back three hours since, unseen. By the kept time and by the host's clock the
+    # operation is 23 hours old; by the server's time now against its stamp, 26.
+    stamped = NOW - 26 * HOUR
+    now_local = NOW - 3 * HOUR
+    kept = stamped + 3 * HOUR
+    assert age(stamped, now=now_local, server=server(NOW), server_stamped=kept) >= 26 * HOUR
+
+
+def test_a_cached_answer_s_date_is_read_with_its_age() -> None:
+    # A cache answered with a copy made an hour ago: its Date is an hour old. The Age it
+    # sends says so (RFC 9111); one that is not a number of seconds says nothing.
+    times = ServerTimes()
+    stale = formatdate(NOW - HOUR, usegmt=True)
+    times.heard(ORIGIN, stale, 10.0, "3600")
+    assert times.at(ORIGIN, 10.0) == server(NOW)
+    times.heard(ORIGIN, stale, 20.0, "soon")
+    assert times.at(ORIGIN, 20.0) == server(NOW - HOUR)
+    times.heard(ORIGIN, formatdate(NOW - 3 * DAY, usegmt=True), 30.0, str(int(3 * DAY)))
+    assert times.at(ORIGIN, 30.0) == server(NOW)
+    times.heard(ORIGIN, stale, 40.0, "9" * 11)  # absurd: not read
+    assert times.at(ORIGIN, 40.0) == server(NOW - HOUR)

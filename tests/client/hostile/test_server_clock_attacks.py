@@ -17,12 +17,13 @@ from idemclient import (
     Client,
     Indeterminate,
     ManualClock,
+    NotSent,
     ReconcileRequired,
     RetryPolicy,
     State,
 )
 from idemclient._call import origin_of
-from idemclient._server_time import MAX_ORIGINS
+from idemclient._server_time import ASK_AGAIN_AFTER, MAX_ORIGINS
 from idemclient.testing import ReferenceServer
 from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer, _paid_then_timed_out
 
@@ -55,15 +56,10 @@ def test_a_probe_cut_short_gives_the_lease_back(tmp_path: Path) -> None:
         shop.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="20 maybe-applied operations resumed concurrently by one AsyncClient send 20"
-    " HEAD probes to one origin (one per operation, none waits for another's answer):"
-    " a restarted worker resuming hundreds floods the PSP with HEADs before any payment",
-)
 def test_many_operations_resumed_at_once_ask_the_time_once(tmp_path: Path) -> None:
     # A worker that restarts and resumes its backlog concurrently: every maybe-applied
-    # operation finds no Date heard yet, and each sends its own HEAD.
+    # operation finds no Date heard yet. Each sent its own HEAD (twenty before any
+    # payment); one asks now, and the others wait for its answer.
     shop = Shop(tmp_path, "reference")
     references = [f"inv-{n}" for n in range(20)]
     try:
@@ -120,6 +116,37 @@ def test_a_hanging_probe_leaves_the_operation_time_to_be_sent(tmp_path: Path) ->
         assert shop.applied() == 1
     finally:
         shop.close()
+
+
+def test_an_origin_that_answers_nothing_is_not_asked_the_time_for_each_payment(
+    tmp_path: Path,
+) -> None:
+    # A server that is down (every connection refused): each new payment of one process
+    # paid a probe (up to its timeout, where it hangs) before it was tried. The
+    # question is asked once, and not again for ASK_AGAIN_AFTER.
+    sent: list[str] = []
+
+    def down(request: httpx.Request) -> httpx.Response:
+        sent.append(request.method)
+        raise httpx.ConnectError("connection refused", request=request)
+
+    clock = ManualClock()
+    options: dict[str, Any] = {
+        "base_url": "https://psp.test",
+        "transport": httpx.MockTransport(down),
+        "store": tmp_path / "s.db",
+        "clock": clock,
+        "policy": RetryPolicy(max_attempts=1),
+    }
+    with Client(**options) as client:
+        for reference in ("inv-1", "inv-2", "inv-3"):
+            with pytest.raises(NotSent):
+                client.post("/v1/payments", json={"reference": reference}, operation_id=reference)
+        assert sent == ["HEAD", "POST", "POST", "POST"]
+        clock.advance(ASK_AGAIN_AFTER)
+        with pytest.raises(NotSent):
+            client.post("/v1/payments", json={"reference": "inv-4"}, operation_id="inv-4")
+        assert sent[-2:] == ["HEAD", "POST"]  # asked again, after a while
 
 
 def test_a_client_calling_many_hosts_keeps_a_bounded_number_of_dates() -> None:
@@ -186,7 +213,7 @@ def test_the_time_probe_does_not_reach_the_payment_endpoint(tmp_path: Path) -> N
     with Client(**options) as client:  # the worker restarted: resumed
         client.post("/v1/payments/pi_1/capture", operation_id="capture-pi_1")
     assert server.captures == ["POST"], server.captures
-    assert server.probed == ["/"]  # the time was asked all the same, of the origin
+    assert server.probed == ["/", "/"]  # each process asked the time of the origin
 
 
 def test_a_record_stamped_before_the_client_started_but_after_its_set_back_start(

@@ -32,6 +32,8 @@ class Killed(httpx.BaseTransport):
         self.inner = inner
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":  # the client asks the time first: answered
+            return self.inner.handle_request(request)
         self.inner.handle_request(request)
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable")
