@@ -5,13 +5,15 @@
 Runs batches of generated histories until the time is up: in one server profile
 (`--profile`, the server speaking it and the client built with it), or by default in
 every built-in profile in turn, a batch each. A failure prints the shrunk history as a
-script of steps (with the profile and the seed that found it), and exits 1. Re-run with
+script of steps (with the profile and the seed that found it, and how many histories and
+seconds in the first failing one came: the rest is shrinking), and exits 1. Re-run with
 the same `--seed` (and `--profile`) to replay the same histories.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import logging
 import random
@@ -19,6 +21,8 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -27,17 +31,41 @@ from .machine import PROFILES, PaymentsMachine
 
 #: histories built, per profile
 HISTORIES: Counter[str] = Counter()
+#: the first history that failed its invariant: how many histories had been built, and
+#: when (seconds since `STARTED`); the rest of a failed run is shrinking
+FIRST_FAILURE: list[tuple[int, float]] = []
+STARTED = time.monotonic()
 
 
 def counted(profile: str) -> type[PaymentsMachine]:
-    """The checker's machine in `profile`, counting the histories it is built for."""
+    """The checker's machine in `profile`, counting the histories it is built for and
+    noting the first that fails its invariant."""
     machine = PaymentsMachine.for_profile(profile)
 
     def __init__(self: PaymentsMachine) -> None:
         HISTORIES[profile] += 1
         machine.__init__(self)
 
-    return type(f"Counted{machine.__name__}", (machine,), {"__init__": __init__})
+    def check_invariants(self: PaymentsMachine, *args: Any) -> None:
+        with _noting_the_first_failure():
+            machine.check_invariants(self, *args)
+
+    def teardown(self: PaymentsMachine) -> None:
+        with _noting_the_first_failure():
+            machine.teardown(self)
+
+    members = {"__init__": __init__, "check_invariants": check_invariants, "teardown": teardown}
+    return type(f"Counted{machine.__name__}", (machine,), members)
+
+
+@contextlib.contextmanager
+def _noting_the_first_failure() -> Iterator[None]:
+    try:
+        yield
+    except AssertionError:
+        if not FIRST_FAILURE:
+            FIRST_FAILURE.append((sum(HISTORIES.values()), time.monotonic() - STARTED))
+        raise
 
 
 def summary() -> str:
@@ -69,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"checker: seed={chosen_seed} profile={where} minutes={args.minutes} (replay: {replay})")
     sys.stdout.flush()
     logging.disable(logging.CRITICAL)  # the client's warnings, thousands of them
+    global STARTED
+    STARTED = time.monotonic()
     rng = random.Random(chosen_seed)
     batch = args.batch or (200 if args.profile else 25)
     deadline = time.monotonic() + args.minutes * 60
@@ -90,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             run_state_machine_as_test(seed(batch_seed)(machines[profile]), settings=chosen)
         except BaseException:  # the failure and its shrunk history are the report
             traceback.print_exc()
+            if FIRST_FAILURE:
+                found, seconds = FIRST_FAILURE[0]
+                print(f"checker: the first failing history was history {found}, {seconds:.0f} s in")
             print(
                 f"checker: FAILED in profile {profile} after {sum(HISTORIES.values())}"
                 f" histories (seed={chosen_seed}; {summary()})"

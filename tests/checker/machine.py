@@ -202,11 +202,12 @@ FAULTS = (
 REFUSALS = ("400", "409")
 FINISHED = (State.SUCCEEDED, State.FAILED, State.NOT_SENT)
 #: Where the client's clock may jump (seconds from true time): fast or slow by seconds,
-#: an hour, days, a month.
+#: half an hour, an hour, days, a month.
 CLIENT_OFFSETS = (
     0.0,
     -CLOCK_SKEW / 2 + 10,
     CLOCK_SKEW / 2 - 10,
+    1800.0,
     3600.0,
     -2 * DAY,
     2 * DAY,
@@ -215,6 +216,12 @@ CLIENT_OFFSETS = (
 #: The offsets a right clock is stepped to while no client runs
 #: (`client_clock_steps_unseen`): wrong ones, further than `CLOCK_SKEW` from true time.
 WRONG_CLIENT_OFFSETS = tuple(offset for offset in CLIENT_OFFSETS if abs(offset) > CLOCK_SKEW)
+#: The unseen steps forward that end a client's in-flight hold by its own clock (the
+#: profiles' `in_flight_for` is 15 minutes) and keep a key young enough to send again:
+#: half an hour (square, wise and gocardless keep keys an hour) and an hour (paypal
+#: keeps them 6 hours). Only the server's `Date` then holds the next send back.
+#: `client_clock_steps_forward_while_held` draws them.
+HOLD_ENDING_STEPS = tuple(offset for offset in WRONG_CLIENT_OFFSETS if 0 < offset <= 3600.0)
 #: The server's recovery worker sweeps at least this often (seconds of world time).
 SWEEP_EVERY = 600.0
 #: The external systems forget keys after this: a second send past it moves money again.
@@ -527,12 +534,21 @@ class PaymentsMachine(RuleBasedStateMachine):
         # stamped.
         stepped = max(SERVER_OFFSETS) - min(SERVER_OFFSETS) + LEASE
         for span in (LEASE + 1, *[SWEEP_EVERY] * math.ceil(stepped / SWEEP_EVERY)):
-            # Every key row the server holds started (under django-idempotency-key, a
-            # row's key is the client's key and the request's hash).
-            if not self.server._storage.stale_keys(stale_before=math.inf, limit=1):
+            if not self._server_holds_a_key_in_flight():
                 return
             self.world.advance(span)
             self.server.recover()
+
+    def _server_holds_a_key_in_flight(self) -> bool:
+        # Every key row the server holds started (under django-idempotency-key, a row's
+        # key is the client's key and the request's hash).
+        return bool(self.server._storage.stale_keys(stale_before=math.inf, limit=1))
+
+    def _keys_in_flight(self) -> set[str]:
+        """The clients' keys the server holds in flight (a django-idempotency-key row's
+        key is the client's key, a slash and the request's hash)."""
+        rows = self.server._storage.stale_keys(stale_before=math.inf, limit=100)
+        return {key.split("/", 1)[0] for _, key in rows}
 
     def _client(self, store: MortalStore, wire: Wire) -> Client:
         return Client(
@@ -800,6 +816,50 @@ class PaymentsMachine(RuleBasedStateMachine):
         to right is `client_clock_jumps`'s."""
         self.client_clock.offset = offset
         self.stepped_unseen = True
+
+    @precondition(
+        lambda self: (
+            abs(self.client_clock.offset) <= CLOCK_SKEW
+            and self._dates_are_right()
+            and any(
+                (r.not_before or 0.0) > self.client_clock.time()
+                for r in self._maybe_applied_in_flight()
+            )
+        )
+    )
+    @rule(offset=st.sampled_from(HOLD_ENDING_STEPS))
+    def client_clock_steps_forward_while_held(self, offset: float) -> None:
+        """`client_clock_steps_unseen` forward, by an hour at most, taken only while
+        the client holds (its `not_before`) an operation that may have been applied and
+        whose key a server that does not guard a key in flight still runs: its own
+        rule, so that it is drawn about as often as any other in the state where only
+        the server's `Date` keeps the next send back (among every rule's draws, a step
+        of that size in that state was too rare for a deep run to reach)."""
+        self.client_clock_steps_unseen(offset)
+
+    @precondition(lambda self: self.stepped_unseen and bool(self._maybe_applied_in_flight()))
+    @rule(way=st.sampled_from(("client", "async")))
+    def resume_after_the_step(self, way: str) -> None:
+        """The application starts on the host whose clock was stepped unseen and
+        resumes at once, while the server still runs the key of an operation that may
+        have been applied: `resume` without its fates, its own rule, so that in that
+        state a send is drawn about as often as the rules that end it (time passing,
+        the server's recovery, a look-up's wait)."""
+        self._process(None, frozenset(), self._resume, way=way)
+
+    def _maybe_applied_in_flight(self) -> list[Any]:
+        """The store's unsettled operations that may have been applied and whose key
+        the server, which does not guard a key in flight, still runs."""
+        if self.setup.profile.guards_in_flight:
+            return []
+        running = self._keys_in_flight()
+        if not running:
+            return []
+        return [
+            r
+            for r in self.inspector.operations()
+            if r.key in running and r.maybe_applied and not r.state.finished
+        ]
 
     def _dates_are_right(self, offset: float | None = None) -> bool:
         """The server's `Date` (at `offset`, else its clock's now) is as right as an

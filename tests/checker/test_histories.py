@@ -509,6 +509,44 @@ def test_paypal_a_clock_stepped_forward_while_no_client_ran_is_held_by_the_serve
         state.teardown()
 
 
+# The history that shows the server's Date is what keeps the hold: with it taken out of
+# the client (clients built with server_clock=False, or _server_time.held_until giving
+# the local `until`), every row pays twice: the step ends the hold by the host's clock,
+# and the key is young enough by it to be sent again. It is the shape the checker's
+# client_clock_steps_forward_while_held is there to reach: a deep run under that
+# mutation finds it within minutes (docs/reliability.md). Two days forward is past the
+# key retention of these profiles: looked up, never sent; django-idempotency-key keeps a
+# key 5 minutes, so no step that ends the hold leaves one to send.
+@pytest.mark.parametrize(
+    ("profile", "offset"),
+    [
+        ("paypal", 3600.0),  # paypal keeps keys 6 hours
+        ("paypal", 1800.0),
+        ("square", 1800.0),  # square, wise and gocardless keep keys an hour
+        ("wise", 1800.0),
+        ("gocardless", 1800.0),
+    ],
+)
+def test_a_clock_stepped_forward_while_the_client_holds_a_maybe_applied_operation_pays_once(
+    profile: str, offset: float
+) -> None:
+    state = PaymentsMachine.for_profile(profile)()
+    state.server_crashes_after(after="ADMITTED")  # the server holds the key, then stops
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    (held,) = state._maybe_applied_in_flight()  # where the checker draws the step
+    assert held.not_before > state.client_clock.time()
+    state.client_clock_steps_forward_while_held(offset=offset)
+    sent = len(state.server.ledger())
+    state.resume_after_the_step(way="client")
+    try:
+        state.never_twice_and_agreeing()
+        assert state._record(op).state is State.INDETERMINATE  # held by the server's Date
+        assert len(state.server.ledger()) == sent
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
 def test_paypal_a_clock_stepped_forward_is_taken_once_nothing_is_in_flight() -> None:
     # The same history as the checker generates it: the step is taken once the server's
     # recovery has finished the first request. By the server's clock (its Date) the
