@@ -27,6 +27,7 @@ from idemclient import AsyncClient, Client, Indeterminate, Outcome, State
 from idemclient._call import CLOCK_SKEW
 from idemclient.store import SQLiteStore
 from idemclient.testing._server import http_date
+from tests.client.hostile.test_server_clock_attacks import _head_hangs
 from tests.integration.test_server_clock import (
     BASE,
     HOUR,
@@ -359,22 +360,12 @@ def test_a_cached_head_does_not_make_a_fresh_operation_past_retention(tmp_path: 
         shop.close()
 
 
-def _no_answer_to_head(shop: Shop) -> None:
-    def refuse(request: httpx.Request, inner: httpx.BaseTransport) -> httpx.Response:
-        if request.method == "HEAD":
-            shop.world.advance(request.extensions["timeout"]["read"])
-            raise httpx.ReadTimeout("no answer to HEAD", request=request)
-        return inner.handle_request(request)
-
-    shop.through(refuse)
-
-
 def test_an_origin_that_never_answers_a_head_is_asked_once_by_a_client(tmp_path: Path) -> None:
     # Held, and worth keeping: a gateway that drops HEAD costs one probe's time, not one
     # per payment, for ASK_AGAIN_AFTER.
     shop = Shop(tmp_path, "reference")
     try:
-        _no_answer_to_head(shop)
+        _head_hangs(shop)
         with _client(shop) as c:
             for n in range(5):
                 c.post(shop.payments, json=shop.body(f"r{n}"), operation_id=f"r{n}")
