@@ -477,7 +477,7 @@ class Call:
         self.maybe_applied = False
         #: when this call last sent an attempt that may have been applied
         self.sent_at: float | None = None
-        #: the server's time then, by its `Date` (an upper bound), if this process knew it
+        #: the server's time then, by its `Date` (an upper bound), if this client knew it
         self.server_sent_at: float | None = None
         #: an answer read as a replay came that no attempt of ours explains (kept by
         #: the store for good: `OperationRecord.replay_unexplained`)
@@ -566,7 +566,7 @@ class Call:
         )
 
     def server_time(self, stamped: float) -> ServerTime | None:
-        """The server's time now, by the latest `Date` its origin sent this process, to
+        """The server's time now, by the latest `Date` its origin sent this client, to
         judge a stamp made at `stamped` (see `Settings.server_time`)."""
         return self.settings.server_time(self.request.url, stamped=stamped)
 
@@ -579,7 +579,7 @@ class Call:
         )
 
     def server_now(self) -> ServerTime | None:
-        """The server's time now, by the latest `Date` its origin sent this process,
+        """The server's time now, by the latest `Date` its origin sent this client,
         whatever it is to judge: what a record keeps beside its own stamps (None if none
         came, or `server_times` is off)."""
         times = self.settings.server_times

@@ -418,7 +418,7 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
 
 
 def _ask_the_time(call: Call) -> Generator[Effect, Any, None]:
-    """Ask the operation's server its time (its `Date`) before this process first
+    """Ask the operation's server its time (its `Date`) before this client first
     records or sends an operation there, unless an answer from it told it already: the
     record keeps the server's time beside its own stamps, and an operation recorded
     before (which may have been applied) is judged by the server's clock as well as this

@@ -258,7 +258,7 @@ class ServerTimes:
                 del seen[next(iter(seen))]  # the oldest first noted
 
     def knows(self, origin: Origin) -> bool:
-        """`origin` answered this process: with its time, or with none to give."""
+        """`origin` answered this client: with its time, or with none to give."""
         return origin in self._seen
 
     def at(self, origin: Origin, monotonic: float) -> ServerTime | None:

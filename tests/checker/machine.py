@@ -56,7 +56,7 @@ The assumptions it rests on (no generated history leaves them):
   again by `client_clock_jumps` (back: run across; forward, from slow: as below). A
   clock fast then set right while no client ran leaves the record's own stamp wrong,
   which only the server's time kept with the record shows (the client asks it before
-  a process's first operation); that history is kept in test_histories.py;
+  a client's first operation); that history is kept in test_histories.py;
 - purging an operation is an operator's explicit act, after which the application
   does not issue it again;
 - the server's recovery worker runs at least every `SWEEP_EVERY`: a stranded
