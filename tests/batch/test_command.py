@@ -541,6 +541,14 @@ def test_every_option_has_help_and_the_environment_variables_are_shown() -> None
     assert "--retry-budget" in shown
 
 
+#: `python -m idemclient` with Ctrl-C at its default, as a terminal's foreground job has
+#: it: `python -c _FOREGROUND ARGS...`.
+_FOREGROUND = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    " runpy.run_module('idemclient', run_name='__main__', alter_sys=True)"
+)
+
+
 def test_ctrl_c_exits_130_with_the_summary_and_the_report(live: LiveServer, work: Path) -> None:
     (work / "payroll-nov.csv").write_text(payroll(300))
     for reference in references(300):  # slow enough to be interrupted half way
@@ -549,6 +557,11 @@ def test_ctrl_c_exits_130_with_the_summary_and_the_report(live: LiveServer, work
         live.url, work / "payroll-nov.csv", work / "batches.db", "--concurrency", "2",
         report=work / "r.json",
     )  # fmt: skip
+    # Run as a shell runs a command in the foreground, Ctrl-C at its default: a test run
+    # started in the background ignores SIGINT, and its children inherit that (the
+    # command then ran to its end and exited 0).
+    assert argv[1:3] == ["-m", "idemclient"]
+    argv = [sys.executable, "-c", _FOREGROUND, *argv[3:]]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Interrupted once the command says 30 rows are done (its own progress lines), not
     # once the server's ledger shows 20: reading the ledger waits on the database the
