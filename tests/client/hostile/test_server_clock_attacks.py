@@ -6,6 +6,7 @@ before a long-running client started."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,22 @@ def test_a_hanging_probe_leaves_the_operation_time_to_be_sent(tmp_path: Path) ->
         shop.close()
 
 
+def _one_attempt_against(
+    handler: Callable[[httpx.Request], httpx.Response],
+    base_url: str,
+    tmp_path: Path,
+    clock: ManualClock,
+) -> dict[str, Any]:
+    """A client's options: `handler` as the server at `base_url`, one attempt a call."""
+    return {
+        "base_url": base_url,
+        "transport": httpx.MockTransport(handler),
+        "store": tmp_path / "s.db",
+        "clock": clock,
+        "policy": RetryPolicy(max_attempts=1),
+    }
+
+
 def test_an_origin_that_answers_nothing_is_not_asked_the_time_for_each_payment(
     tmp_path: Path,
 ) -> None:
@@ -131,13 +148,7 @@ def test_an_origin_that_answers_nothing_is_not_asked_the_time_for_each_payment(
         raise httpx.ConnectError("connection refused", request=request)
 
     clock = ManualClock()
-    options: dict[str, Any] = {
-        "base_url": "https://psp.test",
-        "transport": httpx.MockTransport(down),
-        "store": tmp_path / "s.db",
-        "clock": clock,
-        "policy": RetryPolicy(max_attempts=1),
-    }
+    options = _one_attempt_against(down, "https://psp.test", tmp_path, clock)
     with Client(**options) as client:
         for reference in ("inv-1", "inv-2", "inv-3"):
             with pytest.raises(NotSent):
@@ -200,13 +211,7 @@ class MethodBlindCapture:
 def test_the_time_probe_does_not_reach_the_payment_endpoint(tmp_path: Path) -> None:
     server = MethodBlindCapture()
     clock = ManualClock(start=1_796_191_200.0)
-    options: dict[str, Any] = {
-        "base_url": "https://payments.internal.test",
-        "transport": httpx.MockTransport(server),
-        "store": tmp_path / "s.db",
-        "clock": clock,
-        "policy": RetryPolicy(max_attempts=1),
-    }
+    options = _one_attempt_against(server, "https://payments.internal.test", tmp_path, clock)
     with Client(**options) as client, pytest.raises(Indeterminate):
         client.post("/v1/payments/pi_1/capture", operation_id="capture-pi_1")
     clock.advance(HOUR)
