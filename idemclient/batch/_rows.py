@@ -24,6 +24,7 @@ from typing import Literal
 
 from .._errors import BatchInvalid
 from ._currencies import MINOR_UNITS
+from ._sniff import HEAD, bad_byte, not_csv
 
 __all__ = ["AmountFormat", "Batch", "PayoutRow", "read_batch"]
 
@@ -35,6 +36,15 @@ MAX_REFERENCE_LENGTH = 255
 _MINOR = re.compile(r"[0-9]+")
 _MAJOR = re.compile(r"([0-9]+)(?:\.([0-9]+))?")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: An amount written in major units, with its decimals (12.5, 3570.01).
+_DECIMAL = re.compile(r"[0-9]*[.,][0-9]+")
+#: The option that names each column, on the command line and from Python.
+_OPTIONS = {
+    "reference": ("--ref-column", "reference_column"),
+    "amount": ("--amount-column", "amount_column"),
+    "currency": ("--currency-column", "currency_column"),
+    "date": ("--date-column", "date_column"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +153,10 @@ def read_batch(
     source = str(file)
     columns = _Columns(reference_column, amount_column, currency_column, date_column)
     shape: list[tuple[int, str]] = []
+    with file.open("rb") as raw:
+        kind = not_csv(raw.read(HEAD))
+    if kind is not None:
+        raise BatchInvalid(source, [(0, kind)])
     # Streamed, row by row: a file of a hundred thousand rows is never held twice.
     with file.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter)
@@ -174,9 +188,8 @@ def read_batch(
 
             rows, problems = _validate(batch_reference, header, records(), columns, amount_format)
         except UnicodeDecodeError as exc:
-            raise BatchInvalid(
-                source, [(0, f"is not UTF-8 text ({exc.reason} near line {reader.line_num + 1})")]
-            ) from exc
+            # Where the parser is says little: the decoder reads ahead in chunks.
+            raise BatchInvalid(source, [(0, bad_byte(file))]) from exc
         except csv.Error as exc:
             raise BatchInvalid(source, [(0, f"is not valid CSV: {exc}")]) from exc
     if shape or problems:  # a row of the wrong shape hides its values' problems
@@ -218,8 +231,9 @@ def _validate(
     required = (columns.reference, columns.amount, columns.currency, columns.date)
     missing = [name for name in required if name not in header]
     if missing:
+        hints = "".join(f"; {hint}" for hint in _near_misses(columns, missing, header))
         problems.append(
-            (0, f"missing column(s): {', '.join(missing)} (found: {', '.join(header)})")
+            (0, f"missing column(s): {', '.join(missing)} (found: {', '.join(header)}){hints}")
         )
         return (), problems
     shared = tuple(header)
@@ -227,6 +241,8 @@ def _validate(
     rows: list[PayoutRow] = []
     first_use: dict[str, int] = {}
     seen = 0
+    #: the first amount with decimals, in a file read as minor units
+    decimals = ""
     for number, read in records:
         seen += 1
         values = list(read)
@@ -255,6 +271,8 @@ def _validate(
         amount = _amount(values[at_amount], MINOR_UNITS.get(currency), amount_format)
         if isinstance(amount, str):
             row_problems.append(amount)
+            if amount_format == "minor" and not decimals and _DECIMAL.fullmatch(values[at_amount]):
+                decimals = values[at_amount]
         value_date = _date(values[at_date])
         if isinstance(value_date, str):
             row_problems.append(value_date)
@@ -274,7 +292,40 @@ def _validate(
         )
     if not seen:
         problems.append((0, "has a header but no rows"))
+    if decimals:
+        problems.insert(
+            0,
+            (
+                0,
+                f"has amounts with decimals ({decimals!r}...) where whole minor units are"
+                " read (357001 for 3570.01): if its amounts are in major units, read it"
+                " with --amount-format major (amount_format='major' from Python)",
+            ),
+        )
     return tuple(rows), problems
+
+
+def _near_misses(columns: _Columns, missing: Sequence[str], header: Sequence[str]) -> list[str]:
+    """For each missing column that the header has in another case (or with other
+    spaces), a "did you mean", with the option that names it."""
+    hints = []
+    for role, (option, keyword) in _OPTIONS.items():
+        wanted = getattr(columns, role)
+        if wanted not in missing:
+            continue
+        near = [name for name in header if _folded(name) == _folded(wanted)]
+        if near:
+            found = near[0]
+            hints.append(
+                f"did you mean {found!r} for the column {wanted!r}? Column names are"
+                f" compared exactly: rename it in the header, or pass {option} {found}"
+                f" ({keyword}={found!r} from Python)"
+            )
+    return hints
+
+
+def _folded(name: str) -> str:
+    return " ".join(name.replace("_", " ").replace("-", " ").split()).casefold()
 
 
 def _amount(text: str, exponent: int | None, amount_format: AmountFormat) -> int | str:

@@ -89,7 +89,9 @@ def test_every_value_problem_is_listed_with_its_row(tmp_path: Path) -> None:
         + "r7,E7,G,GB00,0,GBP,2026-11-30\n"
         + "r8,E8,H,GB00,-5,GBP,30/11/2026\n",
     )
-    problems = problems_of(path)
+    hint, *problems = problems_of(path)
+    assert hint[0] == 0
+    assert "--amount-format major" in hint[1]  # for the 12.50 of row 4
     assert [row for row, _ in problems] == [2, 3, 4, 5, 6, 7, 8, 8]
     reasons = dict(problems[:6])  # rows 2..7, one problem each
     assert "empty reference" in reasons[2]
