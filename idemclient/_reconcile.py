@@ -91,6 +91,7 @@ __all__ = [
     "judge_found",
     "judge_resource",
     "kept_payment",
+    "listed",
     "lookup_url",
     "refused",
     "release",
@@ -248,8 +249,9 @@ def status_of(item: Item, rules: LookupRules) -> tuple[str | None, State | None]
     return value, rules.statuses.get(value.strip().lower())
 
 
-def _items(response: httpx.Response) -> list[Item] | str:
-    """The payments a 2xx answer names, or why they cannot be read."""
+def listed(response: httpx.Response) -> list[Item] | str:
+    """The payments a 2xx answer names, or why they cannot be read (a body that is
+    not JSON, neither a list nor a payment, a list whose items are not payments)."""
     try:
         body = json.loads(response.content)
     except ValueError:
@@ -322,7 +324,7 @@ def judge(
         )
     if not 200 <= code < 300:
         return Verdict("unknown", f"HTTP {code}")
-    items = _items(response)
+    items = listed(response)
     if isinstance(items, str):
         return Verdict("unknown", f"HTTP {code} with {items}")
     partial = _more_follow(response)
@@ -406,7 +408,7 @@ def judge_found(response: httpx.Response, found: Callable[[httpx.Response], bool
 def default_found(response: httpx.Response) -> bool:
     """The judgement `found=` used to default to: any 2xx naming something. Kept for
     callers that passed it explicitly; `judge` reads the payment's status instead."""
-    items = _items(response)
+    items = listed(response)
     return not isinstance(items, str) and bool(items)
 
 

@@ -253,8 +253,9 @@ def _profile(name: str, retention: float | None, in_flight_for: float | None) ->
     help="How a row is looked up on the server before its first send (a row the store"
     " does not know, or knows from longer ago than --key-retention): a URL under --url"
     " with {reference} ({path} is --path). A payment found is recorded and not sent; an"
-    " empty list is 'not found'; a 404 or any error stops the run before anything is"
-    " sent.",
+    " empty list is 'not found'; a 404 or a refusal stops the run before anything is"
+    " sent (exit 2), and so does a server that answers 'later' (429, 503) or not at all,"
+    " to be run again later (exit 3).",
 )
 @click.option(
     "--no-lookup",

@@ -8,13 +8,20 @@ whose filter the server ignores answers with other rows' payments: those are set
 cannot be told apart, so the look-up does not work until the field is named. Here is
 otherwise only the asking: one GET per row, retried while the answer says "later" (429, 503,
 a 5xx, a dropped connection or a timeout), within the client's retry policy (attempts,
-deadline, the server's Retry-After as a floor), on the client's clock. A look-up that
-never gets a definite answer counts as a look-up that does not work.
+deadline, the server's Retry-After as a floor), on the client's clock.
+
+A look-up that gets no definite answer did not work, and what to do about it depends
+on why (`Trouble`, `trouble_of`): the server said "later" or did not answer (run again
+later: nothing about the row or the look-up is wrong), the credentials were refused
+(check the token), there is no such look-up here (check the URL, path and template;
+only here does going without a look-up make sense), the look-up was refused for
+another reason, or its answer cannot be read as this row's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +31,7 @@ import httpx
 from .._clock import Clock
 from .._operations import Http, Op, Pause
 from .._policy import RetryPolicy, backoff_ceiling
-from .._reconcile import LookupRules, Unquotable, Verdict, fill, judge
+from .._reconcile import LookupRules, Unquotable, Verdict, fill, judge, listed
 from .._retry_after import parse_retry_after
 from ._plan import KEY_FIELD, matches_payment, shows_row
 
@@ -33,9 +40,12 @@ __all__ = [
     "Asked",
     "Asking",
     "LookupSettings",
+    "Trouble",
     "asked",
+    "later",
     "next_wait",
     "refined",
+    "trouble_of",
     "works",
 ]
 
@@ -47,6 +57,58 @@ DEFAULT_LOOKUP = "{path}?reference={reference}"
 MIN_ATTEMPTS = 3
 #: Answers that say "ask again later", not "this is what the server holds".
 _LATER = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Server errors that are no passing trouble: not implemented, a version or a network
+#: login the server will not get past by waiting.
+_NEVER_LATER = frozenset({501, 505, 511})
+#: No such look-up at this URL: a missing search, or a method it does not take.
+_ABSENT = frozenset({404, 405, 501})
+_CREDENTIALS = frozenset({401, 407})
+
+
+def later(status: int) -> bool:
+    """Whether an answer with `status` says "later" rather than anything about the
+    look-up: a rate limit, a timeout, a server or gateway in trouble."""
+    return status in _LATER or (500 <= status < 600 and status not in _NEVER_LATER)
+
+
+class Trouble(enum.Enum):
+    """Why a look-up did not work, by what the operator is to do about it."""
+
+    #: the server said "later" (429, 503, another 5xx) or did not answer: nothing is
+    #: wrong with the look-up; run again later (the batch's exit code 3)
+    LATER = "later"
+    #: the credentials were refused (401, 407): check the token
+    CREDENTIALS = "credentials"
+    #: no such look-up here (404, 405, 501, an answer that is not a list or a payment):
+    #: a wrong URL, path or template, or a server without one (the one case for
+    #: sending without a look-up)
+    ABSENT = "absent"
+    #: refused for another reason (403, another 4xx, a redirect): the template, or
+    #: what the token may read
+    REFUSED = "refused"
+    #: answered, but not in a way that says whether this row was paid (payments that
+    #: show neither the reference nor the key, a page of several, a reference the
+    #: template cannot carry)
+    UNCLEAR = "unclear"
+
+
+def trouble_of(verdict: Verdict, response: httpx.Response | None) -> Trouble | None:
+    """Why the look-up that came to `verdict` (on `response`, None: no answer) did
+    not work, or None if it did: pure."""
+    if works(verdict):
+        return None
+    if response is None:
+        return Trouble.LATER
+    status = response.status_code
+    if later(status):
+        return Trouble.LATER
+    if status in _CREDENTIALS:
+        return Trouble.CREDENTIALS
+    if status in _ABSENT:
+        return Trouble.ABSENT
+    if 200 <= status < 300:
+        return Trouble.ABSENT if isinstance(listed(response), str) else Trouble.UNCLEAR
+    return Trouble.REFUSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +131,13 @@ class Asked:
     response: httpx.Response | None
     #: when the request that answered was sent: a "not found" is as old as that
     at: float | None = None
+    #: why it did not work (None: it did)
+    trouble: Trouble | None = None
+    #: how often it was asked
+    attempts: int = 1
+    #: the wait the server asked for (Retry-After, seconds) with its last answer, when
+    #: it said "later"
+    server_wait: float | None = None
 
 
 def next_wait(
@@ -181,7 +250,9 @@ class Asking:
         carry safely is no look-up that works (never "not found")."""
         if self.refused is None:
             return None
-        return Asked(self.url, Verdict("unknown", self.refused), None)
+        return Asked(
+            self.url, Verdict("unknown", self.refused), None, trouble=Trouble.UNCLEAR, attempts=0
+        )
 
     def answered(
         self, result: httpx.Response | Exception, *, at: float | None = None
@@ -213,9 +284,24 @@ class Asking:
                 key=key,
                 reference_field=field,
             )
-            return Asked(self.url, verdict, result, at)
+            trouble = trouble_of(verdict, result)
+            server_wait = (
+                parse_retry_after(result.headers, clock.time())
+                if trouble is Trouble.LATER
+                else None
+            )
+            return Asked(
+                self.url, verdict, result, at, trouble, self._attempts, server_wait=server_wait
+            )
         why = f"{type(result).__name__}: {result}" if str(result) else type(result).__name__
-        return Asked(self.url, Verdict("unknown", f"no answer ({why})"), None, at)
+        return Asked(
+            self.url,
+            Verdict("unknown", f"no answer ({why})"),
+            None,
+            at,
+            Trouble.LATER,
+            self._attempts,
+        )
 
 
 def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:

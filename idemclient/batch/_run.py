@@ -36,6 +36,7 @@ import datetime
 import functools
 import inspect
 import logging
+import math
 import threading
 import uuid
 from collections import defaultdict
@@ -77,6 +78,7 @@ from ._lookup import (
     Asked,
     Asking,
     LookupSettings,
+    Trouble,
     asked,
     works,
 )
@@ -219,6 +221,12 @@ class _Counts:
     budget: int = 0
     not_started: int = 0
     looked_up: int = 0
+    #: rows left unsettled while the server asked them to wait (Retry-After)
+    waited: int = 0
+    waited_not_sent: int = 0
+    #: the longest such wait (seconds), and when the last of them ends
+    longest_wait: float = 0.0
+    wait_until: float = 0.0
 
 
 class _Run:
@@ -271,6 +279,8 @@ class _Run:
         self._fingerprint: Callable[[bytes], str] | None = None
         self._sender = Sender(None)
         self._lock = threading.Lock()  # the counts the sending threads change
+        #: a look-up the server answered "later" (or not at all): nothing is sent
+        self.cut_short: Asked | None = None
 
     def stop(self) -> None:
         """Start no new row, and stop each row at its next retry (Ctrl-C)."""
@@ -421,37 +431,17 @@ class _Run:
         )
 
     def take_answers(self) -> None:
-        """Refuse the batch when a look-up did not work or found other content."""
-        unknown = [item for item in self.rows if item.asked and not works(item.asked.verdict)]
-        if unknown:
-            first = unknown[0].asked
-            assert first is not None
-            status = first.response.status_code if first.response is not None else None
-            if status in _REFUSED_CREDENTIALS:
-                raise BatchInvalid(
-                    self.batch.source,
-                    [
-                        (
-                            0,
-                            f"the server refused the credentials (HTTP {status}) when asked"
-                            f" GET {first.url}: check the token (--token or IDEMCLIENT_TOKEN)."
-                            " Nothing was recorded or sent",
-                        )
-                    ],
-                )
-            raise BatchInvalid(
-                self.batch.source,
-                [
-                    (
-                        0,
-                        f"the look-up does not work: GET {first.url} got {first.verdict.why}"
-                        ". Nothing was"
-                        " recorded or sent. Check --url, --path, --lookup and the token;"
-                        " where the server offers no look-up, --no-lookup sends without"
-                        " one (read what it risks in its help)",
-                    )
-                ],
-            )
+        """Refuse the batch when a look-up did not work or found other content; a
+        look-up the server answered "later" cuts the run short instead (`cut_short`):
+        nothing is recorded or sent, and the run is to be made again later."""
+        failed = [item.asked for item in self.rows if item.asked and item.asked.trouble]
+        lasting = [asked for asked in failed if asked.trouble is not Trouble.LATER]
+        if lasting:
+            raise BatchInvalid(self.batch.source, [(0, _not_working(lasting[0]))])
+        if failed:
+            # The longest wait any answer asked for says when to run again.
+            self.cut_short = max(failed, key=lambda asked: asked.server_wait or 0.0)
+            return
         problems = []
         elsewhere = []
         for item in self.rows:
@@ -803,9 +793,19 @@ class _Run:
 
     def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
         budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
+        now = self.clock.time()
+        # Left unsettled while the server's wait (Retry-After) still runs.
+        waiting = not outcome.state.finished and (outcome.not_before or now) > now
         with self._lock:
-            self.counts.budget += budget
-            self.counts.reopened += bool(item.reopened)
+            counts = self.counts
+            counts.budget += budget
+            counts.reopened += bool(item.reopened)
+            if waiting:
+                assert outcome.not_before is not None
+                counts.waited += 1
+                counts.waited_not_sent += outcome.state is State.NOT_SENT
+                counts.longest_wait = max(counts.longest_wait, outcome.not_before - now)
+                counts.wait_until = max(counts.wait_until, outcome.not_before)
         if isinstance(error, ReconcileRequired):
             # Why it is not sent again: its age, or an answer sending again cannot explain.
             why = error.reason or "recorded longer ago than the server keeps keys"
@@ -880,6 +880,21 @@ class _Run:
             lines.append(line)
         counts = self.counts
         notes = []
+        if self.cut_short is not None:
+            notes.append(self._cut_short_why())
+        if counts.waited:
+            what = "not sent" if counts.waited_not_sent == counts.waited else "not settled"
+            longest = counts.longest_wait
+            beyond = (
+                f", longer than a row may wait ({_seconds(self._patience())} s)"
+                if longest > self._patience()
+                else ""
+            )
+            notes.append(
+                f"{counts.waited} row(s) {what}: the server asked to wait"
+                f" {_seconds(longest)} s (Retry-After){beyond}: run the same command again"
+                f" after {_utc(counts.wait_until)}"
+            )
         if counts.found:
             notes.append(f"{counts.found} found on the server by look-up (recorded, not sent)")
         if counts.found_unsettled:
@@ -916,6 +931,7 @@ class _Run:
             "found_by_lookup": counts.found,
             "reopened": counts.reopened,
             "stopped_by_retry_budget": counts.budget,
+            "lookups_cut_short": None if self.cut_short is None else self._cut_short_why(),
         }
         return Report(
             batch=self.batch.scope or _name(self.batch.source),
@@ -977,15 +993,48 @@ class _Run:
         )
         record = self.store.get(operation_id)
         maybe = record is not None and (record.maybe_applied or record.state is State.IN_FLIGHT)
+        if self.cut_short is not None:
+            reason = f"not sent: {self._cut_short_why()}"
+        elif maybe:
+            reason = "interrupted while being sent: may have been applied; run again"
+        else:
+            reason = "not sent: interrupted; run again"
         return _recorded_line(
             item,
             record,
             key=item.outgoing.key if item.outgoing is not None else item.identity.key,
-            reason="interrupted while being sent: may have been applied; run again"
-            if maybe
-            else "not sent: interrupted; run again",
+            reason=reason,
             replayed=False,
         )
+
+    def _cut_short_why(self) -> str:
+        """Why nothing was sent when the server answered a look-up "later"."""
+        asked = self.cut_short
+        assert asked is not None
+        got = (
+            f"HTTP {asked.response.status_code}"
+            if asked.response is not None
+            else asked.verdict.why
+        )
+        tries = f" ({asked.attempts} attempt(s))" if asked.attempts > 1 else ""
+        when = "later"
+        wait = asked.server_wait
+        asked_for = ""
+        if wait is not None and wait > 0:
+            asked_for = (
+                f", and the server asked to wait {_seconds(wait)} s (Retry-After), longer"
+                f" than a row may wait ({_seconds(self._patience())} s)"
+            )
+            when = f"after {_utc(self.clock.time() + wait)}"
+        return (
+            f"the look-ups were cut short: GET {asked.url} got {got}{tries}{asked_for}; the"
+            f" server is busy or unavailable, and nothing was sent: run the same command"
+            f" again {when}"
+        )
+
+    def _patience(self) -> float:
+        """The longest wait for the server a row's retries take on."""
+        return min(self.policy.deadline, self.policy.max_retry_after)
 
 
 # -- report lines ----------------------------------------------------------------------
@@ -1169,6 +1218,41 @@ def _value(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def _not_working(asked: Asked) -> str:
+    """Why the batch is refused for a look-up that does not work, and what to do
+    (see `Trouble`): only where there is no such look-up here is going without one
+    said to be a way, and never for refused credentials."""
+    got = f"GET {asked.url} got {asked.verdict.why}"
+    if asked.trouble is Trouble.CREDENTIALS:
+        status = asked.response.status_code if asked.response is not None else 401
+        return (
+            f"the server refused the credentials (HTTP {status}) when asked GET"
+            f" {asked.url}: check the token (--token or IDEMCLIENT_TOKEN). Nothing was"
+            " recorded or sent"
+        )
+    if asked.trouble is Trouble.ABSENT:
+        return (
+            f"the look-up does not work: {got}. Nothing was recorded or sent. Check --url,"
+            " --path and --lookup; where the server offers no look-up at all, --no-lookup"
+            " sends without one (read what it risks in its help)"
+        )
+    if asked.trouble is Trouble.REFUSED:
+        return (
+            f"the look-up does not work: {got}. Nothing was recorded or sent. Check --url,"
+            " --path and --lookup, and that the token may list payments"
+        )
+    return f"the look-up does not work: {got}. Nothing was recorded or sent"
+
+
+def _seconds(value: float) -> str:
+    """A wait in whole seconds, rounded up: a wait is never said shorter than it is."""
+    return str(max(1, math.ceil(value)))
+
+
+def _utc(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _name(source: str) -> str:
     return source.rsplit("/", 1)[-1]
 
@@ -1199,8 +1283,9 @@ def _phases(run: _Run) -> Op[Report]:
         interrupted: Report = yield Blocking(run.report, kwargs={"interrupted": True})
         return interrupted
     run.take_answers()
-    to_send = yield Blocking(run.record)
-    yield Each(to_send, run.send, run.concurrency, run.stopping)
+    if run.cut_short is None:
+        to_send = yield Blocking(run.record)
+        yield Each(to_send, run.send, run.concurrency, run.stopping)
     report: Report = yield Blocking(run.report, kwargs={"interrupted": run.stopping.is_set()})
     return report
 
@@ -1353,7 +1438,10 @@ def submit(
     look-up finds it here. A row the store does not know whose very content (every
     column, the value date included) it holds under another reference (the file
     submitted before with another scope or reference column) is refused, unless
-    `new_payments` says such rows are new payments.
+    `new_payments` says such rows are new payments. A look-up the server answers
+    "later" (429, 503, another 5xx, no answer), once its attempts run out, cuts the
+    run short: nothing is sent, and the report (exit code 3) says so and how long the
+    server asked to wait.
 
     Raises `BatchInvalid` (nothing sent) when a known reference comes with other
     content, when the look-up does not work, when the server holds the reference with
