@@ -33,7 +33,8 @@ _MAX_BAR = 30
 def counts(p: BatchProgress) -> str:
     """Every count, for plain lines."""
     return (
-        f"succeeded {p.succeeded}  replayed {p.replayed}  retrying {p.retrying}"
+        f"succeeded {p.succeeded}  already done {p.already_done}  replayed {p.replayed}"
+        f"  retrying {p.retrying}"
         f"  indeterminate {p.indeterminate}  not sent {p.not_sent}  failed {p.failed}"
     )
 
@@ -41,6 +42,7 @@ def counts(p: BatchProgress) -> str:
 def _short_counts(p: BatchProgress) -> str:
     shown = [f"{p.succeeded} ok"]
     for value, name in (
+        (p.already_done, "already done"),
         (p.replayed, "replayed"),
         (p.retrying, "retrying"),
         (p.indeterminate, "unsettled"),

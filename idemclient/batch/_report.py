@@ -17,6 +17,7 @@ import enum
 import io
 import json
 import os
+import secrets
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
@@ -57,9 +58,11 @@ _NOT_APPLIED = frozenset(s.value for s in (State.NOT_SENT, State.PENDING))
 
 @dataclass(frozen=True, slots=True)
 class ReportRow:
-    """One row of the report. `replayed`: the row's answer was already there (the
-    store, the server's replay of its key, or a look-up); nothing new happened.
-    `reason`: what happened to the row, in words."""
+    """One row of the report. `replayed`: sent in this run, the server answered it with
+    the answer it keeps for its key (an earlier attempt's, maybe another run's).
+    `already_done`: done before this run (answered from the store, or found on the
+    server by a look-up): nothing was sent for it now. `reason`: what happened to the
+    row, in words."""
 
     row: int
     ref: str
@@ -70,9 +73,20 @@ class ReportRow:
     attempts: int
     replayed: bool
     reason: str = ""
+    already_done: bool = False
 
     @classmethod
-    def of(cls, row: int, ref: str, outcome: Outcome, reason: str = "") -> ReportRow:
+    def of(
+        cls,
+        row: int,
+        ref: str,
+        outcome: Outcome,
+        reason: str = "",
+        *,
+        already_done: bool | None = None,
+    ) -> ReportRow:
+        """The line of a row that came to `outcome`; `already_done` defaults to
+        whether the store answered it."""
         return cls(
             row=row,
             ref=ref,
@@ -81,8 +95,9 @@ class ReportRow:
             http_status=outcome.last_status,
             resource_id=resource_id(outcome.response.content if outcome.response else None),
             attempts=outcome.attempts,
-            replayed=outcome.replayed or outcome.from_store,
+            replayed=outcome.replayed and not outcome.from_store,
             reason=reason,
+            already_done=outcome.from_store if already_done is None else already_done,
         )
 
     @property
@@ -130,6 +145,11 @@ class Report:
     def counts(self) -> Counter[str]:
         counts: Counter[str] = Counter(row.state for row in self.rows)
         counts["replayed"] = sum(row.replayed for row in self.rows)
+        counts["already_done"] = sum(row.already_done for row in self.rows)
+        for state in (State.SUCCEEDED, State.FAILED):
+            counts[f"{state.value}_already_done"] = sum(
+                row.already_done for row in self.rows if row.state == state.value
+            )
         return counts
 
     @property
@@ -161,7 +181,10 @@ class Report:
         counts = self.counts()
         parts = [f"{len(self.rows)} rows"]
         for name in ("succeeded", "replayed", "indeterminate", "not_sent", "failed"):
-            parts.append(f"{counts.get(name, 0)} {name.replace('_', ' ')}")
+            part = f"{counts.get(name, 0)} {name.replace('_', ' ')}"
+            earlier = counts.get(f"{name}_already_done", 0)
+            # Done before this run: nothing was sent for them now (not a replay).
+            parts.append(f"{part} ({earlier} already done)" if earlier else part)
         refused = self.credentials_refused
         maybe = self.credentials_refused_maybe_applied
         advice = {
@@ -221,7 +244,16 @@ class Report:
         _replace(target, text)
 
 
-_COUNTED = ("succeeded", "failed", "indeterminate", "not_sent", "pending", "in_flight", "replayed")
+_COUNTED = (
+    "succeeded",
+    "failed",
+    "indeterminate",
+    "not_sent",
+    "pending",
+    "in_flight",
+    "replayed",
+    "already_done",
+)
 #: What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -234,10 +266,11 @@ def _cell(value: object) -> object:
 
 
 def _replace(target: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `target`, then rename it over `target`."""
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-    )
+    """Write `text` to a temporary file beside `target`, then rename it over `target`.
+
+    The file is created with mode 0666 less the umask, as any file a program writes for
+    people to read (`mkstemp` makes 0600, which the rename would keep)."""
+    handle, temporary = _temporary_beside(target)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
             out.write(text)
@@ -248,6 +281,18 @@ def _replace(target: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _temporary_beside(target: Path) -> tuple[int, str]:
+    """A new file beside `target` (its descriptor and path), never an existing one."""
+    for _ in range(100):
+        path = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            return os.open(path, flags, 0o666), str(path)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")  # pragma: no cover
 
 
 def check_report_path(path: str | os.PathLike[str], *, not_these: tuple[Path, ...] = ()) -> None:

@@ -121,6 +121,8 @@ class BatchProgress:
     indeterminate: int
     not_sent: int
     failed: int
+    #: done before this run (the store's answer, or a look-up's): nothing sent now
+    already_done: int = 0
 
 
 class _Stopped(IdemError):
@@ -143,6 +145,7 @@ class _Tracker:
         self._total = total
         self._states: dict[str, int] = {}
         self._replayed = 0
+        self._already_done = 0
         self._retrying: set[str] = set()
         self.credentials_refused = False
 
@@ -161,6 +164,7 @@ class _Tracker:
             self._retrying.discard(key)
             self._states[line.state] = self._states.get(line.state, 0) + 1
             self._replayed += line.replayed
+            self._already_done += line.already_done
             if line.credentials_refused:
                 self.credentials_refused = True
             self._tell()
@@ -179,6 +183,7 @@ class _Tracker:
                 indeterminate=states.get("indeterminate", 0) + states.get("in_flight", 0),
                 not_sent=states.get("not_sent", 0) + states.get("pending", 0),
                 failed=states.get("failed", 0),
+                already_done=self._already_done,
             )
         )
 
@@ -725,7 +730,14 @@ class _Run:
                     f" `idemclient ops show {item.identity.operation_id}` shows the body)"
                 )
             self._done(
-                item, ReportRow.of(item.row.number, item.identity.reference, outcome, reason)
+                item,
+                ReportRow.of(
+                    item.row.number,
+                    item.identity.reference,
+                    outcome,
+                    reason,
+                    already_done=verdict.finding == "found",
+                ),
             )
             return False
         return True  # not found: no longer maybe applied, sent again with its key
@@ -1051,6 +1063,8 @@ def _line(
     reason: str,
     attempts: int = 0,
 ) -> ReportRow:
+    """A report line; `replayed`: its answer was there before this run (the store's,
+    a look-up's), nothing was sent for it now: it is already done, not a replay."""
     return ReportRow(
         row=item.row.number,
         ref=item.identity.reference,
@@ -1059,8 +1073,9 @@ def _line(
         http_status=status,
         resource_id=resource,
         attempts=attempts,
-        replayed=replayed,
+        replayed=False,
         reason=reason,
+        already_done=replayed,
     )
 
 
@@ -1091,10 +1106,13 @@ def _recorded_line(
     response = record.response
     state = State.NOT_SENT if record.state is State.PENDING else record.state
     if not reason and state.finished and record.evidence.startswith(_FOUND_EVIDENCE):
-        reason = "answered from the store (found on the server by look-up in an earlier run)"
+        reason = (
+            "already done: answered from the store (found on the server by look-up in an"
+            " earlier run)"
+        )
     elif not reason:
         reason = {
-            State.SUCCEEDED: "answered from the store (done in an earlier run)",
+            State.SUCCEEDED: "already done: answered from the store (done in an earlier run)",
             State.FAILED: f"refused in an earlier run ({record.evidence})",
         }.get(state, f"{state.value} in the store, being sent elsewhere: run again")
     return _line(
@@ -1165,7 +1183,7 @@ def _reason(outcome: Outcome, *, budget: bool) -> str:
         return f"stopped by the retry budget: {then}; run again ({outcome.evidence})"
     if state is State.SUCCEEDED:
         if outcome.from_store:
-            return "answered from the store (done in an earlier run)"
+            return "already done: answered from the store (done in an earlier run)"
         if outcome.replayed:
             return "answered by the server from an earlier attempt under the same key"
         return "sent now"

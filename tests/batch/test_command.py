@@ -73,7 +73,11 @@ def test_a_renamed_copy_of_a_file_pays_no_row_again(live: LiveServer, work: Path
     shutil.copy(work / "payroll-nov.csv", work / "payroll-nov (1).csv")  # a downloaded copy
     again = submit_file(live, work, name="payroll-nov (1).csv", report=work / "again.csv")
     assert again.returncode == 0, again.stderr
-    assert f"{ROWS} replayed" in again.stdout
+    # Nothing was sent for them: already done, not replayed (in the summary and report).
+    assert f"{ROWS} succeeded ({ROWS} already done), 0 replayed" in again.stdout
+    lines = read_report(work / "again.csv")
+    assert {(line["already_done"], line["replayed"]) for line in lines} == {("True", "False")}
+    assert all(line["reason"].startswith("already done:") for line in lines)
     exactly_once(live, references(ROWS))
     keys = [line["key"] for line in read_report(work / "first.csv")]
     assert [line["key"] for line in read_report(work / "again.csv")] == keys
@@ -199,7 +203,7 @@ def test_a_rerun_after_the_server_forgot_its_keys_is_looked_up_not_paid_again(
     exactly_once(live, references(ROWS))
     lines = read_report(work / "r.json")
     assert all(line["reason"].startswith("found on the server by look-up") for line in lines)
-    assert all(line["replayed"] == "True" for line in lines)
+    assert all(line["already_done"] == "True" for line in lines)
 
 
 @pytest.mark.parametrize("recorded", [-2 * DAY, 30 * DAY], ids=["2 days ago", "in the future"])

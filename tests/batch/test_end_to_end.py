@@ -112,7 +112,8 @@ def test_killed_three_times_and_rerun_pays_every_row_exactly_once(
     assert again.returncode == 0
     assert len(server.ledger()) == ROWS
     with (work / "report.csv").open() as f:
-        assert {line["replayed"] for line in csv.DictReader(f)} == {"True"}
+        lines = list(csv.DictReader(f))
+    assert {(line["already_done"], line["replayed"]) for line in lines} == {("True", "False")}
 
 
 def test_the_same_file_from_a_fresh_store_is_found_on_the_server_and_not_sent(
@@ -123,7 +124,7 @@ def test_the_same_file_from_a_fresh_store_is_found_on_the_server_and_not_sent(
     (work / "batches.db").unlink()  # another machine, or a lost store
     second = subprocess.run(command(live.url, work), capture_output=True, text=True, check=False)
     assert second.returncode == 0, second.stderr
-    assert "300 replayed" in second.stdout
+    assert "300 succeeded (300 already done), 0 replayed" in second.stdout
     assert "300 found on the server by look-up" in second.stdout
     assert len(live.server.ledger()) == ROWS
 

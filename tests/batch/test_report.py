@@ -61,6 +61,26 @@ def test_a_report_is_replaced_whole_or_not_at_all(
     assert target.read_text().startswith("row,ref,key")
 
 
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+@pytest.mark.parametrize("name", ["r.csv", "r.json"])
+def test_the_report_file_mode_follows_the_umask(
+    tmp_path: Path, umask: int, mode: int, name: str
+) -> None:
+    # A report is for people: readable as any file this user writes (not the store's
+    # 0600), and as the umask says, whether it is new or replaces an earlier one.
+    target = tmp_path / name
+    before = os.umask(umask)
+    try:
+        Report("b", (line(),)).write(target)
+        assert target.stat().st_mode & 0o777 == mode
+        target.chmod(0o600)
+        Report("b", (line(),)).write(target)
+    finally:
+        os.umask(before)
+    assert target.stat().st_mode & 0o777 == mode
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
 def test_the_json_report_has_the_batchs_metadata(tmp_path: Path) -> None:
     report = Report(
         "2026-11",

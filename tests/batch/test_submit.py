@@ -118,7 +118,7 @@ def test_the_same_batch_twice_makes_no_new_effect_and_no_request(
         again = submit(make_batch(), client)
     assert requests.seen == before  # finished rows are answered from the store
     assert again.exit_code is ExitCode.OK
-    assert all(row.replayed for row in again.rows)
+    assert all(row.already_done and not row.replayed for row in again.rows)
     assert len(server.ledger()) == 30
 
 
@@ -158,7 +158,7 @@ def test_the_same_batch_from_another_store_is_found_by_look_up_and_not_sent(
     assert requests.seen["POST"] == 0
     assert requests.seen["GET"] == 30
     assert report.exit_code is ExitCode.OK
-    assert all(row.replayed for row in report.rows)
+    assert all(row.already_done and not row.replayed for row in report.rows)
     assert "30 found on the server by look-up" in report.summary()
     assert len(server.ledger()) == 30
     assert record is not None
@@ -277,7 +277,7 @@ def test_reports_are_written_as_csv_or_json(
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == [
         "row", "ref", "key", "state", "http_status", "resource_id", "attempts", "replayed",
-        "reason",
+        "reason", "already_done",
     ]  # fmt: skip
     as_json = json.loads((tmp_path / "r.json").read_text())
     assert [r["ref"] for r in as_json["rows"]] == [r["ref"] for r in rows]

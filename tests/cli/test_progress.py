@@ -54,7 +54,8 @@ def test_plain_lines_every_tenth_when_not_a_terminal() -> None:
     lines = err.getvalue().splitlines()
     assert len(lines) == 11  # the first row, then every tenth of the batch
     assert lines[0] == (
-        "[1/20] succeeded 1  replayed 0  retrying 1  indeterminate 0  not sent 0  failed 0"
+        "[1/20] succeeded 1  already done 0  replayed 0  retrying 1  indeterminate 0"
+        "  not sent 0  failed 0"
     )
     assert lines[-1].startswith("[20/20] succeeded 20")
 
@@ -64,7 +65,14 @@ def test_the_line_fits_the_terminal_it_is_drawn_on(columns: int) -> None:
     err = Terminal()
     view = ProgressView(100_000, stream=err, width=lambda: columns)
     big = progress(
-        99_999, retrying=16, total=100_000, replayed=12_345, indeterminate=321, not_sent=4, failed=7
+        99_999,
+        retrying=16,
+        total=100_000,
+        replayed=12_345,
+        already_done=50_000,
+        indeterminate=321,
+        not_sent=4,
+        failed=7,
     )
     view.update(big)
     view.say("looking up 4 row(s) on the server")

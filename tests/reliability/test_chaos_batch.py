@@ -187,7 +187,7 @@ def test_a_chaotic_2000_row_batch_pays_every_row_exactly_once(
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0
     assert len(server.ledger()) == ROWS
-    assert all(line["replayed"] for line in json.loads(report.read_text())["rows"])
+    assert all(line["already_done"] for line in json.loads(report.read_text())["rows"])
 
     consumed = (
         sum(v for k, v in faults.items() if not k.startswith("ext")) - server.pending_faults()
