@@ -37,7 +37,7 @@ from ._machine.records import (
 from ._machine.webhooks import DEFAULT_MAX_ATTEMPTS, STANDARD_WEBHOOKS, Deliverer, WebhookFault
 from ._protocol.dialect import Dialect, dialect_for
 from ._protocol.messages import DropConnection, ServerRequest, ServerResponse
-from ._protocol.rules import Phase
+from ._protocol.rules import Phase, Problem, check_target
 from ._storage.backend import open_storage
 
 __all__ = ["DEFAULT_CLOCK_TOLERANCE", "DEFAULT_KEY_TTL", "DEFAULT_LEASE", "ReferenceServer"]
@@ -164,10 +164,17 @@ class ReferenceServer:
     def handle(self, request: ServerRequest) -> ServerResponse | DropConnection:
         """Answer one request: the single entry point every adapter uses."""
         answer: ServerResponse | DropConnection
-        if request.path.startswith("/_sandbox/"):
-            answer = handle_control(self, request)
+        try:
+            # A NUL in the path or the query: refused alike whatever the backend (see
+            # `_protocol.storable`), before anything looks it up.
+            check_target(request.path, request.query)
+        except Problem as problem:
+            answer = problem.response()
         else:
-            answer = self._core.handle(request)
+            if request.path.startswith("/_sandbox/"):
+                answer = handle_control(self, request)
+            else:
+                answer = self._core.handle(request)
         if self._dated and isinstance(answer, ServerResponse) and answer.header("date") is None:
             # An origin server with a clock sends its time (RFC 9110 section 6.6.1),
             # from the server's clock: a test that moves it moves what clients read.

@@ -148,12 +148,50 @@ def test_a_valid_body_keeps_every_other_field_and_canonicalises() -> None:
         (b'{"amount": 5, "currency": "EUR", "reference": "r", "id": "x"}', 400),  # reserved
         (b'{"amount": 5, "currency": "EUR", "reference": "r", "status": "ok"}', 400),
         (b"[" * 100_000 + b"]" * 100_000, 413),  # too big before it is too deep
+        # what one storage backend keeps and another refuses (PostgreSQL: NUL)
+        (b'{"amount": 5, "currency": "EUR", "reference": "r\\u0000"}', 400),
+        (b'{"amount": 5, "currency": "EUR", "reference": "r", "m": {"\\u0000": 1}}', 400),
+        (b'{"amount": 5, "currency": "EUR", "reference": "\\ud800"}', 400),  # lone surrogate
+        # 33 containers deep, the body included: one past the bound
+        (
+            b'{"amount": 5, "currency": "EUR", "reference": "r", "t": '
+            + b"[" * 32
+            + b"]" * 32
+            + b"}",
+            400,
+        ),
     ],
 )
 def test_invalid_bodies_are_rejected(body: bytes, status: int) -> None:
     with pytest.raises(Problem) as caught:
         parse_payment(body)
     assert caught.value.status == status
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (b'"memo": "\\u0000"', "memo"),
+        (b'"m": {"a": [1, {"b": "\\udbff"}]}', "m.a[1].b"),
+        (b'"m": {"x y": "\\u0000"}', 'm["x y"]'),
+        (b'"m": {"\\ud800": 1}', 'm["\\ud800"]'),
+        (b'"d": ' + b"[" * 32 + b"]" * 32, "d" + "[0]" * 31),  # 33 deep with the body
+    ],
+)
+def test_what_no_backend_stores_alike_is_refused_naming_the_field(extra: bytes, field: str) -> None:
+    with pytest.raises(Problem) as caught:
+        parse_payment(b'{"amount": 5, "currency": "EUR", "reference": "r", ' + extra + b"}")
+    problem = caught.value
+    assert (problem.status, problem.extra["field"]) == (400, field)
+    assert problem.detail.startswith(field + " ")
+    problem.response()  # the answer itself can be sent: no raw NUL or surrogate in it
+
+
+def test_a_body_at_the_nesting_bound_and_with_escapes_elsewhere_is_valid() -> None:
+    body = b'{"amount": 5, "currency": "EUR", "reference": "caf\\u00e9 \\ud83d\\ude00", "d": '
+    body += b"[" * 31 + b"]" * 31 + b"}"
+    payment, _ = parse_payment(body)
+    assert payment.reference == "caf\u00e9 \U0001f600"
 
 
 def test_deeply_nested_json_is_a_400_not_a_crash() -> None:
@@ -177,10 +215,13 @@ def test_arbitrary_bytes_never_escape_as_anything_but_a_problem(body: bytes) -> 
         assert json.loads(outcome[1])["amount"] == outcome[0].amount  # type: ignore[attr-defined]
 
 
+# Text every backend stores (a NUL is refused: see test_nul_and_surrogates_...).
+_stored_char = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    st.none() | st.booleans() | st.integers() | st.text(_stored_char, max_size=10),
     lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(_stored_char, max_size=5), children, max_size=3)
     ),
     max_leaves=10,
 )
@@ -189,9 +230,9 @@ _json_values = st.recursive(
 @given(
     amount=st.integers(min_value=1, max_value=2**53 - 1),
     currency=st.from_regex(r"[A-Za-z]{3}", fullmatch=True),
-    reference=st.text(min_size=1, max_size=255),
+    reference=st.text(_stored_char, min_size=1, max_size=255),
     extra=st.dictionaries(
-        st.text(max_size=8).filter(
+        st.text(_stored_char, max_size=8).filter(
             lambda k: (
                 k
                 not in {"amount", "currency", "reference", "id", "object", "status", "created"}

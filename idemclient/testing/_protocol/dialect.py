@@ -35,7 +35,7 @@ from ..._errors import InvalidKey
 from ..._profile import Match, Profile, Resolved
 from ..._reconcile import quoting_of
 from .messages import ServerRequest, ServerResponse, json_bytes
-from .rules import JSON_CONTENT_TYPE, Problem, parse_idempotency_key
+from .rules import JSON_CONTENT_TYPE, Problem, check_storable, parse_idempotency_key
 
 __all__ = ["Dialect", "InFlight", "Mismatch", "Route", "Search", "dialect_for", "read_search"]
 
@@ -451,6 +451,9 @@ class Dialect:
             document = _json_object(request.body)
             if document is None or slot.field not in document:
                 return KeyRead(None, request.body)
+            # Before the body is written again without its key: a lone surrogate in it
+            # could not be, and is answered as the payment's own parser answers it.
+            check_storable(document, request.body)
             raw = document.pop(slot.field)
             if not isinstance(raw, str):
                 raise _bad_key(slot.field, f"the body field {slot.field!r} must be a string")

@@ -22,10 +22,12 @@ from email.utils import format_datetime
 from typing import Any
 
 from .messages import ServerResponse, json_bytes
+from .storable import unstorable_in_body, unstorable_in_target
 
 __all__ = [
     "MAX_BODY_BYTES",
     "MAX_KEY_LENGTH",
+    "MAX_TOKEN_LENGTH",
     "PROBLEM_CONTENT_TYPE",
     "RECOVERY_POINTS",
     "Payment",
@@ -33,6 +35,8 @@ __all__ = [
     "Problem",
     "Step",
     "Verdict",
+    "check_storable",
+    "check_target",
     "downstream_key",
     "judge_existing",
     "next_step",
@@ -47,6 +51,10 @@ MAX_KEY_LENGTH = 255
 _KEY_CHARS = re.compile(r"[A-Za-z0-9\-_.:~]+")
 # RFC 6750 token68, the only shape a bearer token may take on the wire.
 _TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+#: The token names the client, and the client is part of PostgreSQL index entries
+#: (with a key, or with a reference of up to 1,020 bytes), which cannot exceed 2,704
+#: bytes: a longer token would be refused there after admission, and kept on SQLite.
+MAX_TOKEN_LENGTH = 1024
 #: A payment instruction is small; anything bigger is a client bug or an attack.
 MAX_BODY_BYTES = 64 * 1024
 MAX_REFERENCE_LENGTH = 255
@@ -185,6 +193,14 @@ def parse_bearer(values: Sequence[str]) -> str:
             "the Authorization header must be: Bearer <token>",
             headers=challenge,
         )
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise Problem(
+            401,
+            "unauthenticated",
+            "Authentication required",
+            f"the bearer token is longer than {MAX_TOKEN_LENGTH} characters",
+            headers=challenge,
+        )
     return token
 
 
@@ -198,8 +214,27 @@ class Payment:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _bad_body(detail: str) -> Problem:
-    return Problem(400, "invalid-request-body", "Invalid request body", detail)
+def _bad_body(detail: str, *, field: str | None = None) -> Problem:
+    extra = {} if field is None else {"field": field}
+    return Problem(400, "invalid-request-body", "Invalid request body", detail, extra=extra)
+
+
+def check_storable(value: Any, raw: bytes) -> None:
+    """A 400 `Problem` naming the field when the parsed body `value` holds what not
+    every storage backend keeps alike (see `storable`); `raw` is the body as received."""
+    found = unstorable_in_body(value, raw)
+    if found is not None:
+        field, what = found
+        raise _bad_body(f"{field} {what}", field=field)
+
+
+def check_target(path: str, query: str) -> None:
+    """A 400 `Problem` when the path or the query holds a NUL (or a lone surrogate):
+    text no storage backend looks up alike."""
+    found = unstorable_in_target(path, query)
+    if found is not None:
+        where, what = found
+        raise Problem(400, "invalid-request", "Invalid request", f"the {where} holds {what}")
 
 
 def _reject_constant(name: str) -> Any:
@@ -257,6 +292,9 @@ def parse_payment(body: bytes) -> tuple[Payment, bytes]:
         raise _bad_body("the body must be a UTF-8 JSON object") from None
     if not isinstance(value, dict):
         raise _bad_body("the body must be a JSON object")
+    # Before any field is read: what is accepted here must be stored, and read back,
+    # alike by every backend and at any depth of the stack.
+    check_storable(value, body)
     amount = value.get("amount")
     # bool is an int in Python; true is not an amount.
     if type(amount) is not int or not 0 < amount <= MAX_AMOUNT:
