@@ -172,6 +172,22 @@ def test_the_clock_only_moves_forward(env: Env) -> None:
         ("/_sandbox/faults", b'{"kind": "drop", "tiems": 2}', 400),  # a typo is not ignored
         ("/_sandbox/faults", b"[]", 400),
         ("/_sandbox/faults", b"{", 400),
+        # a header value no server can send: a Retry-After or a header with CR/LF (it
+        # would inject a header of its own, or break the answer), NUL, or beyond Latin-1
+        (
+            "/_sandbox/faults",
+            b'{"kind": "answer", "status": 503, "retry_after": "1\\r\\nX: y"}',
+            400,
+        ),
+        ("/_sandbox/faults", b'{"kind": "answer", "status": 503, "retry_after": "5\\n"}', 400),
+        ("/_sandbox/faults", b'{"kind": "answer", "status": 503, "retry_after": "5\\u0000"}', 400),
+        ("/_sandbox/faults", b'{"kind": "answer", "status": 429, "retry_after": "\\u2460"}', 400),
+        (
+            "/_sandbox/faults",
+            b'{"kind": "answer", "status": 503, "headers": {"X-A": "b\\rc"}}',
+            400,
+        ),
+        ("/_sandbox/faults", b'{"kind": "answer", "status": 503, "headers": {"X A": "b"}}', 400),
         ("/_sandbox/external/3", b'{"mode": "down"}', 404),
         ("/_sandbox/external/1", b'{"mode": "sulking"}', 400),
         ("/_sandbox/clock", b'{"advance": "later"}', 400),
@@ -213,6 +229,9 @@ def test_a_forgotten_gate_lets_the_call_through_after_its_timeout(inproc: Env) -
     ("call", "message"),
     [
         (lambda s: s.answer(600), "HTTP status"),
+        (lambda s: s.answer(503, retry_after="1\r\nSet-Cookie: a=b"), "Retry-After"),
+        (lambda s: s.answer(503, headers={"X-Note": "a\nb"}), "X-Note"),
+        (lambda s: s.answer(503, headers={"Bad Name": "b"}), "header name"),
         (lambda s: s.delay(float("inf")), "finite"),
         (lambda s: s.crash("NEVER"), "not a valid Phase"),
         (lambda s: s.drop(times=0), "at least 1"),

@@ -22,6 +22,7 @@ which is how a test keeps a request in flight while another one arrives.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +30,25 @@ from datetime import datetime
 from .._protocol.rules import Phase
 
 __all__ = ["Action", "Answer", "Crash", "Delay", "FaultPlan", "Gate"]
+
+# RFC 9110: a field name is a token; a field value is visible ASCII, spaces, tabs and
+# obs-text (bytes 0x80-0xFF, which is what Latin-1 can carry). A CR or LF would end the
+# header and start another one (or the body) under the script's control, and a NUL or
+# another control character is refused by the HTTP server, which then answers 500.
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+
+
+def _check_field(name: str, value: str) -> None:
+    if _FIELD_NAME.fullmatch(name) is None:
+        raise ValueError(f"{name!r} is not an HTTP header name")
+    if _FIELD_VALUE.fullmatch(value) is None:
+        bad = next(c for c in value if _FIELD_VALUE.fullmatch(c) is None)
+        raise ValueError(
+            f"the {name} header's value {value[:40]!r} holds {bad!r}, which no HTTP"
+            " answer can carry (CR, LF and other control characters, or a character"
+            " beyond Latin-1)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +69,11 @@ class Answer:
     def __post_init__(self) -> None:
         if not 100 <= self.status <= 599:
             raise ValueError(f"an HTTP status is 100..599, not {self.status!r}")
+        # Garbage is allowed (a client must survive it), but only what a header can hold.
+        if isinstance(self.retry_after, str):
+            _check_field("Retry-After", self.retry_after)
+        for name, value in self.headers:
+            _check_field(name, value)
 
 
 @dataclass(frozen=True, slots=True)
