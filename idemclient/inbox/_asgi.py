@@ -24,9 +24,21 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+def _declared_length(scope: Scope) -> int:
+    """The request's `Content-Length`, or -1 when it has none (a chunked body) or one
+    the server let through unread as a number (the body's own size then decides)."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return -1
+    return -1
+
+
 def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
     """An ASGI application that answers every POST with `receiver.handle`."""
-    from ._webhook import _answer
+    from ._webhook import _answer, _too_large
 
     async def send_response(send: Send, response: WebhookResponse) -> None:
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
@@ -50,6 +62,11 @@ def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
             response = _answer(405, "invalid", None, detail="webhooks are delivered by POST")
             await send_response(send, response)
             return
+        if _declared_length(scope) > receiver.max_body:
+            # Known from the headers: answered at once, the body left unread (as the WSGI
+            # app does), not taken in up to the limit first.
+            await send_response(send, _too_large(receiver.sender, receiver.max_body))
+            return
         body = bytearray()
         too_large = False
         more = True
@@ -68,7 +85,7 @@ def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
             for name, value in scope.get("headers", ())
         ]
         if too_large:
-            response = _answer(413, "too_large", None, detail=f"at most {receiver.max_body} bytes")
+            response = _too_large(receiver.sender, receiver.max_body)
         else:
             response = await anyio.to_thread.run_sync(receiver.handle, headers, bytes(body))
         await send_response(send, response)

@@ -8,7 +8,9 @@ rotation), and returns the message id and the signed timestamp. Three are known:
   defines it: headers ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``;
   the signature is ``v1,`` and the base64 HMAC-SHA256 of ``{id}.{timestamp}.{body}``
   under the secret, several separated by spaces; a secret is ``whsec_`` and the key in
-  base64. The reference server signs its deliveries this way.
+  base64. The reference server signs its deliveries this way. Svix-based senders sign
+  the same way under ``svix-id``, ``svix-timestamp`` and ``svix-signature``, which are
+  read as the same headers (svix's own verifier takes either spelling).
 - `StripeSignature(secret)`, for Stripe's webhooks: ``Stripe-Signature:
   t=<unix>,v1=<hex>`` where each ``v1`` is the hex HMAC-SHA256 of ``{t}.{body}`` under
   the endpoint's secret, its ``whsec_...`` text taken as it is (UTF-8), as Stripe's own
@@ -35,7 +37,8 @@ import secrets as _random
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from types import MappingProxyType
+from typing import ClassVar, Protocol
 
 from .._errors import InvalidMessageId, SignatureInvalid
 from ._inbox import validate_message_id
@@ -112,6 +115,39 @@ def _headers(headers: Headers, *names: str) -> list[str | None]:
         return [header_value(headers, name) for name in names]
     except ValueError as exc:
         raise SignatureInvalid("malformed", str(exc)) from None
+
+
+def _id_header(headers: Headers, name: str) -> str | None:
+    """The one message id in header `name`, None if absent.
+
+    A header sent twice reaches an ASGI app as two lines and a WSGI app as one line,
+    the values joined by a comma (as RFC 9110 lets any recipient join them). A message
+    id never holds a comma, so both are read as what they are, several values, and
+    refused alike, in the same words: of two ids, neither can be trusted over the other.
+    """
+    wanted = name.lower()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    lines = [value for key, value in pairs if key.lower() == wanted]
+    if not lines:
+        return None
+    values = ",".join(lines).split(",")
+    if len(values) > 1:
+        raise SignatureInvalid(
+            "malformed", f"the {name} header holds {len(values)} values: a delivery has one id"
+        )
+    return values[0]
+
+
+def _one_of_two_spellings(
+    first: str | None, second: str | None, names: tuple[str, str]
+) -> str | None:
+    """The value of a header that may come under either of two names: either one, or
+    both when they agree. Two that disagree are refused: each could be the delivery."""
+    if first is not None and second is not None and first != second:
+        raise SignatureInvalid(
+            "malformed", f"the {names[0]} and {names[1]} headers disagree", message_id=None
+        )
+    return first if first is not None else second
 
 
 def _message_id(raw: str | None, *, source: str) -> str:
@@ -208,6 +244,14 @@ class StandardWebhooks:
     ID_HEADER = "webhook-id"
     TIMESTAMP_HEADER = "webhook-timestamp"
     SIGNATURE_HEADER = "webhook-signature"
+    #: The same headers as Svix-based senders name them, read as these.
+    SVIX_HEADERS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            ID_HEADER: "svix-id",
+            TIMESTAMP_HEADER: "svix-timestamp",
+            SIGNATURE_HEADER: "svix-signature",
+        }
+    )
 
     def __init__(self, secrets: str | bytes | Iterable[str | bytes]) -> None:
         self._keys = tuple(
@@ -244,14 +288,29 @@ class StandardWebhooks:
             ),
         }
 
+    def _read(self, headers: Headers) -> tuple[str | None, str | None, str | None]:
+        """The id, timestamp and signature headers as sent (`webhook-*` or `svix-*`),
+        each None if absent; `SignatureInvalid` ("malformed") for one sent twice, or
+        sent under both names with two values."""
+        read: list[str | None] = []
+        for name in (self.ID_HEADER, self.TIMESTAMP_HEADER, self.SIGNATURE_HEADER):
+            other = self.SVIX_HEADERS[name]
+            if name == self.ID_HEADER:
+                pair = (_id_header(headers, name), _id_header(headers, other))
+            else:
+                pair = (_headers(headers, name)[0], _headers(headers, other)[0])
+            read.append(_one_of_two_spellings(*pair, names=(name, other)))
+        raw_id, raw_timestamp, header = read
+        return raw_id, raw_timestamp, header
+
     def verify(self, headers: Headers, body: bytes, *, now: float, tolerance: float) -> Signed:
         check_tolerance(tolerance)
-        raw_id, raw_timestamp, header = _headers(
-            headers, self.ID_HEADER, self.TIMESTAMP_HEADER, self.SIGNATURE_HEADER
-        )
-        message_id = _message_id(raw_id, source=f"{self.ID_HEADER} header")
+        raw_id, raw_timestamp, header = self._read(headers)
+        message_id = _message_id(raw_id, source=f"{self.ID_HEADER} (or svix-id) header")
         timestamp = _timestamp(
-            raw_timestamp, source=f"{self.TIMESTAMP_HEADER} header", message_id=message_id
+            raw_timestamp,
+            source=f"{self.TIMESTAMP_HEADER} (or svix-timestamp) header",
+            message_id=message_id,
         )
         candidates = self._parse(header, message_id)
         if not _any_matches(self._digests(message_id, timestamp, body), candidates):
@@ -267,7 +326,9 @@ class StandardWebhooks:
         """
         if header is None or not header.strip():
             raise SignatureInvalid(
-                "missing", f"no {self.SIGNATURE_HEADER} header", message_id=message_id
+                "missing",
+                f"no {self.SIGNATURE_HEADER} (or svix-signature) header",
+                message_id=message_id,
             )
         if len(header) > _MAX_HEADER_LENGTH:
             raise SignatureInvalid(
@@ -413,7 +474,8 @@ class LegacySignature:
         }
 
     def verify(self, headers: Headers, body: bytes, *, now: float, tolerance: float) -> Signed:
-        raw_id, header = _headers(headers, MESSAGE_ID_HEADER, SIGNATURE_HEADER)
+        raw_id = _id_header(headers, MESSAGE_ID_HEADER)
+        (header,) = _headers(headers, SIGNATURE_HEADER)
         message_id = _message_id(raw_id, source=f"{MESSAGE_ID_HEADER} header")
         timestamp = verify_signature(
             header,
@@ -447,7 +509,9 @@ class _EitherOfTwo:
         self._standard = StandardWebhooks(usable) if usable else None
 
     def verify(self, headers: Headers, body: bytes, *, now: float, tolerance: float) -> Signed:
-        (standard_header,) = _headers(headers, StandardWebhooks.SIGNATURE_HEADER)
+        names = (StandardWebhooks.SIGNATURE_HEADER, "svix-signature")
+        first, second = _headers(headers, *names)
+        standard_header = _one_of_two_spellings(first, second, names=names)
         if standard_header is not None:
             if self._standard is None:
                 raise _mismatch(None)

@@ -91,6 +91,21 @@ def _answer(status: int, outcome: str, message_id: str | None, **extra: str) -> 
     return WebhookResponse(status, outcome, body)
 
 
+def _refused(sender: str, why: object, answer: WebhookResponse) -> WebhookResponse:
+    """`answer`, a refusal of a delivery (400, 401, 411, 413), logged with `why`: a
+    sender refused for ever (a bug on its side, a wrong secret, a body too large) shows
+    up in the log, whatever the status it was told."""
+    logger.warning("refused a webhook from %s (%d): %s", sender, answer.status, why)
+    return answer
+
+
+def _too_large(sender: str, max_body: int) -> WebhookResponse:
+    detail = f"at most {max_body} bytes"
+    return _refused(
+        sender, f"the body is over {max_body} bytes", _answer(413, "too_large", None, detail=detail)
+    )
+
+
 class WebhookReceiver(Generic[Tx]):
     """Verifies, deduplicates and dispatches one sender's webhook deliveries.
 
@@ -178,14 +193,14 @@ class WebhookReceiver(Generic[Tx]):
     def handle(self, headers: Headers, body: bytes) -> WebhookResponse:
         """`receive`, with every outcome turned into the answer for the sender."""
         if len(body) > self.max_body:
-            return _answer(413, "too_large", None, detail=f"at most {self.max_body} bytes")
+            return _too_large(self.sender, self.max_body)
         try:
             event = self.verify(headers, body)
         except InvalidMessageId as exc:
-            return _answer(400, "invalid", None, detail=str(exc))
+            return _refused(self.sender, exc, _answer(400, "invalid", None, detail=str(exc)))
         except SignatureInvalid as exc:
-            logger.warning("refused a webhook from %s: %s", self.sender, exc)
-            return _answer(401, "refused", exc.message_id, reason=exc.reason)
+            answer = _answer(401, "refused", exc.message_id, reason=exc.reason)
+            return _refused(self.sender, exc, answer)
         try:
             receipt = self.inbox.process(
                 event.sender, event.message_id, lambda tx: self.handler(event, tx)

@@ -1,8 +1,9 @@
 """A `WebhookReceiver` as a WSGI application (PEP 3333), for any WSGI server.
 
 Headers come from the environ's ``HTTP_*`` keys. A WSGI server joins a repeated header
-into one comma-separated value; for the message id that fails validation and for the
-signature it gives two timestamps, so both are refused, as they should be.
+into one comma-separated value: a message id is then read as the several values it is
+and refused as under ASGI (`malformed`), and a signature header gives two timestamps,
+refused too, as they should be.
 
 The body is read by its Content-Length. A body sent without one (chunked) is read to
 the end only when the server says the input ends where the body does
@@ -52,37 +53,35 @@ def _headers(environ: dict[str, Any]) -> list[tuple[str, str]]:
 _PIECE = 64 * 1024
 
 
-def _read_body(environ: dict[str, Any], max_body: int) -> bytes | WebhookResponse:
-    """The request's body, or the answer to send instead (411, 413)."""
-    from ._webhook import _answer
+def _read_body(environ: dict[str, Any], sender: str, max_body: int) -> bytes | WebhookResponse:
+    """The request's body, or the answer to send instead (411, 413), logged."""
+    from ._webhook import _answer, _refused, _too_large
 
-    too_large = _answer(413, "too_large", None, detail=f"at most {max_body} bytes")
     stream = environ["wsgi.input"]
     declared = environ.get("CONTENT_LENGTH")
     if declared is None or declared == "":
         if not environ.get("wsgi.input_terminated"):
-            return _answer(
-                411,
-                "invalid",
-                None,
-                detail="a Content-Length is needed: this server does not say where a"
-                " body sent without one ends",
+            detail = (
+                "a Content-Length is needed: this server does not say where a body sent"
+                " without one ends"
             )
+            return _refused(sender, detail, _answer(411, "invalid", None, detail=detail))
         # Read to the end, but never hold more than the limit and one piece.
         body = bytearray()
         while piece := stream.read(_PIECE):
             body += piece
             if len(body) > max_body:
-                return too_large
+                return _too_large(sender, max_body)
         return bytes(body)
     try:
         length = int(declared)
     except ValueError:
         length = -1
     if length < 0:
-        return _answer(411, "invalid", None, detail="a valid Content-Length is needed")
+        detail = "a valid Content-Length is needed"
+        return _refused(sender, detail, _answer(411, "invalid", None, detail=detail))
     if length > max_body:
-        return too_large
+        return _too_large(sender, max_body)
     return stream.read(length) if length else b""
 
 
@@ -96,7 +95,7 @@ def wsgi_app(receiver: WebhookReceiver[Any]) -> WSGIApp:
             response = _answer(405, "invalid", None, detail="webhooks are delivered by POST")
         else:
             # Unreadable (411) or too large (413): that answer, not the receiver's.
-            body_or_answer = _read_body(environ, receiver.max_body)
+            body_or_answer = _read_body(environ, receiver.sender, receiver.max_body)
             match body_or_answer:
                 case bytes() as body:
                     response = receiver.handle(_headers(environ), body)
