@@ -21,6 +21,7 @@ __all__ = [
     "Claim",
     "Durability",
     "Intent",
+    "NotFound",
     "OperationLookup",
     "OperationRecord",
     "Progress",
@@ -184,6 +185,28 @@ class OperationRecord:
     #: send knew it: an in-flight hold from it is measured on the server's clock alone
     #: as well. None: not known (the hold is judged from `sent_at` as before).
     server_sent_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NotFound:
+    """A look-up on the server that found no payment for an operation, kept so that a
+    batch killed during its look-ups need not ask them all again. Evidence of the
+    moment it was asked, never the operation's state: how long it is believed, and for
+    what question, is the caller's to judge (the batch command's `_remembered`)."""
+
+    operation_id: str
+    #: the key the operation is (or is to be) sent under
+    key: str
+    #: the look-up's absolute URL, with the asker's credentials digest in its fragment
+    #: (never sent)
+    url: str
+    #: how its answer was read (what counts as the operation's payment), in the asker's
+    #: words: the same URL read another way is another question
+    reading: str
+    #: when the request that answered was sent, on the asker's clock
+    asked_at: float
+    #: the server's time when it answered (its `Date`, a lower bound), if it sent one
+    server_at: float | None = None
 
 
 def holder_is_live(record: OperationRecord, *, now: float) -> bool:
@@ -398,6 +421,23 @@ class BatchStore(SendingStore, Protocol):
         reference is among `references`, each once, in no particular order."""
         ...
 
+    def remember_not_found(self, answers: Iterable[NotFound], *, now: float) -> None:
+        """Keep look-ups that found nothing, one per operation (a later one replaces
+        it), in one write that also raises the store's clock to `now`: a clock that
+        goes back after it is seen at the next start, and `clock_went_back` then
+        forgets every one of them. Not flushed to disk: one lost costs a look-up."""
+        ...
+
+    def not_found(self, operation_ids: Iterable[str]) -> Sequence[NotFound]:
+        """The look-ups kept for `operation_ids` that found nothing, in no particular
+        order."""
+        ...
+
+    def forget_not_found(self, *, asked_before: float) -> int:
+        """Forget the look-ups that found nothing asked before `asked_before` (too old
+        to believe); returns how many."""
+        ...
+
     def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
         """The request of every operation whose end-to-end reference is one of
         `reference_tails` or ends with "/" and one of them (the same reference in any
@@ -450,8 +490,10 @@ class AdminStore(OperationLookup, Protocol):
         running fast), and a server's wait it keeps (`not_before`) comes back by the
         step. The store's high-water mark comes back to `now` (it was set by the clock
         ahead: kept, the next start would see the same step and mark again what a right
-        clock recorded since). Returns how many operations were marked. Once it may have
-        been applied, such an operation is looked up, never sent again on its age alone."""
+        clock recorded since). Every kept look-up that found nothing (`NotFound`) is
+        forgotten: its age is no longer known either. Returns how many operations were
+        marked. Once it may have been applied, such an operation is looked up, never
+        sent again on its age alone."""
         ...
 
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:
@@ -464,8 +506,9 @@ class AdminStore(OperationLookup, Protocol):
         ...
 
     def purge(self, operation_ids: Iterable[str]) -> int:
-        """Delete these finished operations: an operator's explicit act, the only way an
-        operation leaves the store. Unfinished ones are refused, not deleted."""
+        """Delete these finished operations (and any look-up kept for them): an
+        operator's explicit act, the only way an operation leaves the store. Unfinished
+        ones are refused, not deleted."""
         ...
 
 

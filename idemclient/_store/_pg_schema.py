@@ -160,8 +160,25 @@ def _v8(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
+def _v9(conn: psycopg.Connection[Any], schema: str) -> None:
+    # Look-ups that found nothing, kept as they come (see the SQLite store's version 11).
+    conn.execute(
+        f"""
+        CREATE TABLE {schema}.not_found (
+            operation_id text PRIMARY KEY,
+            key text NOT NULL,
+            url text NOT NULL,
+            reading text NOT NULL,
+            asked_at double precision NOT NULL,
+            server_at double precision
+        )
+        """
+    )
+    conn.execute(f"CREATE INDEX not_found_asked ON {schema}.not_found (asked_at)")
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

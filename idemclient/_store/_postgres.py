@@ -138,6 +138,7 @@ class PostgresStore(SQLStore):
             table=self._table,
             order="created_at, seq",
             clock_table=f"{self._quoted}.store_clock",
+            not_found_table=f"{self._quoted}.not_found",
         )
 
     @property

@@ -191,6 +191,18 @@ def _v10(db: sqlite_utils.Database) -> None:
     db.table("operations").add_column("server_sent_at", float)
 
 
+def _v11(db: sqlite_utils.Database) -> None:
+    # Look-ups that found nothing, kept as they come, so that a batch killed during its
+    # look-ups does not ask every row again; believed only for a while (the batch's
+    # `_remembered`), and forgotten when a clock is seen to go back. Indexed by when
+    # they were asked: the ones too old to believe are deleted by that.
+    db.execute(
+        "CREATE TABLE not_found (operation_id TEXT PRIMARY KEY, key TEXT NOT NULL,"
+        " url TEXT NOT NULL, reading TEXT NOT NULL, asked_at REAL NOT NULL, server_at REAL)"
+    )
+    db.execute("CREATE INDEX not_found_asked ON not_found (asked_at)")
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -224,7 +236,7 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[[sqlite_utils.Database], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -39,7 +39,13 @@ from ._statements import Statements
 __all__ = ["SQLiteStore"]
 
 # A write transaction (BEGIN IMMEDIATE) holds the whole file: no row locks.
-_SQL = Statements(SQLITE, table="operations", order="created_at, rowid", clock_table="store_clock")
+_SQL = Statements(
+    SQLITE,
+    table="operations",
+    order="created_at, rowid",
+    clock_table="store_clock",
+    not_found_table="not_found",
+)
 _REGISTER_CHUNK = 5_000
 
 

@@ -45,6 +45,7 @@ from ._base import (
     Durability,
     Headers,
     Intent,
+    NotFound,
     OperationRecord,
     Progress,
     Store,
@@ -433,6 +434,8 @@ class SQLStore(Store, ABC):
         with self._transaction(durable=self.durability is not Durability.BUFFERED) as conn:
             marked = conn.execute(self._sql.stepped_back, (step, step, now, now)).rowcount
             conn.execute(self._sql.rewind, (now, now))
+            # A look-up's "nothing found" is only as good as the time it was asked.
+            conn.execute(self._sql.forget_not_found)
         return int(marked)
 
     def purge(self, operation_ids: Iterable[str]) -> int:
@@ -450,6 +453,7 @@ class SQLStore(Store, ABC):
                         f"operation {operation_id!r} is {state.value}, not finished:"
                         " resume or settle it first; nothing was purged"
                     )
+            conn.execute(sql.forget_not_found_of, (listed,))
             return conn.execute(sql.purge, (listed,)).rowcount
 
     # -- reading ---------------------------------------------------------------------
@@ -481,6 +485,30 @@ class SQLStore(Store, ABC):
                         record = self._record(row)
                         found[record.operation_id] = record
         return list(found.values())
+
+    def remember_not_found(self, answers: Iterable[NotFound], *, now: float) -> None:
+        rows = [(a.operation_id, a.key, a.url, a.reading, a.asked_at, a.server_at) for a in answers]
+        if not rows:
+            return
+        with self._transaction(durable=False) as conn:
+            for values in rows:
+                conn.execute(self._sql.remember_not_found, values)
+            conn.execute(self._sql.advance, (now,))
+
+    def not_found(self, operation_ids: Iterable[str]) -> Sequence[NotFound]:
+        sql = self._sql
+        found: list[NotFound] = []
+        with self._use() as conn:
+            for chunk in _chunked(operation_ids, _FIND_CHUNK):
+                found += (
+                    NotFound(*row)
+                    for row in conn.execute(sql.not_found, (sql.dialect.values(chunk),))
+                )
+        return found
+
+    def forget_not_found(self, *, asked_before: float) -> int:
+        with self._write(durable=False) as conn:
+            return int(conn.execute(self._sql.forget_not_found_before, (asked_before,)).rowcount)
 
     def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
         sql = self._sql

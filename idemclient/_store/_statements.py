@@ -8,7 +8,8 @@ and in the store's own names:
 - `table`: the operations table (PostgreSQL's lives in the store's own schema);
 - `order`: the order operations are listed in (PostgreSQL adds `seq`, which orders the
   rows of one batch, all created in the same instant);
-- `clock_table`: the store's clock table (its high-water mark).
+- `clock_table`: the store's clock table (its high-water mark);
+- `not_found_table`: the look-ups kept that found nothing (`Store.remember_not_found`).
 
 `Statements(dialect, ...)` renders every statement once, when a store is made (SQLite's at
 import; PostgreSQL's per store, since the schema is the store's): each is a plain
@@ -222,12 +223,28 @@ _REOPEN = (
 )
 
 
+# Look-ups that found nothing: one per operation, the latest kept.
+_NOT_FOUND_COLUMNS = "operation_id, key, url, reading, asked_at, server_at"
+_REMEMBER_NOT_FOUND = (
+    "INSERT INTO {nf} (" + _NOT_FOUND_COLUMNS + ") VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
+    " ON CONFLICT (operation_id) DO UPDATE SET key = excluded.key, url = excluded.url,"
+    " reading = excluded.reading, asked_at = excluded.asked_at, server_at = excluded.server_at"
+)
+_NOT_FOUND = "SELECT " + _NOT_FOUND_COLUMNS + " FROM {nf} WHERE operation_id {any}"
+_FORGET_NOT_FOUND_BEFORE = "DELETE FROM {nf} WHERE asked_at < {p}"
+_FORGET_NOT_FOUND = "DELETE FROM {nf}"
+_FORGET_NOT_FOUND_OF = "DELETE FROM {nf} WHERE operation_id {any}"
+
+
 class Statements:
     """Every shared statement, rendered for one `Dialect`: built once, never changed
     (every attribute is `Final`)."""
 
-    def __init__(self, dialect: Dialect, *, table: str, order: str, clock_table: str) -> None:
+    def __init__(
+        self, dialect: Dialect, *, table: str, order: str, clock_table: str, not_found_table: str
+    ) -> None:
         names = {
+            "nf": not_found_table,
             "t": table,
             "p": dialect.param,
             "j": dialect.json,
@@ -295,3 +312,8 @@ class Statements:
         self.find_tail_requests: Final = render(_FIND_TAIL_REQUESTS)
         self.record_settled: Final = render(_RECORD_SETTLED)
         self.reopen: Final = render(_REOPEN)
+        self.remember_not_found: Final = render(_REMEMBER_NOT_FOUND)
+        self.not_found: Final = render(_NOT_FOUND)
+        self.forget_not_found_before: Final = render(_FORGET_NOT_FOUND_BEFORE)
+        self.forget_not_found: Final = render(_FORGET_NOT_FOUND)
+        self.forget_not_found_of: Final = render(_FORGET_NOT_FOUND_OF)

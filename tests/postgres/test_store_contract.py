@@ -17,7 +17,15 @@ import pytest
 from idemclient import State
 from idemclient._call import fingerprint
 from idemclient._server_time import ServerTime
-from idemclient._store import Claim, Intent, Progress, StoredResponse, new_owner, release_owner
+from idemclient._store import (
+    Claim,
+    Intent,
+    NotFound,
+    Progress,
+    StoredResponse,
+    new_owner,
+    release_owner,
+)
 from idemclient.errors import OperationMismatch, StoreUnavailable
 from idemclient.postgres import PostgresStore
 from idemclient.store import SQLiteStore, Store
@@ -626,6 +634,50 @@ def test_a_clock_step_back_marks_every_unfinished_operation(store: Store) -> Non
     for bad in (0.0, -5.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="step back"):
             store.clock_went_back(step=bad, now=NOW)
+
+
+# -- look-ups that found nothing -----------------------------------------------------
+
+
+def nothing_found(operation_id: str, asked_at: float, *, key: str = "k") -> NotFound:
+    return NotFound(
+        operation_id,
+        key,
+        "https://psp.example/v1/payouts?reference=r#sent-as=v1.00.00",
+        "reference",
+        asked_at,
+        asked_at + 2.0,
+    )
+
+
+def test_a_look_up_that_found_nothing_is_kept_the_latest_per_operation(store: Store) -> None:
+    store.remember_not_found([nothing_found("a", NOW), nothing_found("b", NOW)], now=NOW)
+    store.remember_not_found([nothing_found("a", NOW + 30, key="k2")], now=NOW + 30)
+    kept = {answer.operation_id: answer for answer in store.not_found(["a", "b", "c"])}
+    assert kept == {
+        "a": nothing_found("a", NOW + 30, key="k2"),
+        "b": nothing_found("b", NOW),
+    }
+    assert store.not_found([]) == []
+    # Kept with the store's clock raised: a clock set back after it is seen at a start.
+    assert store.advance_clock(now=0.0) == NOW + 30
+    assert store.forget_not_found(asked_before=NOW + 1) == 1
+    assert [answer.operation_id for answer in store.not_found(["a", "b"])] == ["a"]
+
+
+def test_a_clock_seen_going_back_forgets_every_look_up_that_found_nothing(store: Store) -> None:
+    store.remember_not_found([nothing_found("a", NOW), nothing_found("b", NOW)], now=NOW)
+    store.clock_went_back(step=60.0, now=NOW - 60)
+    assert store.not_found(["a", "b"]) == []
+
+
+def test_purging_an_operation_forgets_its_look_up(store: Store) -> None:
+    owner = new_owner()
+    store.begin(make_intent("a", "ka"), owner=owner, now=NOW, lease_until=NOW)
+    succeed(store, "a", owner)
+    store.remember_not_found([nothing_found("a", NOW), nothing_found("b", NOW)], now=NOW)
+    assert store.purge(["a"]) == 1
+    assert [answer.operation_id for answer in store.not_found(["a", "b"])] == ["b"]
 
 
 def test_purge_refuses_unfinished_operations(store: Store) -> None:
