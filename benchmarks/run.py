@@ -16,6 +16,7 @@ tests/support/pgcluster.py, which the installed package does not ship):
     python -m benchmarks.run --quick         # a smoke run of tiny sizes
     python -m benchmarks.run --only store    # one section
     python -m benchmarks.run --only cpu      # the client's CPU on a mock transport
+    python -m benchmarks.run --only startup  # import time, and the pytest plugin's cost
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from idemclient.store import SQLiteStore
 from idemclient.testing import spawn
 from tests.support.pgcluster import Cluster
 
-from . import batch_bench, client_cpu, contenders, server_bench, store_bench
+from . import batch_bench, client_cpu, contenders, server_bench, startup, store_bench
 
 NOOP = "/_sandbox/noop"
 PAYMENTS = "/v1/payments"
@@ -272,7 +273,7 @@ def main() -> int:
     parser.add_argument("--json", default="bench-results/results.json")
     parser.add_argument(
         "--only",
-        choices=["sequential", "concurrent", "cpu", "batch", "store", "server"],
+        choices=["sequential", "concurrent", "cpu", "batch", "store", "server", "startup"],
         default=None,
     )
     parser.add_argument(
@@ -288,7 +289,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="idemclient-bench-") as tmp, ExitStack() as stack:
         work = Path(tmp)
         pg_url: str | None = None
-        if not args.no_postgres and args.only != "batch":
+        if not args.no_postgres and args.only not in ("batch", "startup"):
             pg_url = start_postgres(stack)
         (work / "threads").mkdir()
         (work / "async").mkdir()
@@ -336,6 +337,12 @@ def main() -> int:
                 "client CPU per operation, mock transport (thread CPU time)",
                 report["client_cpu"],
                 client_cpu.COLUMNS,
+            )
+        if wanted("startup"):
+            # Fresh interpreters, no server: what importing idemclient costs a process.
+            report["startup"] = startup.run(rounds=9 if sizes.quick else 41)
+            print_table(
+                "start-up (median over fresh interpreters)", report["startup"], startup.COLUMNS
             )
         if wanted("store"):
             report["store"] = {"sqlite": store_bench.run(work / "store", sizes.store_finished)}

@@ -17,18 +17,12 @@ import importlib
 import typing
 import warnings
 
-# The topic modules, imported so that `import idemclient` is enough for `idemclient.store.X`.
-from . import clock as clock
+# Importing idemclient is cheap: the error tree (what a caller catches) is imported here,
+# everything else when it is first used (`idemclient.Client`, `from idemclient import
+# Client`, `idemclient.store.X`), so that a process that only imports idemclient (a
+# pytest run with its plugin, a module that imports it for a type) pays for httpx and
+# no more. The names are the same objects as ever; type checkers see them below.
 from . import errors as errors
-from . import hooks as hooks
-from . import keys as keys
-from . import otel as otel  # imports no OpenTelemetry until otel_hooks() is called
-from . import policy as policy
-from . import profiles as profiles
-from . import store as store
-from . import transport as transport
-from ._client import AsyncClient, Client, aresume, resume, wrap
-from ._clock import ManualClock
 from ._errors import (
     AnswerNotKept,
     IdemError,
@@ -39,11 +33,41 @@ from ._errors import (
     ReconcileRequired,
     StoreError,
 )
-from ._keys import key_from_identity, new_key
-from ._outcome import Outcome, State, outcome_of
-from ._policy import RetryPolicy
+from ._version import __version__
 
-__version__ = "0.1.0.dev0"
+if typing.TYPE_CHECKING:
+    from . import clock as clock
+    from . import hooks as hooks
+    from . import keys as keys
+    from . import otel as otel
+    from . import policy as policy
+    from . import profiles as profiles
+    from . import store as store
+    from . import transport as transport
+    from ._client import AsyncClient, Client, aresume, resume, wrap
+    from ._clock import ManualClock
+    from ._keys import key_from_identity, new_key
+    from ._outcome import Outcome, State, outcome_of
+    from ._policy import RetryPolicy
+
+#: The top-level names imported when first used: name -> the module that defines it.
+_LAZY: dict[str, str] = {
+    "AsyncClient": "idemclient._client",
+    "Client": "idemclient._client",
+    "aresume": "idemclient._client",
+    "resume": "idemclient._client",
+    "wrap": "idemclient._client",
+    "ManualClock": "idemclient._clock",
+    "key_from_identity": "idemclient._keys",
+    "new_key": "idemclient._keys",
+    "Outcome": "idemclient._outcome",
+    "State": "idemclient._outcome",
+    "outcome_of": "idemclient._outcome",
+    "RetryPolicy": "idemclient._policy",
+}
+
+#: The topic modules, reachable as attributes once `idemclient` is imported.
+_TOPICS = frozenset({"clock", "hooks", "keys", "otel", "policy", "profiles", "store", "transport"})
 
 __all__ = [
     "AnswerNotKept",
@@ -144,7 +168,14 @@ if typing.TYPE_CHECKING:  # what type checkers see while the old names still res
 
 
 def __getattr__(name: str) -> object:
-    """Resolve a name that left the top level, warning where it lives now."""
+    """Import a top-level name or topic module at its first use; resolve a name that
+    left the top level, warning where it lives now."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # looked up once
+        return value
+    if name in _TOPICS:
+        return importlib.import_module(f"idemclient.{name}")
     if name in _MOVED:
         home = _MOVED[name]
         warnings.warn(
@@ -159,3 +190,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(_errors, name)
     raise AttributeError(f"module 'idemclient' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *_TOPICS})

@@ -9,8 +9,6 @@ from __future__ import annotations
 import re
 import uuid
 
-import uuid6
-
 from ._errors import InvalidKey
 
 __all__ = [
@@ -32,6 +30,10 @@ _SEPARATOR = "\x1f"  # unit separator: cannot occur in a caller's printable iden
 
 def new_key() -> str:
     """A fresh UUIDv7: random, and time-ordered for the server's index locality."""
+    # Imported at the first key, not with idemclient: uuid6 reads its own version from
+    # the installed metadata when imported, which costs more than the rest of this module.
+    import uuid6
+
     return str(uuid6.uuid7())
 
 

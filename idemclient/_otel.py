@@ -25,10 +25,10 @@ import httpx
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from . import __version__
 from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent, StoreEvent
 from ._outcome import Outcome, State
 from ._redaction import redact_url
+from ._version import __version__
 
 __all__ = ["telemetry_hooks"]
 

@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import click
 
-from . import __version__
 from ._ops_cli import ops
+from ._version import __version__
 from .batch._cli import batch
 
 

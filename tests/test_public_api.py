@@ -88,6 +88,7 @@ MODULES = {
         "KeyConflict",
         "MissingKey",
         "NotSent",
+        "OperationFailed",
         "OperationMismatch",
         "OutcomeError",
         "ReconcileRequired",
@@ -158,12 +159,14 @@ def test_all_names_exist_once() -> None:
 
 
 def test_nothing_public_is_left_out_of_all() -> None:
+    # The top level imports most names at their first use: dir() lists them all.
     public = {
         name
-        for name, value in vars(idemclient).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(idemclient)
+        if not name.startswith("_") and not isinstance(getattr(idemclient, name), types.ModuleType)
     }
     assert public == set(idemclient.__all__) - {"__version__"}
+    assert {f"idemclient.{name}" for name in dir(idemclient)} >= set(MODULES)
 
 
 def test_importing_the_top_level_warns_about_nothing_and_brings_the_topics() -> None:
@@ -247,7 +250,7 @@ def _errors_of(module: types.ModuleType) -> set[type[BaseException]]:
 def test_every_error_derives_from_the_one_root() -> None:
     errors = _errors_of(importlib.import_module("idemclient.errors"))
     features = _errors_of(idemclient.batch) | _errors_of(idemclient.inbox)
-    assert len(errors) == 17
+    assert len(errors) == 18
     assert {error.__name__ for error in features} == {
         "BatchInvalid",
         "InvalidMessageId",
@@ -256,8 +259,15 @@ def test_every_error_derives_from_the_one_root() -> None:
     tree = idemclient._errors.__doc__ or ""
     for error in errors | features:
         assert issubclass(error, idemclient.IdemError), error
-        assert error.__module__ == "idemclient._errors", error  # one tree, in one file
+        assert vars(idemclient._errors)[error.__name__] is error  # one tree, in one file
         assert re.search(rf"\b{error.__name__}\b", tree), error  # and drawn there
+    # Named after the module a caller imports it from (tracebacks print this name).
+    for error in errors:
+        assert error.__module__ == "idemclient.errors", error
+    for error in features:
+        home = "idemclient.batch" if error.__name__ == "BatchInvalid" else "idemclient.inbox"
+        assert error.__module__ == home, error
+        assert getattr(importlib.import_module(home), error.__name__) is error
 
 
 def test_indeterminate_and_not_sent_are_never_failures() -> None:

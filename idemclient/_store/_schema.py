@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from .._db.errors import sqlite_errors
 from .._db.sqlite import MEMORY, connect, immediate, retry_busy, use_wal
 from .._db.versions import UserVersion, refuse_newer, upgrade
 from .._errors import ForeignStore, StoreCorrupt
 from ._scrub import scrubbed
+
+if TYPE_CHECKING:
+    # Imported when a migration runs (a store created or upgraded), not when one opens:
+    # sqlite-utils brings click, dateutil and pluggy, which most processes never use.
+    import sqlite_utils
 
 __all__ = [
     "APPLICATION_ID",
@@ -233,7 +237,7 @@ REQUIRED_COLUMNS = frozenset(
     }
 )
 
-Migration = Callable[[sqlite_utils.Database], None]
+Migration = Callable[["sqlite_utils.Database"], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
 MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11)
@@ -261,9 +265,20 @@ def open_database(
 class _StoreVersion(UserVersion):
     """The schema version in the file's header, beside idemclient's application id."""
 
-    def write(self, conn: sqlite_utils.Database, version: int) -> None:
+    def write(self, conn: sqlite3.Connection, version: int) -> None:
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         super().write(conn, version)
+
+
+def _on_database(step: Migration) -> Callable[[sqlite3.Connection], None]:
+    """`step` run on the connection through sqlite-utils, imported only then."""
+
+    def run(conn: sqlite3.Connection) -> None:
+        import sqlite_utils
+
+        step(sqlite_utils.Database(conn))
+
+    return run
 
 
 def _check_and_migrate(
@@ -318,8 +333,8 @@ def _check_and_migrate(
     # One migration a transaction, each reading the version again under the write lock:
     # another process may have migrated.
     before = upgrade(
-        sqlite_utils.Database(conn),
-        migrations,
+        conn,
+        [_on_database(step) for step in migrations],
         marker,
         exclusive=lambda: immediate(conn),
         where=path,

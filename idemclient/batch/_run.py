@@ -46,7 +46,7 @@ from typing import Any, TypedDict, Unpack
 
 import httpx
 
-from .. import __version__, _reconcile
+from .. import _reconcile
 from .._client import AsyncClient, Client, read_existing
 from .._clock import Clock
 from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
@@ -70,6 +70,7 @@ from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
 from .._server_time import DATE_RESOLUTION
 from .._store import Intent, OperationRecord, Store, StoredResponse
+from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
@@ -705,7 +706,7 @@ class _Run:
                 self.counts.found_unsettled += 1
                 reason = (
                     f"found on the server, not final yet ({verdict.why}): not sent;"
-                    f" run again later to settle it ({exc.outcome.state.value})"
+                    f" run again later to settle it ({exc.outcome.state.words})"
                 )
             self._done(
                 item,
@@ -1114,7 +1115,7 @@ def _recorded_line(
         reason = {
             State.SUCCEEDED: "already done: answered from the store (done in an earlier run)",
             State.FAILED: f"refused in an earlier run ({record.evidence})",
-        }.get(state, f"{state.value} in the store, being sent elsewhere: run again")
+        }.get(state, f"{state.words} in the store, being sent elsewhere: run again")
     return _line(
         item,
         key=record.key,

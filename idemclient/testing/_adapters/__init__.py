@@ -5,5 +5,6 @@
 application; `live`: uvicorn on a loopback socket, in a thread (`serve`) or a child
 process (`spawn`); `sandbox`: the `/_sandbox/` API from the other side of a socket;
 `cli`: the `idemclient server` command. The pytest fixtures are in
-`idemclient.testing._pytest_plugin`, the module the pytest11 entry point names.
+`idemclient._pytest_plugin`, the module the pytest11 entry point names, outside this
+package so that a pytest run that uses no fixture never imports it.
 """
