@@ -36,9 +36,15 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
             json={"amount": body["amount"], "currency": "EUR", "reference": order_id},
             operation_id=f"order-{order_id}",
         )
-        status, answer = 200, {"paid": outcome.succeeded, **outcome.response.json()}
+        outcome.raise_for_status()  # a decline is not a payment
     except idemclient.Indeterminate:
         status, answer = 202, {"paid": None, "detail": "confirming your payment"}
+    except idemclient.NotSent:
+        status, answer = 503, {"paid": False, "detail": "nothing charged; try again"}
+    except idemclient.OutcomeError:
+        status, answer = 402, {"paid": False, "detail": "your card was declined"}
+    else:
+        status, answer = 200, {"paid": True, "id": outcome.json()["id"]}
     payload = json.dumps(answer).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json")]})  # fmt: skip

@@ -20,8 +20,10 @@ with idemclient.Client(
             "/v1/payments",
             json={"amount": 1999, "currency": "EUR", "reference": "order-1042"},
             operation_id="order-1042",
-        )
+        ).raise_for_status()
     except idemclient.Indeterminate as exc:
         print("maybe charged: resume later with key", exc.key)
+    except idemclient.OutcomeError as exc:
+        print("not charged:", exc)  # declined (402...), or never sent
     else:
         print(outcome.state, outcome.json()["id"])

@@ -67,7 +67,7 @@ class AnswerWithoutBody(httpx.Response):
             raise RuntimeError("a stored answer without its outcome")
         size, sha256 = self.stored.body_size, self.stored.body_sha256
         return AnswerNotKept(
-            f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.value}"
+            f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.words}"
             f" with HTTP {self.status_code}, answered from the store, which did not keep"
             f" the answer's body ({size} bytes, sha256 {sha256}): it was over the store's"
             " max_stored_body, or dropped when the finished operation was reaped. The"

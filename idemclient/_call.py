@@ -359,7 +359,7 @@ def unsettled_error(
     """The exception for an operation that has no final answer (`outcome` says where it
     stands): `NotSent` only when nothing of it can have reached the server."""
     text = (
-        f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.value}"
+        f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.words}"
         f" after {outcome.attempts} attempt(s): {reason}; last seen: {outcome.evidence}"
     )
     if lost_to is not None:
@@ -378,7 +378,12 @@ def unsettled_error(
             outcome,
         )
     if outcome.state is State.NOT_SENT and not outcome.maybe_applied:
-        return NotSent(text + ". Nothing reached the server; safe to send again.", outcome)
+        if outcome.last_status is None:
+            told = "Nothing reached the server"
+        else:
+            # A 429 or 503 reached the server, which said it did nothing with it.
+            told = f"The server answered (HTTP {outcome.last_status}) and applied nothing"
+        return NotSent(f"{text}. {told}; safe to send again with the same key.", outcome)
     if reconcile:
         error = ReconcileRequired(
             text + ". Settle it with Client.reconcile(operation_id, lookup=...): a"

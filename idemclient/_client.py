@@ -14,6 +14,7 @@ import functools
 import inspect
 import os
 import random
+import types
 import warnings
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
@@ -358,6 +359,24 @@ def _method(twin: _Twin[Any, Any], name: str, owner: type, *, awaited: bool) -> 
     return method
 
 
+def _own_init(owner: type) -> Any:
+    """`_Common.__init__` as a function of `owner`'s own, named after it, so that a call
+    missing an argument says ``Client() missing 1 required keyword-only argument:
+    'store'`` (Python names the function in that message), not the shared base."""
+    shared = _Common.__init__
+    init = types.FunctionType(
+        shared.__code__,
+        shared.__globals__,
+        shared.__name__,
+        shared.__defaults__,
+        shared.__closure__,
+    )
+    init.__kwdefaults__ = shared.__kwdefaults__
+    functools.update_wrapper(init, shared)
+    init.__qualname__ = owner.__qualname__
+    return init
+
+
 class _Common(Generic[HttpxClient]):
     """`Client` and `AsyncClient`: every method is written here once; the two classes
     differ only in how they run it (a function each, see `_Twin`) and close."""
@@ -371,6 +390,8 @@ class _Common(Generic[HttpxClient]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "__init__" not in vars(cls):
+            cls.__init__ = _own_init(cls)  # type: ignore[method-assign]  # the same function, renamed
         for name in dir(cls):
             twin = inspect.getattr_static(cls, name)
             if isinstance(twin, _Twin):  # not where a subclass has its own already

@@ -16,6 +16,7 @@ IdemError
 │   ├── StoreTooNew            written by a newer idemclient (schema version)
 │   └── StoreUnavailable       cannot be opened for writing (read-only, locked, unreachable)
 └── OutcomeError          [*]  an operation ended without a final success
+    ├── OperationFailed        a final refusal (402, 400, 404...), from Outcome.raise_for_status()
     ├── Rejected          [d]  deprecated, never raised: the base of KeyConflict, for now
     │   └── KeyConflict   [*]  HTTP 422: the key was used with a different request
     ├── NotSent           [*]  no attempt reached the server: safe to retry with the same key
@@ -33,7 +34,11 @@ An `OutcomeError` carries the `Outcome` (key, operation id, state, attempts, las
 evidence, final response if any). The underlying cause is chained with `raise ... from`,
 never swallowed. `Indeterminate` is deliberately not a kind of `KeyConflict` (nor of
 `Rejected`): "maybe charged" must not be handled as "not charged". A final refusal
-other than HTTP 422 is not an error: it is an `Outcome` in state `failed`.
+other than HTTP 422 is not an error: it is an `Outcome` in state `failed`, which
+`Outcome.raise_for_status()` raises as `OperationFailed` for a caller who wants it so.
+
+Each public error names its public module (`__module__`), so that a traceback reads
+``idemclient.errors.Indeterminate: ...``, not this private module.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ __all__ = [
     "KeyConflict",
     "MissingKey",
     "NotSent",
+    "OperationFailed",
     "OperationMismatch",
     "OutcomeError",
     "ReconcileRequired",
@@ -253,6 +259,18 @@ class KeyConflict(Rejected):
     """HTTP 422: the server holds this key for a different request. A caller bug."""
 
 
+class OperationFailed(OutcomeError):
+    """The operation ended with a final refusal (state `failed`: a declined card's 402,
+    a 400, a 404...), raised by `Outcome.raise_for_status()` only: the client itself
+    returns such an outcome. Nothing more will come of this operation: sending it again
+    under the same key gets the same answer; `outcome.response` holds the refusal."""
+
+    @property
+    def response(self) -> httpx.Response | None:
+        """The refusal (as `outcome.response`)."""
+        return self.outcome.response
+
+
 class NotSent(OutcomeError):
     """No attempt reached the server. Safe to send again later with the same key."""
 
@@ -281,3 +299,15 @@ class ReconcileRequired(Indeterminate):
 
     #: why it is not sent again, in words ("" when the message alone says it)
     reason: str = ""
+
+
+def _name_public_homes() -> None:
+    """Each error under the module a caller imports it from, as tracebacks show it."""
+    homes = {"BatchInvalid": "idemclient.batch"}
+    homes |= dict.fromkeys(("InvalidMessageId", "SignatureInvalid"), "idemclient.inbox")
+    homes["Rejected"] = "idemclient"  # only ever reached as the deprecated idemclient.Rejected
+    for name in __all__:
+        globals()[name].__module__ = homes.get(name, "idemclient.errors")
+
+
+_name_public_homes()

@@ -190,7 +190,7 @@ def list_command(
                 else ""
             )
         )
-    click.echo(", ".join(f"{state.value} {n}" for state, n in counts.items()), err=True)
+    click.echo(", ".join(f"{state.words} {n}" for state, n in counts.items()), err=True)
 
 
 @ops.command("show")

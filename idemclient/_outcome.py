@@ -8,6 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ._errors import (
+    ChallengeRequired,
+    Indeterminate,
+    KeyConflict,
+    NotSent,
+    OperationFailed,
+    OutcomeError,
+)
+
 if TYPE_CHECKING:
     from ._store import OperationRecord
 
@@ -36,6 +45,11 @@ class State(enum.StrEnum):
     def finished(self) -> bool:
         """A final answer is stored; the operation is never sent again."""
         return self in _FINISHED
+
+    @property
+    def words(self) -> str:
+        """The state as people read it in a message ("not sent", "in flight")."""
+        return self.value.replace("_", " ")
 
 
 #: Response extension carrying the `Outcome` of the operation a response answers.
@@ -94,6 +108,56 @@ class Outcome:
     def succeeded(self) -> bool:
         return self.state is State.SUCCEEDED
 
+    def raise_for_status(self) -> Outcome:
+        """Return this outcome if the operation succeeded; raise otherwise.
+
+        As httpx's `Response.raise_for_status()`, for an operation: a final refusal
+        (a declined card's 402, a 400...) raises `OperationFailed` (`KeyConflict` for a
+        key the server holds for another request); an operation with no final answer
+        raises what the client raises for it: `Indeterminate` (maybe applied: never
+        treat it as failed) or `NotSent` (`ChallengeRequired` where the server asks for
+        a signature). The error carries this outcome. Returning the outcome lets a call
+        chain: ``client.post(...).raise_for_status().json()["id"]``.
+        """
+        if self.state is State.SUCCEEDED:
+            return self
+        raise self._error()
+
+    def _error(self) -> OutcomeError:
+        named = f"operation {self.operation_id!r} (key {self.key})"
+        status = "" if self.last_status is None else f" (HTTP {self.last_status})"
+        if self.state is State.FAILED:
+            if self.key_conflict:
+                return KeyConflict(
+                    f"{named} failed{status}: the server holds this key for a different"
+                    " request. This is a bug in the caller: a key must never be reused"
+                    " for another request.",
+                    self,
+                )
+            return OperationFailed(
+                f"{named} failed: the server's final answer is {self.evidence or status}."
+                " It is final: sending it again under this key gets the same answer.",
+                self,
+            )
+        if self.state is State.CHALLENGED:
+            return ChallengeRequired(
+                f"{named} is challenged{status}: the server asks for the request to be"
+                " signed first (outcome.response holds the challenge); nothing was applied.",
+                self,
+            )
+        seen = f"; last seen: {self.evidence}" if self.evidence else ""
+        if self.state in (State.NOT_SENT, State.PENDING) and not self.maybe_applied:
+            return NotSent(
+                f"{named} is {self.state.words} after {self.attempts} attempt(s){seen}."
+                " Nothing of it was applied; safe to send again with the same key.",
+                self,
+            )
+        return Indeterminate(
+            f"{named} is {self.state.words} after {self.attempts} attempt(s){seen}. It"
+            " may have been applied: resume it with the same key, or look it up.",
+            self,
+        )
+
     def json(self) -> Any:
         """The final answer's JSON body (`outcome.json()["id"]`).
 
@@ -102,7 +166,7 @@ class Outcome:
         """
         if self.response is None:
             raise ValueError(
-                f"operation {self.operation_id!r} is {self.state.value}: it has no final"
+                f"operation {self.operation_id!r} is {self.state.words}: it has no final"
                 " answer to read"
             )
         return self.response.json()

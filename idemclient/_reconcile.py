@@ -655,7 +655,7 @@ def _apply(
                 record,
                 f"{where}: {verdict.why}; but another caller took the operation while it"
                 " was being looked up (the look-up outlived its lease), so nothing was"
-                f" recorded: it is {record.state.value}",
+                f" recorded: it is {record.state.words}",
             )
         return settled(record, response)
     release(store, clock, taken, exists=verdict.finding == "found")
@@ -730,7 +730,7 @@ def _settle_refused(store: SendingStore, clock: Clock, taken: Taken, found: str)
             record,
             f"{found}; but another caller took the operation while it was being looked up"
             f" (the look-up outlived its lease), so nothing was recorded: it is"
-            f" {record.state.value}",
+            f" {record.state.words}",
         )
     assert record.response is not None
     answer = stored_response(record.response, httpx.Request(record.method, record.url))

@@ -311,7 +311,7 @@ class SQLStore(Store, ABC):
     ) -> OperationRecord:
         if applied:
             if not state.finished:
-                raise ValueError(f"an applied operation is settled as final, not {state.value}")
+                raise ValueError(f"an applied operation is settled as final, not {state.words}")
             _kept, columns = as_stored(
                 response or StoredResponse.of(200, (), b""),
                 self.header_rule,
@@ -342,7 +342,7 @@ class SQLStore(Store, ABC):
     ) -> OperationRecord:
         if not state.finished:
             raise ValueError(
-                f"an operation found on the server is recorded final, not {state.value}"
+                f"an operation found on the server is recorded final, not {state.words}"
             )
         _kept, answer = as_stored(
             response or StoredResponse.of(200, (), b""),
@@ -377,7 +377,7 @@ class SQLStore(Store, ABC):
             record = self._fetch(conn, operation_id)
             if record.state.finished:
                 raise ValueError(
-                    f"operation {operation_id!r} is {record.state.value}: a finished"
+                    f"operation {operation_id!r} is {record.state.words}: a finished"
                     " operation is never sent again, so it is not moved"
                 )
             if holder_is_live(record, now=now):
@@ -450,7 +450,7 @@ class SQLStore(Store, ABC):
                 state = State(found[operation_id])
                 if not state.finished:
                     raise ValueError(
-                        f"operation {operation_id!r} is {state.value}, not finished:"
+                        f"operation {operation_id!r} is {state.words}, not finished:"
                         " resume or settle it first; nothing was purged"
                     )
             conn.execute(sql.forget_not_found_of, (listed,))

@@ -440,7 +440,7 @@ def _known(
             record,
             why=(
                 f"was sent {'to ' if moved else ''}{where} and may have been applied there"
-                f" ({record.state.value}): finish it there (the same --url, --path and"
+                f" ({record.state.words}): finish it there (the same --url, --path and"
                 f" token), or settle it with idemclient ops reconcile {record.operation_id}"
             ),
         )
