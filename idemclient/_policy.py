@@ -9,6 +9,10 @@ and never less than what the server asked for with `Retry-After` (the server's w
 a floor that jitter never shortens). The exponential ceiling is tenacity's
 `wait_exponential`; the jitter is drawn from an injectable `random.Random`.
 
+A tenacity wait strategy given as `RetryPolicy(wait=...)` replaces that formula: the
+wait before retry ``n`` is what the strategy says for attempt number ``n`` (its own
+jitter, if any), still floored by the server's wait and cut by the deadline.
+
 One total deadline covers every attempt and every sleep. A wait that would end past the
 deadline is not slept: the client stops at once and records the server's not-before
 time, so a later resume honours it. It never retries early.
@@ -20,14 +24,19 @@ import dataclasses
 import math
 import random
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
-
-import tenacity
+from typing import TYPE_CHECKING, Literal
 
 from ._classify import AttemptKind, Classification
 
+if TYPE_CHECKING:
+    import tenacity
+
 __all__ = ["Decision", "RetryPolicy", "backoff_ceiling", "decide", "retention_set"]
+
+#: A tenacity wait strategy: the seconds to wait, given tenacity's retry state.
+WaitStrategy = Callable[["tenacity.RetryCallState"], float]
 
 
 class _ProfileRetention(float):
@@ -94,6 +103,12 @@ class RetryPolicy:
     #: that may have been applied and is older than this is never re-sent
     #: automatically (it could apply twice)
     key_retention: float = _PROFILE_RETENTION
+    #: a tenacity wait strategy (``tenacity.wait_random_exponential(multiplier=0.5,
+    #: max=30)``, ``wait_fixed(2) + wait_random(0, 1)``...) in place of the backoff
+    #: above: the wait before retry n is the strategy's for attempt number n. It is
+    #: given the attempt number only (not the error: `wait_exception` cannot work),
+    #: and the server's wait and the deadline still bound it
+    wait: WaitStrategy | None = None
 
     def __post_init__(self) -> None:
         checks: list[tuple[bool, str]] = [
@@ -120,6 +135,8 @@ class RetryPolicy:
                 DeprecationWarning,
                 stacklevel=3,
             )
+        if self.wait is not None:
+            _check_strategy(self.wait)
         object.__setattr__(self, "retry_statuses", frozenset(self.retry_statuses))
         object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
 
@@ -142,18 +159,60 @@ def _non_negative(value: float) -> bool:
 
 
 def backoff_ceiling(policy: RetryPolicy, retry_number: int) -> float:
-    """The top of the jitter window before retry `retry_number` (1-based)."""
+    """The top of the jitter window before retry `retry_number` (1-based); with a wait
+    strategy of the caller's (`RetryPolicy.wait`), the strategy's wait itself."""
+    import tenacity  # at the first retry, not with idemclient
+
+    if policy.wait is not None:
+        return _strategy_wait(policy.wait, retry_number)
     strategy = tenacity.wait_exponential(
         multiplier=policy.initial_backoff, exp_base=policy.backoff_factor, max=policy.max_backoff
     )
-    return strategy(_AttemptNumber(retry_number))  # type: ignore[arg-type]  # reads attempt_number only
+    return float(strategy(_retry_state(retry_number)))
 
 
-@dataclass(frozen=True, slots=True)
-class _AttemptNumber:
-    """The one field of tenacity's `RetryCallState` that its wait strategies read."""
+def backoff(policy: RetryPolicy, retry_number: int, rng: random.Random) -> float:
+    """The wait before retry `retry_number`, before the server's floor: full jitter
+    under the ceiling, or the caller's strategy's wait (its own jitter) as it is."""
+    if policy.wait is not None:
+        return backoff_ceiling(policy, retry_number)
+    return rng.uniform(0.0, backoff_ceiling(policy, retry_number))
 
-    attempt_number: int
+
+def _retry_state(attempt_number: int) -> tenacity.RetryCallState:
+    """A tenacity retry state after `attempt_number` attempts, as its strategies read it."""
+    import tenacity
+
+    state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]  # a wait strategy reads neither
+    state.attempt_number = attempt_number
+    return state
+
+
+def _strategy_wait(strategy: WaitStrategy, retry_number: int) -> float:
+    """The strategy's wait, in seconds: negative counts as none, and one that is not a
+    finite number as endless (the deadline then stops the call: it never sleeps it)."""
+    value = float(strategy(_retry_state(retry_number)))
+    if math.isnan(value) or value == math.inf:
+        return math.inf
+    return max(0.0, value)
+
+
+def _check_strategy(strategy: object) -> None:
+    """Refuse, when the policy is made, a `wait` that cannot say how long to wait."""
+    if not callable(strategy):
+        raise ValueError(
+            f"RetryPolicy: wait must be a tenacity wait strategy (a callable of the retry"
+            f" state), not {type(strategy).__name__}"
+        )
+    try:
+        first = strategy(_retry_state(1))
+        float(first)
+    except Exception as exc:
+        raise ValueError(
+            f"RetryPolicy: the wait strategy {strategy!r} cannot say how long to wait"
+            f" ({type(exc).__name__}: {exc}); it is given the attempt number only, not the"
+            " error or the result (wait_exception needs them)"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +257,7 @@ def decide(
             not_before=not_before,
             reason=f"server asked to wait {server_wait:.3f}s, over max_retry_after",
         )
-    wait = rng.uniform(0.0, backoff_ceiling(policy, attempts))
+    wait = backoff(policy, attempts, rng)
     if server_wait is not None:
         wait = max(wait, server_wait)
     if wait >= remaining:
