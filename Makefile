@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit httpx-releases docs demo bench bench-quick check-deep soak clean
+.PHONY: test lint typecheck unit httpx-releases docs dist demo bench bench-quick check-deep soak clean
 
 # (Re)install whenever the project's dependencies change.
 $(STAMP): pyproject.toml
@@ -13,7 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-test: lint typecheck unit httpx-releases docs
+# unit then checks the distributions that dist built (see tests/packaging).
+test: UNIT_ENV := IDEMCLIENT_DIST=$(CURDIR)/dist
+test: lint typecheck dist unit httpx-releases docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -22,8 +24,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# tests/packaging installs the wheel into a fresh environment without extras; under
+# `make test` it reads the distributions `dist` built, alone it builds its own.
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(UNIT_ENV) $(BIN)/pytest
+
+# The sdist and the wheel, built as a release builds them and checked as the package
+# index reads them (metadata, and the README as their long description).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
 
 # wrap() swaps the transports of a built httpx client through httpx's private attributes
 # (idemclient/_retrofit.py): run the client's tests under every httpx release that
@@ -50,9 +61,10 @@ httpx-releases: $(STAMP)
 	  PYTHONPATH=$(CURDIR) $$env/bin/python -m pytest -q -p no:cacheprovider $(HTTPX_TESTS); \
 	done
 
-# The documentation site; warnings are errors (strict in mkdocs.yml).
+# The documentation site, strict: a warning fails it, and every internal link and anchor
+# is checked (validation in mkdocs.yml). Not --quiet: it would turn strict off.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The model-based checker (tests/checker) for as long as asked, its seed printed:
 # `make check-deep MINUTES=60`, `make check-deep SEED=1234` to replay; in one server
@@ -95,4 +107,4 @@ bench-quick: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.run --quick --json bench-results/quick.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site dist

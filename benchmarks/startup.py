@@ -66,11 +66,12 @@ def _environment(cache: str) -> dict[str, str]:
     return env
 
 
-def _import_seconds(label: str, env: dict[str, str]) -> float:
+def _import_seconds(label: str, env: dict[str, str], cwd: Path) -> float:
     before = BEFORE.get(label)
     code = TIMED.format(before=f"\n{before}" if before else "", body=IMPORTS[label])
+    # Run elsewhere than here: `-c` puts the working directory first on the path.
     done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, check=True
     )
     return float(done.stdout.strip().splitlines()[-1])
 
@@ -100,13 +101,13 @@ def run(rounds: int = 41) -> dict[str, dict[str, Any]]:
         folder.mkdir()
         (folder / "test_nothing.py").write_text(TEST_FILE)
         for label in IMPORTS:  # fill the bytecode cache
-            _import_seconds(label, env)
+            _import_seconds(label, env, folder)
         _pytest_seconds(folder, env, plugin=True)
         for round_ in range(rounds):
             labels = list(IMPORTS)
             shift = round_ % len(labels)
             for label in labels[shift:] + labels[:shift]:
-                samples[label].append(_import_seconds(label, env))
+                samples[label].append(_import_seconds(label, env, folder))
             pair = [(True, with_plugin), (False, without_plugin)]
             for plugin, into in pair if round_ % 2 else reversed(pair):
                 into.append(_pytest_seconds(folder, env, plugin=plugin))
