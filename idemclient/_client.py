@@ -530,20 +530,37 @@ class _Common(Generic[HttpxClient]):
 
     @_verb("POST")
     def post(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
+        """POST, as one operation: ``request("POST", url, ...)``.
+
+        Takes every option of `request`: ``key``, ``operation_id``, ``identity``,
+        ``reference`` and ``hooks`` (see there), and what httpx's ``request`` takes:
+        ``json``, ``content``, ``data``, ``files``, ``params``, ``headers``,
+        ``cookies``, ``auth``, ``timeout``, ``extensions``.
+
+        Returns the `Outcome` of a final answer (check it:
+        ``outcome.raise_for_status()``); raises `NotSent`, `Indeterminate` or
+        `KeyConflict`.
+        """
         return (yield from _Common.request.step(self, "POST", url, **kwargs))
 
     @_verb("PATCH")
     def patch(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
+        """PATCH, as one operation: ``request("PATCH", url, ...)``, with the options of
+        `post`."""
         return (yield from _Common.request.step(self, "PATCH", url, **kwargs))
 
     @_verb("PUT")
     def put(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
-        """PUT, as an operation: the policy's `methods` must include it (else a ValueError)."""
+        """PUT, as one operation: ``request("PUT", url, ...)``, with the options of
+        `post`. The policy's `methods` must include PUT (else a ValueError, before
+        anything is sent)."""
         return (yield from _Common.request.step(self, "PUT", url, **kwargs))
 
     @_verb("DELETE")
     def delete(self, /, url: httpx.URL | str, **kwargs: Any) -> Op[Outcome]:
-        """DELETE, as an operation: the policy's `methods` must include it (else a ValueError)."""
+        """DELETE, as one operation: ``request("DELETE", url, ...)``, with the options
+        of `post`. The policy's `methods` must include DELETE (else a ValueError,
+        before anything is sent)."""
         return (yield from _Common.request.step(self, "DELETE", url, **kwargs))
 
     @_Twin

@@ -191,7 +191,7 @@ class SQLiteInboxStorage:
     SQLite does not make a transaction across attached WAL databases atomic.
 
     Inside `transaction()` the connection refuses to begin, commit or roll back a
-    transaction (`sqlite3.ProgrammingError`, see `_handler_guard`): the inbox ends it.
+    transaction (it raises `sqlite3.ProgrammingError`): the inbox ends it.
     """
 
     def __init__(

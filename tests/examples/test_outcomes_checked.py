@@ -81,3 +81,8 @@ def test_no_example_reads_an_unchecked_outcome(where: str, code: str) -> None:
         assert check.start() < read.end(), (
             f"{where} reads an outcome's body without checking that it succeeded: {read.group()}"
         )
+
+
+def test_the_home_page_shows_the_readme_example() -> None:
+    home = (ROOT / "docs" / "index.md").read_text()
+    assert re.findall(r"```python\n(.*?)```", home, flags=re.S) == [_readme_example()]
