@@ -7,10 +7,11 @@ import datetime
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from . import _cli_errors
 from ._cli_duration import duration
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._client import Client
@@ -125,9 +126,7 @@ def _open(store: Path | str) -> contextlib.closing[AdminStore]:
         _fail(str(exc))
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+_fail = _cli_errors.fail
 
 
 def _when(timestamp: float | None) -> str:
@@ -221,10 +220,12 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
             }
         _echo_json(document)
         return
-    for name, value in _fields(record):
+    fields = _fields(record)
+    width = max(len(name) for name, _ in fields)  # every label right-aligned, the longest too
+    for name, value in fields:
         if name == "state":
             value = styled_state(record.state)
-        click.echo(f"{name:>14}: {value}")
+        click.echo(f"{name:>{width}}: {value}")
 
 
 def _lease(record: OperationRecord) -> str:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import ClassVar
+import sys
+from typing import Any, ClassVar
 
 import click
 
+from . import _cli_errors
 from ._ops_cli import ops
 from ._version import __version__
 from .batch._cli import batch
@@ -25,6 +27,24 @@ class _Commands(click.Group):
     lazy: ClassVar[dict[str, tuple[str, str]]] = {
         "server": ("idemclient.testing._adapters.cli", "server"),
     }
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command; its errors, and click's own, read ``error: ...`` (see
+        `_cli_errors`), whichever command raised them."""
+        if not kwargs.get("standalone_mode", True):
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.ClickException as exc:
+            _cli_errors.show(exc)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        # Without standalone mode click returns the code of a `ctx.exit()` (--help,
+        # --version) or the command's own return value.
+        sys.exit(result if isinstance(result, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 import click
 import httpx
 
+from .. import _cli_errors
 from .._budget import RetryBudget
 from .._cli_duration import duration
 from .._cli_store import STORE_HELP, StoreLocation, describe_missing
@@ -680,5 +681,4 @@ def _check_reachable(client: Client, url: str) -> None:
 
 
 def _fail(message: str, code: ExitCode) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(int(code))
+    _cli_errors.fail(message, int(code))

@@ -103,7 +103,10 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     "webhook_secrets",
     multiple=True,
     help="A secret to sign webhooks with (whsec_ and base64); repeat it during a rotation."
-    " Without one, a secret is generated and printed to stderr.",
+    " Without one, a secret is generated when the server starts with --webhook-url, and"
+    " printed to stderr as 'webhook signing secret: whsec_...' (stdout keeps the one ready"
+    " line); an endpoint set later through POST /_sandbox/webhooks/endpoint without"
+    " secrets gets one generated then, in that call's answer.",
 )
 @click.option(
     "--webhook-interval",
