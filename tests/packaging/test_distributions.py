@@ -110,7 +110,7 @@ def test_the_sdist_holds_what_its_tests_and_docs_need(sdist: Path) -> None:
         assert needed in names, needed
 
 
-def test_the_sdist_runs_its_own_tests(sdist: Path, tmp_path: Path) -> None:
+def test_the_sdist_runs_its_own_tests_and_builds_its_docs(sdist: Path, tmp_path: Path) -> None:
     with tarfile.open(sdist) as archive:
         archive.extractall(tmp_path, filter="data")
     unpacked = tmp_path / NAME
@@ -136,6 +136,17 @@ def test_the_sdist_runs_its_own_tests(sdist: Path, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert re.search(r"\d+ passed", done.stdout)
+    # And its documentation builds, strictly, links and anchors checked.
+    site = subprocess.run(
+        [str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--site-dir", "site"],
+        cwd=unpacked,
+        env={**os.environ, "PYTHONPATH": str(unpacked), "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert site.returncode == 0, site.stdout[-3000:] + site.stderr[-3000:]
+    assert (unpacked / "site" / "reference" / "api" / "index.html").exists()
 
 
 @pytest.fixture(scope="module")
