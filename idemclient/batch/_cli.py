@@ -49,11 +49,13 @@ from .._profile import Profile
 from .._redaction import redact_url
 from .._store._open import open_store
 from ..profiles import BUILTIN, DEFAULT
+from ._identity import scoped
 from ._lookup import DEFAULT_LOOKUP
 from ._preview import Preview, preview
 from ._progress import ProgressView
-from ._report import ExitCode, Report, check_report_path
-from ._rows import read_batch
+from ._reachable import unreachable
+from ._report import ExitCode, Report, ReportRow, check_report_path
+from ._rows import Batch, read_batch
 from ._run import make_run, run_sync
 
 __all__ = ["batch"]
@@ -508,6 +510,54 @@ def _submit(
         sys.exit(int(ExitCode.OK))
     progress = ProgressView(len(parsed.rows))
     try:
+        client, run = _start(
+            parsed,
+            url=url,
+            token=token,
+            store=store,
+            policy=policy,
+            profile=profile,
+            retry_budget=retry_budget,
+            server_clock=server_clock,
+            verbose=verbose,
+            progress=progress,
+            options=options,
+        )
+    except KeyboardInterrupt:
+        # The start-up check may wait on the server for seconds: what was asked is told.
+        progress.close()
+        _finish(_not_started(parsed, url), report, as_json=as_json)
+    with client:
+        result = _run_interruptibly(run, client.http, progress)
+    if isinstance(result, BaseException):
+        progress.close()
+        if isinstance(result, BatchInvalid):
+            if report:  # each row, with why it was refused
+                _write(run.report(refused=result), report)
+            _fail(str(result), ExitCode.BAD_INPUT)
+        if isinstance(result, StoreError):
+            _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
+        raise result
+    progress.close()
+    _finish(result, report, as_json=as_json)
+
+
+def _start(
+    parsed: Batch,
+    *,
+    url: str,
+    token: str,
+    store: Path | str,
+    policy: RetryPolicy,
+    profile: Profile,
+    retry_budget: int,
+    server_clock: bool,
+    verbose: bool,
+    progress: ProgressView,
+    options: dict[str, Any],
+) -> tuple[Client, Any]:
+    """The client and the run, once the server is known to answer (nothing is sent)."""
+    try:
         client = Client(
             store=store,
             policy=policy,
@@ -522,7 +572,7 @@ def _submit(
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)
-    with client:
+    try:
         _check_reachable(client, url)
         try:
             run = make_run(
@@ -536,17 +586,34 @@ def _submit(
             )
         except ValueError as exc:
             _fail(str(exc), ExitCode.BAD_INPUT)
-        result = _run_interruptibly(run, client.http, progress)
-    if isinstance(result, BaseException):
-        progress.close()
-        if isinstance(result, BatchInvalid):
-            if report:  # each row, with why it was refused
-                _write(run.report(refused=result), report)
-            _fail(str(result), ExitCode.BAD_INPUT)
-        if isinstance(result, StoreError):
-            _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
-        raise result
-    progress.close()
+    except BaseException:
+        client.close()
+        raise
+    return client, run
+
+
+def _not_started(parsed: Batch, url: str) -> Report:
+    """The report of a run interrupted before it started: every row not sent."""
+    why = "not sent: interrupted before anything was sent; run again"
+    rows = [
+        ReportRow(row.number, scoped(parsed.scope, row.reference), "", "not_sent", None, None,
+                  0, False, why)
+        for row in parsed.rows
+    ]  # fmt: skip
+    return Report(
+        batch=parsed.scope or Path(parsed.source).name,
+        rows=tuple(rows),
+        metadata={
+            "source": parsed.source,
+            "batch_reference": parsed.scope,
+            "url": str(redact_url(httpx.URL(url))),
+        },
+        interrupted=True,
+    )
+
+
+def _finish(result: Report, report: str | None, *, as_json: bool) -> NoReturn:
+    """Write the report (first: it is what stays), say the summary, exit."""
     if result.interrupted:
         click.echo("interrupted: no new row was started", err=True)
     if report:
@@ -673,11 +740,7 @@ def _check_reachable(client: Client, url: str) -> None:
     try:
         client.get("/", timeout=10).close()
     except httpx.TransportError as exc:
-        _fail(
-            f"cannot reach {url}: {type(exc).__name__}: {exc}. Nothing was sent; run the"
-            " same command again once it is reachable.",
-            ExitCode.RUN_AGAIN,
-        )
+        _fail(*unreachable(exc, url))
 
 
 def _fail(message: str, code: ExitCode) -> NoReturn:

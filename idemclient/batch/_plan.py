@@ -53,6 +53,7 @@ from ._sender import target_of
 __all__ = [
     "ELSEWHERE_ADVICE",
     "KEY_FIELD",
+    "OTHER_CREDENTIALS_ADVICE",
     "SCOPE_ADVICE",
     "SERVER_FIELDS",
     "Request",
@@ -425,9 +426,12 @@ def _known(
                 else "with other credentials than this run's (another account, or a test key)"
             )
             why = f"was {_finished(record)} {where}"
+            # Paid here with another token: most likely the wrong token now, and a store
+            # of its own would pay the file again under that other account.
+            advice = ELSEWHERE_ADVICE if elsewhere else OTHER_CREDENTIALS_ADVICE
             if look_up:
-                return RowPlan(Step.ELSEWHERE, record, look_up=True, why=why)
-            return RowPlan(Step.REFUSED, record, why=why, advice=ELSEWHERE_ADVICE)
+                return RowPlan(Step.ELSEWHERE, record, look_up=True, why=why, advice=advice)
+            return RowPlan(Step.REFUSED, record, why=why, advice=advice)
         return RowPlan(Step.DONE, record)
     if moved or other_credentials:
         where = _shown_target(record) if moved else "with other credentials"
@@ -447,12 +451,20 @@ def _known(
     return RowPlan(Step.KNOWN, record, look_up=ask)
 
 
-#: What to do about a row finished somewhere else than where this run sends it.
+#: What to do about a row finished at another origin than the one this run sends to.
 ELSEWHERE_ADVICE = (
     "a store records each row as paid once, where it was paid (the origin, and the"
-    " credentials). To pay these rows at another server or for another account (a"
+    " credentials): check --url first. To pay these rows at another server on purpose (a"
     " sandbox, then production), give that run a store of its own (--store): each row is"
     " then looked up there before it is sent"
+)
+#: What to do about a row finished at this origin with other credentials.
+OTHER_CREDENTIALS_ADVICE = (
+    "these rows were paid at this server with other credentials than this run's (another"
+    " token: another account, or a test key): check the token (--token or"
+    " IDEMCLIENT_TOKEN). Run with the token they were paid with, they are done. Do not"
+    " run them from another store to get past this: under this token's account they"
+    " would be paid a second time"
 )
 
 

@@ -84,7 +84,6 @@ from ._lookup import (
     works,
 )
 from ._plan import (
-    ELSEWHERE_ADVICE,
     SCOPE_ADVICE,
     SERVER_FIELDS,
     Request,
@@ -450,6 +449,7 @@ class _Run:
             return
         problems = []
         elsewhere = []
+        advices: dict[str, None] = {}  # each said once, in the order met
         for item in self.rows:
             asked = item.asked
             if asked is None:
@@ -457,6 +457,7 @@ class _Run:
             if asked.verdict.finding in ("mismatch", "ambiguous"):
                 problems.append((item.row.number, _conflict(self, item, asked)))
             elif item.plan.step is Step.ELSEWHERE and asked.verdict.finding == "not_found":
+                advices[item.plan.advice] = None
                 elsewhere.append(
                     (
                         item.row.number,
@@ -469,7 +470,7 @@ class _Run:
             if problems:
                 problems.insert(0, (0, SCOPE_ADVICE))
             if elsewhere:
-                problems += [(0, ELSEWHERE_ADVICE), *elsewhere]
+                problems += [(0, advice) for advice in advices] + elsewhere
             raise BatchInvalid(self.batch.source, sorted(problems, key=lambda p: p[0]))
         found = sum(1 for i in self.rows if i.asked and i.asked.verdict.finding == "found")
         if self.counts.looked_up:

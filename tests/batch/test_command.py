@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -505,6 +506,17 @@ def test_an_empty_token_or_a_url_without_a_scheme_is_bad_input(
     assert live.server.ledger() == ()
 
 
+def test_an_https_url_to_a_plain_http_server_is_bad_input_not_run_again(
+    live: LiveServer, work: Path
+) -> None:
+    url = live.url.replace("http://", "https://")
+    done = run(command(url, work / "payroll-nov.csv", work / "batches.db"))
+    assert done.returncode == 2, done.stderr  # running it again would fail the same way
+    assert "http://" in done.stderr  # what to write instead
+    assert "run the same command again" not in done.stderr
+    assert live.server.ledger() == ()
+
+
 def test_an_unset_token_variable_is_named(live: LiveServer, work: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "IDEMCLIENT_TOKEN"}
     done = run(command(live.url, work / "payroll-nov.csv", work / "b.db", token=None), env=env)
@@ -595,6 +607,32 @@ def test_ctrl_c_exits_130_with_the_summary_and_the_report(live: LiveServer, work
     finished = run(argv)
     assert finished.returncode == 0, finished.stderr
     exactly_once(live, references(300))
+
+
+def test_ctrl_c_during_the_start_up_check_still_writes_the_report(work: Path) -> None:
+    # A server that takes the connection and never answers: the start-up check waits.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.settimeout(60)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        argv = command(url, work / "payroll-nov.csv", work / "batches.db", report=work / "r.json")
+        argv = [sys.executable, "-c", _FOREGROUND, *argv[3:]]
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            connection, _ = silent.accept()  # the command's own check has reached us
+            with connection:
+                connection.settimeout(60)
+                assert connection.recv(1024).startswith(b"GET / ")
+                process.send_signal(signal.SIGINT)
+                out, err = process.communicate(timeout=60)
+        finally:
+            process.kill()
+    assert process.returncode == 130, err
+    assert f"{ROWS} rows" in out
+    assert "Traceback" not in err
+    document = json.loads((work / "r.json").read_text())
+    assert document["batch"]["interrupted"] is True
+    assert [row["state"] for row in document["rows"]] == ["not_sent"] * ROWS
+    assert all("interrupted before anything was sent" in row["reason"] for row in document["rows"])
 
 
 # -- a refusal after a lost answer -------------------------------------------------------

@@ -81,6 +81,26 @@ def test_rows_paid_in_test_mode_are_refused_in_live_mode(live: LiveServer, tmp_p
         assert b"sk_live_xyz" not in content
 
 
+def test_a_wrong_token_on_a_paid_file_is_told_to_check_it_not_to_take_a_new_store(
+    live: LiveServer, tmp_path: Path
+) -> None:
+    # Another store would pay the whole file again under the wrong token's account.
+    (tmp_path / "nov.csv").write_text(payroll(ROWS))
+    store = tmp_path / "b.db"
+    paid = run(command(live.url, tmp_path / "nov.csv", store, token="payroll-ops"))
+    assert paid.returncode == 0, paid.stderr
+    for extra in ((), ("--no-lookup",)):
+        wrong = run(command(live.url, tmp_path / "nov.csv", store, *extra, token="typo-ops"))
+        assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+        assert "check the token" in wrong.stderr
+        assert "--store" not in wrong.stderr, wrong.stderr
+        assert "store of its own" not in wrong.stderr
+    assert len(live.server.ledger()) == ROWS
+    right = run(command(live.url, tmp_path / "nov.csv", store, token="payroll-ops"))
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert len(live.server.ledger()) == ROWS
+
+
 class OneAccount:
     """A PSP where every token is one account's: a rotated token sees its payments."""
 
