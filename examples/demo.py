@@ -12,7 +12,10 @@
 5. Print the report's summary and check the server's ledger: every row applied
    exactly once at both external systems.
 
-Everything runs for real: separate processes, a real socket, real signals.
+Everything runs for real: separate processes, a real socket, real signals. Its files
+(the report, the store, the server's database) stay where it says at the end, for you
+to open: in a new directory under the system's temporary one, or in the directory
+given as its argument (`python examples/demo.py DIR`).
 """
 
 from __future__ import annotations
@@ -38,36 +41,39 @@ def say(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     rows = sum(1 for _ in csv.DictReader(PAYROLL.open()))
-    with tempfile.TemporaryDirectory(prefix="idemclient-demo-") as tmp:
-        work = Path(tmp)
-        batch_file = work / "payroll-2026-11.csv"
-        batch_file.write_bytes(PAYROLL.read_bytes())
-        say("starting the reference server")
-        with spawn(db=work / "psp.sqlite3", recovery_interval=1.0) as server:
-            print(f"listening on {server.url}")
-            with SandboxClient(server.url) as sandbox:
-                inject_faults(sandbox)
-                argv = [
-                    sys.executable, "-m", "idemclient", "batch", "submit", str(batch_file),
-                    "--url", server.url, "--token", TOKEN,
-                    "--store", str(work / "batches.db"),
-                    "--report", str(work / "report.csv"),
-                    "--timeout", "1", "--concurrency", "8",
-                ]  # fmt: skip
-                say(f"submitting {rows} payouts, to be killed part way")
-                killed_at = run_and_kill(argv, sandbox, after=rows // 3)
-                # The killed submitter's progress line never got its newline.
-                print(f"\nSIGKILL sent with {killed_at} payouts applied on the server")
-                code = 3
-                for run in range(1, 6):
-                    say(f"running the same command again (run {run})")
-                    code = subprocess.run(argv, check=False).returncode
-                    print(f"exit code {code}")
-                    if code == 0:
-                        break
-                ok = check(sandbox.ledger(), rows, work / "report.csv")
+    # Kept: the report the command says it wrote is there to be read afterwards.
+    work = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="idemclient-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    batch_file = work / "payroll-2026-11.csv"
+    batch_file.write_bytes(PAYROLL.read_bytes())
+    say("starting the reference server")
+    with spawn(db=work / "psp.sqlite3", recovery_interval=1.0) as server:
+        print(f"listening on {server.url}")
+        with SandboxClient(server.url) as sandbox:
+            inject_faults(sandbox)
+            command = [
+                sys.executable, "-m", "idemclient", "batch", "submit", str(batch_file),
+                "--url", server.url, "--token", TOKEN,
+                "--store", str(work / "batches.db"),
+                "--report", str(work / "report.csv"),
+                "--timeout", "1", "--concurrency", "8",
+            ]  # fmt: skip
+            say(f"submitting {rows} payouts, to be killed part way")
+            killed_at = run_and_kill(command, sandbox, after=rows // 3)
+            # The killed submitter's progress line never got its newline.
+            print(f"\nSIGKILL sent with {killed_at} payouts applied on the server")
+            code = 3
+            for run in range(1, 6):
+                say(f"running the same command again (run {run})")
+                code = subprocess.run(command, check=False).returncode
+                print(f"exit code {code}")
+                if code == 0:
+                    break
+            ok = check(sandbox.ledger(), rows, work / "report.csv")
+    report = work / "report.csv"
+    print(f"\nthe report stays at {report}, the store and the server's database beside it")
     return 0 if ok and code == 0 else 1
 
 
@@ -126,4 +132,4 @@ def check(ledger: list, rows: int, report_path: Path) -> bool:  # type: ignore[t
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,13 @@ def _when(timestamp: float | None) -> str:
 )
 @click.option("--unfinished", is_flag=True, help="Only operations without a final answer.")
 @click.option(
+    "--batch",
+    "batch_ref",
+    default=None,
+    help="Only the rows `batch submit` recorded whose reference begins with this: a"
+    " scope given to --batch-ref (2026-11), or the start a file's references share.",
+)
+@click.option(
     "--limit",
     default=100,
     show_default=True,
@@ -154,22 +162,33 @@ def _when(timestamp: float | None) -> str:
 )
 @JSON_OPTION
 def list_command(
-    store: Path | str, states: tuple[str, ...], unfinished: bool, limit: int, as_json: bool
+    store: Path | str,
+    states: tuple[str, ...],
+    unfinished: bool,
+    batch_ref: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """One line per operation, oldest first, and a count per state.
 
-    With --json: one JSON object, {"operations": [...], "counts": {state: n}}.
+    A line is the operation's id (what `ops show` takes), its state, attempts, when it
+    was last updated and its evidence, cut to fit the terminal (120 columns outside
+    one); `ops show` tells the rest. With --json: one JSON object, {"operations":
+    [...], "counts": {state: n}}.
     """
+    prefixes = {} if batch_ref is None else {"id_prefix": "batch/", "reference_prefix": batch_ref}
     with _open(store) as opened:
         try:
-            if unfinished:
+            if unfinished and not prefixes:
                 records = opened.unfinished(limit=limit)
             else:
                 chosen = [State(s) for s in states] if states else None
-                records = opened.operations(states=chosen, limit=limit)
+                if unfinished:
+                    chosen = [s for s in State if not s.finished]
+                records = opened.operations(states=chosen, limit=limit, **prefixes)
+            counts = opened.counts(**prefixes)
         except StoreError as exc:  # an encrypted store, say: named, never garbage
             _fail(str(exc))
-        counts = opened.counts()
     if as_json:
         _echo_json(
             {
@@ -178,18 +197,48 @@ def list_command(
             }
         )
         return
+    width = _width()
     for record in records:
-        click.echo(
-            f"{record.operation_id}  {styled_state(record.state, 13)} attempts={record.attempts:<2}"
-            f" ref={record.reference or '-'}  {record.method} {record.url}"
-            f"  updated {_when(record.updated_at)}  {record.evidence}"
-            + (
-                f"  [being looked up until {_when(record.lease_expires)}]"
-                if record.lease_look_up and record.lease_owner
-                else ""
-            )
-        )
+        click.echo(_listed(record, width))
     click.echo(", ".join(f"{state.words} {n}" for state, n in counts.items()), err=True)
+
+
+#: A line of `ops list` outside a terminal is at most this wide.
+LIST_WIDTH = 120
+
+
+def _width() -> int:
+    """The width lines are cut to: the terminal's, or `LIST_WIDTH` outside one."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((LIST_WIDTH, 24)).columns
+    return LIST_WIDTH
+
+
+def _listed(record: OperationRecord, width: int) -> str:
+    """One operation on one line of at most `width` columns: its id whole (it is what
+    `ops show` takes; a line with an id longer than that is only as long as it needs),
+    then the evidence, cut."""
+    state = f"{record.state.value:<13}"
+    held = (
+        f"  [being looked up until {_when(record.lease_expires)}]"
+        if record.lease_look_up and record.lease_owner
+        else ""
+    )
+    reference = record.reference or ""
+    shown = "" if not reference or reference in record.operation_id else f"  ref={reference}"
+    head = (
+        f"{record.operation_id}  {state} {record.attempts:>2} attempt(s)"
+        f"  {_when(record.updated_at)}{shown}{held}"
+    )
+    evidence = " ".join(record.evidence.split())
+    room = width - len(head) - 2
+    if evidence and room >= 10:
+        if len(evidence) > room:
+            evidence = evidence[: room - 1] + "…"
+        tail = f"  {evidence}"
+    else:
+        tail = ""
+    return head.replace(state, styled_state(record.state, 13), 1) + tail
 
 
 @ops.command("show")

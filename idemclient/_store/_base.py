@@ -462,10 +462,22 @@ class AdminStore(OperationLookup, Protocol):
         ...
 
     def operations(
-        self, *, states: Iterable[State] | None = None, limit: int | None = None
-    ) -> Sequence[OperationRecord]: ...
+        self,
+        *,
+        states: Iterable[State] | None = None,
+        limit: int | None = None,
+        id_prefix: str = "",
+        reference_prefix: str = "",
+    ) -> Sequence[OperationRecord]:
+        """Operations oldest first, at most `limit`: only those in `states` (all by
+        default), whose id begins with `id_prefix`, and whose end-to-end reference
+        begins with `reference_prefix` (given, operations without one are left out)."""
+        ...
 
-    def counts(self) -> dict[State, int]: ...
+    def counts(self, *, id_prefix: str = "", reference_prefix: str = "") -> dict[State, int]:
+        """How many operations are in each state (of those `operations` would list with
+        the same prefixes)."""
+        ...
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
         """Drop the request and response bodies of finished operations finished more than

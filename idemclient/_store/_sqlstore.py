@@ -61,6 +61,12 @@ from ._statements import Statements
 __all__ = ["SQLStore", "admission_values", "admitted", "finished_record", "refused"]
 
 
+def _prefixes(id_prefix: str, reference_prefix: str) -> tuple[object, ...]:
+    """The arguments of a statement's prefix filter (`_statements._PREFIXES`): an empty
+    prefix lets every row through."""
+    return (len(id_prefix), id_prefix, len(reference_prefix), reference_prefix)
+
+
 class SQLStore(Store, ABC):
     """The shared half of a `Store` backend; see the module docstring."""
 
@@ -536,22 +542,32 @@ class SQLStore(Store, ABC):
         return [self._record(r) for r in rows]
 
     def operations(
-        self, *, states: Iterable[State] | None = None, limit: int | None = None
+        self,
+        *,
+        states: Iterable[State] | None = None,
+        limit: int | None = None,
+        id_prefix: str = "",
+        reference_prefix: str = "",
     ) -> Sequence[OperationRecord]:
         sql = self._sql
-        args: tuple[object, ...]
+        args: tuple[object, ...] = _prefixes(id_prefix, reference_prefix)
         if states is None:
-            statement, args = sql.operations, (self._limit(limit),)
+            statement, args = sql.operations, (*args, self._limit(limit))
         else:
             wanted = sql.dialect.values([State(s).value for s in states])
-            statement, args = sql.operations_in, (wanted, self._limit(limit))
+            statement, args = sql.operations_in, (wanted, *args, self._limit(limit))
         with self._use() as conn:
             rows = conn.execute(statement, args).fetchall()
         return [self._record(r) for r in rows]
 
-    def counts(self) -> dict[State, int]:
+    def counts(self, *, id_prefix: str = "", reference_prefix: str = "") -> dict[State, int]:
         with self._use() as conn:
-            found = {State(state): n for state, n in conn.execute(self._sql.counts)}
+            found = {
+                State(state): n
+                for state, n in conn.execute(
+                    self._sql.counts, _prefixes(id_prefix, reference_prefix)
+                )
+            }
         return {state: found.get(state, 0) for state in State}
 
     @abstractmethod

@@ -180,9 +180,12 @@ _PURGEABLE = "SELECT id, state FROM {t} WHERE id {any}{lock}"
 _PURGE = "DELETE FROM {t} WHERE id {any}"
 # Answered from the partial index on unfinished operations.
 _UNFINISHED = _SELECT + " WHERE finished_at IS NULL ORDER BY {order} LIMIT {p}"
-_OPERATIONS = _SELECT + " ORDER BY {order} LIMIT {p}"
-_OPERATIONS_IN = _SELECT + " WHERE state {any} ORDER BY {order} LIMIT {p}"
-_COUNTS = "SELECT state, count(*) FROM {t} GROUP BY state"
+# An operation's id, and its reference, begin with the prefixes given (lengths first; an
+# empty prefix lets every row through, a row without a reference only then).
+_PREFIXES = "substr(id, 1, {p}) = {p} AND coalesce(substr(reference, 1, {p}), '') = {p}"
+_OPERATIONS = _SELECT + " WHERE " + _PREFIXES + " ORDER BY {order} LIMIT {p}"
+_OPERATIONS_IN = _SELECT + " WHERE state {any} AND " + _PREFIXES + " ORDER BY {order} LIMIT {p}"
+_COUNTS = "SELECT state, count(*) FROM {t} WHERE " + _PREFIXES + " GROUP BY state"
 # Records known by id, or by end-to-end reference (the reference's own partial index).
 _FIND_IDS = _SELECT + " WHERE id {any}"
 _FIND_REFERENCES = _SELECT + " WHERE reference {any}"

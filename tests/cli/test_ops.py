@@ -17,7 +17,15 @@ import pytest
 from click.testing import CliRunner
 
 import idemclient._ops_cli
-from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, RetryPolicy, State
+from idemclient import (
+    Client,
+    Indeterminate,
+    ManualClock,
+    ReconcileRequired,
+    RetryPolicy,
+    State,
+    key_from_identity,
+)
 from idemclient.cli import main
 from idemclient.clock import SystemClock, set_testing
 from idemclient.store import SQLiteStore
@@ -534,3 +542,68 @@ def test_resume_without_the_server_clock_for_a_server_whose_date_is_wrong(
         assert code == 0, err
         assert "order-2  succeeded" in out
         assert sum(1 for entry in server.ledger() if entry.status == "succeeded") == 1
+
+
+def _batches_store(tmp_path: Path) -> Path:
+    """A store holding two months of a payroll (scopes 2026-11 and 2026-12), a row of
+    each not sent (a 503) and one maybe applied (its answer lost: long evidence), and one
+    merchant payment."""
+    from idemclient.batch import Batch, submit
+
+    path = tmp_path / "batches.db"
+    server = ReferenceServer()
+    with Client(
+        store=path,
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer payroll"},
+        clock=ManualClock(start=time.time()),
+        policy=RetryPolicy(max_attempts=1),
+    ) as client:
+        for month in ("2026-11", "2026-12"):
+            rows = [
+                {"ref": f"E{n:04d}", "amount": 100 + n, "currency": "GBP",
+                 "value_date": f"{month}-28", "note": "x" * 200}
+                for n in range(3)
+            ]  # fmt: skip
+            first = key_from_identity(f"{month}/E0000", "payout")
+            server.answer(503, key=first, retry_after=3600)  # left not sent, waiting
+            server.drop(key=key_from_identity(f"{month}/E0001", "payout"))  # maybe applied
+            submit(Batch.from_records(rows, reference=month), client, lookup=None)
+        client.post("/v1/payments", json=PAYMENT, operation_id="order-1")
+    return path
+
+
+def test_list_lines_fit_120_columns_outside_a_terminal(tmp_path: Path) -> None:
+    store = _batches_store(tmp_path)
+    code, out, _ = run("ops", "list", "--store", str(store))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 7
+    assert all(len(line) <= 120 for line in lines), [len(line) for line in lines]
+    assert any(line.endswith("…") for line in lines)  # the evidence, cut
+    # The id stays whole, first: what `ops show` takes.
+    first = lines[0].split()[0]
+    assert first == "batch/payout/2026-11/E0000"
+    assert run("ops", "show", "--store", str(store), first)[0] == 0
+
+
+def test_list_filters_by_batch(tmp_path: Path) -> None:
+    store = _batches_store(tmp_path)
+    code, out, err = run("ops", "list", "--store", str(store), "--batch", "2026-11")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [
+        f"batch/payout/2026-11/E{n:04d}" for n in range(3)
+    ]
+    counted = dict(part.rsplit(" ", 1) for part in err.strip().split(", "))
+    assert counted["succeeded"] == counted["indeterminate"] == counted["not sent"] == "1"
+    assert sum(map(int, counted.values())) == 3  # of that batch only
+    _, out, _ = run("ops", "list", "--store", str(store), "--batch", "2026-12", "--unfinished")
+    assert [line.split()[0] for line in out.splitlines()] == [
+        "batch/payout/2026-12/E0000",
+        "batch/payout/2026-12/E0001",
+    ]
+    _, out, _ = run("ops", "list", "--store", str(store), "--batch", "2026-12", "--json")
+    listed = json.loads(out)
+    assert len(listed["operations"]) == 3
+    assert listed["counts"]["succeeded"] == 1

@@ -122,9 +122,17 @@ def test_the_readme_example_runs_twice_without_paying_twice(tmp_path: Path) -> N
 def test_the_demo_runs_on_an_80_column_terminal_and_its_sigkill_note_has_its_own_line(
     tmp_path: Path,
 ) -> None:
-    code, output = run_in_terminal([sys.executable, str(EXAMPLES / "demo.py")], columns=80)
+    kept = tmp_path / "demo"
+    code, output = run_in_terminal(
+        [sys.executable, str(EXAMPLES / "demo.py"), str(kept)], columns=80
+    )
     text = output.replace("\r\n", "\n")
     assert code == 0, text
+    # The report each run says it wrote is there once the demo has ended.
+    written = set(re.findall(r"report written to (\S+)", text))
+    assert written == {str(kept / "report.csv")}, written
+    assert f"the report stays at {kept / 'report.csv'}" in text
+    assert (kept / "report.csv").read_text().startswith("row,ref,key,state")
     for pattern in EXPECTED["demo.py"]:
         assert re.search(pattern, text, re.MULTILINE), (pattern, text)
     assert "Traceback" not in text

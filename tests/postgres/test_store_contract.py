@@ -304,6 +304,46 @@ def test_unfinished_lists_oldest_first_and_skips_finished(store: Store) -> None:
     assert store.counts()[State.IN_FLIGHT] == 2
 
 
+def test_operations_and_counts_by_the_prefixes_of_their_id_and_reference(store: Store) -> None:
+    owner = new_owner()
+    made = {
+        "batch/payout/2026-11/E1": "2026-11/E1",
+        "batch/payout/2026-11/E2": "2026-11/E2",
+        "batch/payout/2026-110/E1": "2026-110/E1",
+        "batch/payout/2026-12/É1": "2026-12/É1",  # counted in characters, not bytes
+        "order-1": "2026-11/E1",  # not the batch's
+        "order-2": None,
+    }
+    for n, (name, reference) in enumerate(made.items()):
+        intent = dataclasses.replace(make_intent(name, f"key-{n}"), reference=reference)
+        store.begin(intent, owner=owner, now=NOW + n, lease_until=NOW)
+    succeed(store, "batch/payout/2026-11/E2", owner)
+
+    def listed(**prefixes: str) -> list[str]:
+        return [r.operation_id for r in store.operations(**prefixes)]
+
+    assert listed() == list(made)
+    assert listed(id_prefix="batch/", reference_prefix="2026-11/") == [
+        "batch/payout/2026-11/E1",
+        "batch/payout/2026-11/E2",
+    ]
+    assert listed(id_prefix="batch/", reference_prefix="2026-12/É") == ["batch/payout/2026-12/É1"]
+    assert listed(reference_prefix="2026-11/") == [
+        "batch/payout/2026-11/E1",
+        "batch/payout/2026-11/E2",
+        "order-1",
+    ]
+    assert [
+        r.operation_id
+        for r in store.operations(
+            states=[State.IN_FLIGHT], id_prefix="batch/", reference_prefix="2026-11/"
+        )
+    ] == ["batch/payout/2026-11/E1"]
+    counts = store.counts(id_prefix="batch/", reference_prefix="2026-11")
+    assert (counts[State.IN_FLIGHT], counts[State.SUCCEEDED]) == (2, 1)
+    assert sum(store.counts().values()) == len(made)
+
+
 def test_reaping_drops_bodies_and_keeps_every_operation(make_store: StoreFactory) -> None:
     store = make_store(retention=100)
     owner = new_owner()
