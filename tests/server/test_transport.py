@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import pytest
 import respx
@@ -12,6 +14,7 @@ from idemclient.testing import (
     ReferenceTransport,
     ServerRequest,
     ServerResponse,
+    serve,
 )
 
 from .server_helpers import BODY
@@ -144,3 +147,28 @@ def test_the_core_can_be_driven_without_httpx(reference_server: ReferenceServer)
     reference_server.drop()
     dropped = reference_server.handle(request)
     assert isinstance(dropped, DropConnection)
+
+
+def test_an_unforeseen_failure_over_a_socket_is_a_500_problem_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # docs/server.md promises problem+json for every error: a failure nobody foresaw
+    # too, not the ASGI server's text/plain 500. In-process it raises, for the test.
+    with ReferenceServer() as server, serve(server) as live:
+
+        def broken(**_: object) -> object:
+            raise RuntimeError("a bug in the server")
+
+        monkeypatch.setattr(server._core.storage, "find_resources", broken)
+        with caplog.at_level(logging.ERROR, logger="idemclient.testing"):
+            response = httpx.get(
+                f"{live.url}/v1/payments",
+                params={"reference": "inv-1"},
+                headers={"Authorization": "Bearer alice"},
+            )
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["retry-after"] == "5"
+    assert response.json()["type"] == "urn:idemclient:problem:internal-error"
+    assert "a bug" not in response.text  # the details are the log's
+    assert any("a bug in the server" in r.getMessage() or r.exc_info for r in caplog.records)

@@ -94,6 +94,7 @@ class Cluster:
         self.data = self.folder / "data"
         self.log = self.folder / "server.log"
         self.port = 0
+        self._options = ""
         self._started = False
         if self.user is not None:
             os.chown(self.folder, self.user.pw_uid, self.user.pw_gid)
@@ -146,10 +147,23 @@ class Cluster:
                 "-c max_connections=200",
             ]
         )
+        self._options = options
         self._run(
             "pg_ctl", "start", "--wait", "--timeout", "60", "-D", str(self.data),
             "-l", str(self.log), "-o", options,
         )  # fmt: skip
+        self._started = True
+
+    def halt(self) -> None:
+        """Stop the server (its data kept), as an outage does: its clients' connections
+        are ended and new ones refused, on the same port, until `resume()`."""
+        self._run("pg_ctl", "stop", "--wait", "-m", "fast", "-D", str(self.data))
+        self._started = False
+
+    def resume(self) -> None:
+        """Start the server `halt()` stopped, on the same port, with the same data."""
+        self._run("pg_ctl", "start", "--wait", "--timeout", "60", "-D", str(self.data),
+                  "-l", str(self.log), "-o", self._options)  # fmt: skip
         self._started = True
 
     def url(self, database: str = "postgres") -> str:

@@ -26,7 +26,8 @@ import anyio
 import anyio.to_thread
 
 from .._protocol.messages import DropConnection, ServerRequest, ServerResponse
-from .._protocol.rules import MAX_BODY_BYTES
+from .._protocol.rules import MAX_BODY_BYTES, Problem
+from .._storage.rows import StorageDown
 
 __all__ = ["CONNECTIONS_STATE_KEY", "ReferenceApp"]
 
@@ -42,6 +43,16 @@ CONNECTIONS_STATE_KEY = "idemclient.connections"
 # Worker threads for requests. Gates and delays park a thread; keep headroom so 100
 # concurrent clients do not queue behind a handful of parked ones.
 DEFAULT_THREADS = 64
+
+
+_UNEXPECTED = Problem(
+    500,
+    "internal-error",
+    "Internal server error",
+    "the server failed while handling this request; it may have been applied: retry with"
+    " the same key",
+    headers=(("retry-after", "5"),),
+)
 
 
 class _Server(Protocol):
@@ -122,6 +133,9 @@ class ReferenceApp:
             try:
                 await anyio.to_thread.run_sync(self.server.recover, limiter=limiter)
                 await anyio.to_thread.run_sync(self.server.reap, limiter=limiter)
+            except StorageDown as down:
+                # An outage, said once a sweep in a line, not a traceback a second.
+                logger.warning("background recovery sweep skipped: %s", down)
             except Exception:
                 # A failed sweep must not end the loop: leases expire, the next one retries.
                 logger.exception("background recovery sweep failed")
@@ -133,6 +147,8 @@ class ReferenceApp:
         while True:
             try:
                 await anyio.to_thread.run_sync(self.server.deliver_webhooks, limiter=limiter)
+            except StorageDown as down:
+                logger.warning("background webhook delivery skipped: %s", down)
             except Exception:
                 logger.exception("background webhook delivery failed")
             await anyio.sleep(interval)
@@ -159,9 +175,15 @@ class ReferenceApp:
             ),
             body=bytes(body),
         )
-        answer = await anyio.to_thread.run_sync(
-            self.server.handle, request, limiter=self._get_limiter()
-        )
+        try:
+            answer = await anyio.to_thread.run_sync(
+                self.server.handle, request, limiter=self._get_limiter()
+            )
+        except Exception:
+            # Every error is problem+json, an unforeseen one too (not the ASGI server's
+            # text/plain 500). It may have been applied: a 500, retried with the key.
+            logger.exception("%s %s failed", request.method, request.path)
+            answer = _UNEXPECTED.response()
         if isinstance(answer, DropConnection):
             await self._drop(scope, receive, send)
             return

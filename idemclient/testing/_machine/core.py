@@ -48,7 +48,7 @@ from .._protocol.rules import (
     request_hash,
 )
 from .._storage.backend import StorageBackend
-from .._storage.rows import ExternalRecord, KeyRow, ResourceRow, RowHeld
+from .._storage.rows import ExternalRecord, KeyRow, ResourceRow, RowHeld, StorageDown
 from .clock import ServerClock
 from .external import ExternalDown, ExternalSystem, ExternalTimeout
 from .faults import Action, Answer, Crash, Delay, FaultPlan
@@ -70,6 +70,9 @@ IN_FLIGHT_RETRY_AFTER = "1"
 # Bounded inline work on an external system within one attempt (diagram 3): a retry
 # with the same derived key is safe, but an attempt must end while the client waits.
 INLINE_CALLS = 2
+# The database unusable: come back in a few seconds, the time a database restarts or
+# fails over in, rather than at once, adding to a crowd of retries.
+STORAGE_RETRY_AFTER = "5"
 
 
 class _Crashed(Exception):
@@ -214,6 +217,8 @@ class Core:
                 f"another transaction holds this key's row: {held}",
                 headers=(("retry-after", IN_FLIGHT_RETRY_AFTER),),
             ).response()
+        except StorageDown as down:
+            result = _storage_down(request, down)
         if isinstance(result, ServerResponse):
             if isinstance(action, Delay):
                 result = dataclasses.replace(result, delay=action.seconds)
@@ -370,7 +375,7 @@ class Core:
                     client, record, owner, kind, request.path, payment, None, None, crash, False
                 )
                 _checkpoint(work, Phase.ADMITTED)
-                return self._run(work)[0]
+                return self._started(work)
             verdict = judge_existing(
                 stored_hash=row.request_hash,
                 state=row.state,
@@ -403,7 +408,7 @@ class Core:
                     client=client, key=record, owner=owner, now=now, stale_before=now - self.lease
                 )
                 if taken is not None:
-                    return self._run(self._resume(taken, owner, crash))[0]
+                    return self._started(self._resume(taken, owner, crash))
             if dialect.in_flight is InFlight.EXISTING and row.resource_id is not None:
                 return dialect.existing(row.resource_id)
             if dialect.in_flight is InFlight.ANSWER:
@@ -417,9 +422,20 @@ class Core:
                 client, again, owner, kind, request.path, payment, None, None, crash, False
             )
             _checkpoint(work, Phase.ADMITTED)
-            return self._run(work)[0]
+            return self._started(work)
         except _Crashed as crashed:
             return DropConnection(f"injected crash after {crashed.point.value}")
+
+    def _started(self, work: _Work) -> ServerResponse:
+        """Run `work`, a request whose key row this attempt holds, started.
+
+        The database lost from here on leaves that row behind, maybe past a phase that
+        reached an external system, for a retry or the recovery worker to finish: what
+        the client is told must say it may have been applied."""
+        try:
+            return self._run(work)[0]
+        except StorageDown as down:
+            raise StorageDown(down.detail, maybe_written=True) from down
 
     def _busy(self, resource_id: str | None, endpoint: str) -> ServerResponse:
         """ "Still running" in the profile's words, for a request to `endpoint`."""
@@ -731,6 +747,35 @@ def _in_flight(resource_id: str | None) -> ServerResponse:
         "another attempt with this key is in progress; retry after Retry-After",
         extra=extra,
         headers=(("retry-after", IN_FLIGHT_RETRY_AFTER),),
+    ).response()
+
+
+def _storage_down(request: ServerRequest, down: StorageDown) -> ServerResponse:
+    """The answer when the database cannot be used: never a bare 500.
+
+    Nothing written by this request: `503`, retry later with the same key. Maybe
+    written (the database was lost after the key was admitted, or while a commit was
+    on its way): `500`, which a client reads as "may have been applied" and retries
+    with the same key; the server finishes the request when the database is back. The
+    database's own words go to the log, never to the client."""
+    logger.warning("%s %s: the database cannot be used: %s", request.method, request.path, down)
+    retry = (("retry-after", STORAGE_RETRY_AFTER),)
+    if down.maybe_written:
+        return Problem(
+            500,
+            "storage-lost",
+            "Database lost",
+            "the database was lost while this request was being handled; it may have been"
+            " applied: retry with the same key after Retry-After",
+            headers=retry,
+        ).response()
+    return Problem(
+        503,
+        "storage-unavailable",
+        "Database unavailable",
+        "the database cannot be reached; nothing was done: retry with the same key after"
+        " Retry-After",
+        headers=retry,
     ).response()
 
 

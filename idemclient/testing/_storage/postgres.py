@@ -72,17 +72,22 @@ from ..._db.dialect import POSTGRES
 from ..._db.postgres import check_quiet, display, open_then_pool
 from ..._db.versions import upgrade
 from ..._errors import ForeignStore, StoreError, StoreTooNew
-from .rows import KeyRow, RowHeld
+from .rows import KeyRow, RowHeld, StorageDown
 from .statements import Statements
 from .transactions import Transactions
 
-__all__ = ["DAY", "SCHEMA", "SCHEMA_VERSION", "PostgresStorage"]
+__all__ = ["ACQUIRE_TIMEOUT", "DAY", "SCHEMA", "SCHEMA_VERSION", "PostgresStorage"]
 
 #: The PostgreSQL schema (namespace) holding the server's tables.
 SCHEMA = "idemclient_server"
 SCHEMA_VERSION = 1
 #: One partition of the key table per UTC day.
 DAY = 86_400
+#: How long a request waits for a connection from the pool before it is answered 503
+#: (the database unreachable, or every connection busy): well inside the 5 to 10 s a
+#: client usually waits for an answer, so that it hears "retry later" rather than
+#: timing out on a request that may look applied.
+ACQUIRE_TIMEOUT = 3.0
 
 # Two-integer advisory locks (a key space of their own, apart from the one-bigint locks
 # the client's PostgreSQL store takes): the class says what is locked.
@@ -211,6 +216,19 @@ STALE = _SQL.stale
 _STALE_UNHELD = STALE.rstrip() + " FOR UPDATE SKIP LOCKED"
 
 
+def _unavailable(where: str, exc: psycopg.Error, *, maybe_written: bool) -> StorageDown:
+    return StorageDown(f"{where} cannot be used: {str(exc).strip()}", maybe_written=maybe_written)
+
+
+def _is_down(exc: BaseException) -> bool:
+    """psycopg's word for a database that cannot be used now: a connection refused,
+    lost or timed out (the pool's too), a server shutting down or starting. A lock
+    wait past the lock timeout is another matter (`RowHeld`)."""
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, errors.LockNotAvailable
+    )
+
+
 @contextlib.contextmanager
 def _held_rows() -> Iterator[None]:
     """A lock wait past `LOCK_TIMEOUT` as `RowHeld`: the caller answers 409, or skips."""
@@ -267,10 +285,20 @@ class PostgresStorage(Transactions):
 
     _sql = _SQL
 
-    def __init__(self, url: str, *, max_connections: int = 10, connect_timeout: float = 10.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_connections: int = 10,
+        connect_timeout: float = 10.0,
+        acquire_timeout: float = ACQUIRE_TIMEOUT,
+    ):
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
+        if not 0 < acquire_timeout < float("inf"):
+            raise ValueError(f"acquire_timeout must be positive seconds, not {acquire_timeout!r}")
         self.path = display(url)
+        self._acquire_timeout = acquire_timeout
         try:
             # Created or checked on one plain connection first (see `open_then_pool`).
             _, self._pool = open_then_pool(
@@ -303,16 +331,51 @@ class PostgresStorage(Transactions):
     # -- connections -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _autocommit(self) -> Iterator[Conn]:
+    def _connection(self, *, writes: bool) -> Iterator[Conn]:
+        """A pooled connection, within `acquire_timeout`.
+
+        The database unusable is `StorageDown`: nothing written when no connection came
+        (or for reads); maybe written when a statement that commits on its own (`writes`)
+        was lost on the way."""
+        try:
+            conn = self._pool.getconn(timeout=self._acquire_timeout)
+        except psycopg.OperationalError as exc:  # the pool's timeout included
+            raise _unavailable(self.path, exc, maybe_written=False) from exc
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            if not _is_down(exc):
+                raise
+            raise _unavailable(self.path, exc, maybe_written=writes) from exc
+        finally:
+            self._pool.putconn(conn)
+
+    @contextlib.contextmanager
+    def _autocommit(self, *, writes: bool = False) -> Iterator[Conn]:
         """A pooled connection in autocommit mode: each statement commits on its own."""
-        with _held_rows(), self._pool.connection() as conn:
+        with _held_rows(), self._connection(writes=writes) as conn:
             yield conn
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Conn]:
-        """A pooled connection inside a transaction, committed when the block ends."""
-        with _held_rows(), self._pool.connection() as conn, conn.transaction():
-            yield conn
+        """A pooled connection inside a transaction, committed when the block ends.
+
+        The database lost inside the block: nothing of the transaction committed (the
+        server ends a transaction whose connection is gone). Lost during the commit:
+        it may have committed, and `StorageDown` says so."""
+        committing = False
+        with _held_rows(), self._connection(writes=False) as conn:
+            try:
+                with conn.transaction():
+                    yield conn
+                    committing = True
+            except psycopg.Error as exc:
+                if not (committing and _is_down(exc)):
+                    raise
+                raise _unavailable(self.path, exc, maybe_written=True) from exc
+
+    def _write_one(self) -> contextlib.AbstractContextManager[Conn]:
+        return self._autocommit(writes=True)
 
     def stale_keys(self, *, stale_before: float, limit: int) -> list[tuple[str, str]]:
         """Started rows whose lease expired or was released, oldest first; a row another
@@ -321,9 +384,8 @@ class PostgresStorage(Transactions):
             rows = conn.execute(_STALE_UNHELD, (stale_before, limit)).fetchall()
         return [(client, key) for client, key in rows]
 
-    # Reads, and writes of one statement (the outbox's), need no transaction of their own.
+    # Reads need no transaction of their own (nor do writes of one statement, above).
     _read = _autocommit
-    _write_one = _autocommit
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[Conn]:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EventRow", "ExternalRecord", "KeyRow", "LedgerRow", "ResourceRow", "RowHeld"]
+__all__ = [
+    "EventRow",
+    "ExternalRecord",
+    "KeyRow",
+    "LedgerRow",
+    "ResourceRow",
+    "RowHeld",
+    "StorageDown",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,3 +94,18 @@ LedgerRow = tuple[ResourceRow, str | None, str | None, tuple[int, int, int, int]
 class RowHeld(Exception):
     """Another transaction (a frozen server's, say) holds the row past the lock
     timeout: nothing was done, and the request may come again shortly."""
+
+
+class StorageDown(Exception):
+    """The database cannot be used right now: unreachable (no connection within the
+    backend's bound), or lost in the middle of a statement.
+
+    `maybe_written`: whether a write may have committed before the failure (it came
+    while a commit was on its way, or with a statement that commits on its own);
+    False means nothing of the failed operation was written. `detail` is for the log.
+    """
+
+    def __init__(self, detail: str, *, maybe_written: bool) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.maybe_written = maybe_written
