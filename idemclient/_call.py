@@ -48,7 +48,16 @@ from ._errors import (
     StoreError,
 )
 from ._fingerprint import fingerprint
-from ._hooks import AttemptEndEvent, AttemptEvent, Hooks, RetryEvent, StartEvent, logger
+from ._hooks import (
+    AttemptEndEvent,
+    AttemptEvent,
+    EndEvent,
+    Hooks,
+    RetryEvent,
+    StartEvent,
+    log_fields,
+    logger,
+)
 from ._keys import new_key
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide, retention_set
@@ -503,6 +512,10 @@ class Call:
         self.challenge: httpx.Response | None = None
         #: the resource the last answer names as made under this key (GoCardless)
         self.existing: str | None = None
+        #: the client's retry budget refused a retry of this call
+        self.budget_spent = False
+        #: the key of the outcome told (a re-issued operation's, from the store)
+        self.key_told: str | None = None
         request.stream = httpx.ByteStream(body)
         if continuation is None and (
             settings.hooks.on_start is not None
@@ -844,6 +857,7 @@ class Call:
             classification=found.kind.value,
             evidence=self.evidence,
             maybe_applied=self.maybe_applied,
+            error=None if isinstance(result, httpx.Response) else _error_name(result),
         )
         hooks.attempt_end(event)
         if call_hooks is not None:
@@ -950,6 +964,7 @@ class Call:
         if decision.action == "retry":
             if not self.settings.budget.withdraw(decision.cost):
                 self.evidence += BUDGET_STOP
+                self.budget_spent = True
                 return Decision("stop", reason="the client's retry budget is spent")
             event = RetryEvent(
                 operation_id=self.operation_id,
@@ -1065,9 +1080,39 @@ class Call:
         return outcome
 
     def tell(self, outcome: Outcome) -> None:
+        self.key_told = outcome.key
         self.settings.hooks.outcome(outcome)
         if self.call_hooks is not None:
             self.call_hooks.outcome(outcome, log=False)
+
+    def ended(self, error: BaseException | None) -> None:
+        """Tell the hooks that this call ended, however it ended (see `EndEvent`). A
+        hook that raises while something else is ending the call is logged, never put
+        in the place of what ended it (a cancellation must stay a cancellation)."""
+        hooks, call_hooks = self.settings.hooks, self.call_hooks
+        if hooks.on_end is None and (call_hooks is None or call_hooks.on_end is None):
+            return
+        event = EndEvent(
+            operation_id=self.operation_id,
+            key=self.key_told or self.key,
+            error=error,
+            budget_spent=self.budget_spent,
+        )
+        for told in (hooks, call_hooks):
+            if told is None:
+                continue
+            if error is None:
+                told.end(event)
+                continue
+            try:
+                told.end(event)
+            except Exception:
+                logger.warning(
+                    "a hook raised as a call of operation %r ended by %s",
+                    self.operation_id,
+                    type(error).__name__,
+                    exc_info=True,
+                )
 
     def stored_answer(self, record: OperationRecord) -> httpx.Response:
         """The final answer of a finished operation, rebuilt from the store."""
@@ -1207,7 +1252,7 @@ def clock_went_back(store: Store, step: float, *, now: float, seen: str) -> int:
         seen,
         marked,
         store.path,
-        extra={"event": "clock_went_back", "step": step, "marked": marked},
+        extra=log_fields("clock_went_back", step=step, marked=marked),
     )
     return marked
 
@@ -1230,6 +1275,16 @@ def check_store_clock(store: Store, clock: Clock) -> float:
     if seen - now > CLOCK_SKEW:
         clock_went_back(store, seen - now, now=now, seen="at a start, against the store's times")
     return seen
+
+
+def _error_name(error: BaseException) -> str:
+    """An error's class by its full name, as OpenTelemetry's `error.type` wants it."""
+    kind = type(error)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 #: Appended to the evidence of an operation the retry budget stopped.

@@ -27,9 +27,9 @@ from ._budget import RetryBudget
 from ._call import Continuation, Settings, check_store_clock
 from ._clock import Clock
 from ._deferred import opened, unopened
-from ._errors import Indeterminate, ReconcileRequired
+from ._errors import Indeterminate, OutcomeError, ReconcileRequired
 from ._exchange import install
-from ._hooks import Hooks, logger
+from ._hooks import Hooks, log_fields, logger
 from ._operations import (
     Blocking,
     Close,
@@ -49,7 +49,7 @@ from ._operations import (
 from ._outcome import Outcome, State, from_record
 from ._policy import RetryPolicy
 from ._profile import Lookup, Profile, existing_url
-from ._redaction import origin_of
+from ._redaction import origin_of, shown_url
 from ._retrofit import replace_transports, transport_of
 from ._store import OperationRecord, Store
 from ._transport import (
@@ -145,13 +145,13 @@ def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
         "operation %r not resumed: %s",
         record.operation_id,
         reason,
-        extra={
-            "event": "not_resumed",
-            "operation_id": record.operation_id,
-            "key": record.key,
-            "state": record.state.value,
-            "evidence": reason,
-        },
+        extra=log_fields(
+            "not_resumed",
+            operation_id=record.operation_id,
+            key=record.key,
+            state=record.state.value,
+            evidence=reason,
+        ),
     )
     return from_record(record, evidence=f"not resumed: {reason}")
 
@@ -638,19 +638,29 @@ class _Common(Generic[HttpxClient]):
                 }
             status_field = status_field or profiled.status_field
         judgement = _judgement(found, statuses, status_field or "status", reliable_404)
-        taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting, covering))
-        if isinstance(taken, Outcome):
-            return taken
-        lease, url = taken
-        answer: httpx.Response | BaseException
+        hooks = self.settings.hooks
         try:
-            answer = yield Http("get", (url,))
-        except httpx.TransportError as exc:
-            answer = exc
-        judged: Outcome = yield Blocking(
-            self._judged,
-            (lease, url, answer, judgement, _reconcile.by_reference_alone(lookup)),
-        )
+            taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting, covering))
+            if isinstance(taken, Outcome):
+                hooks.outcome(taken)
+                return taken
+            lease, url = taken
+            answer: httpx.Response | BaseException
+            try:
+                answer = yield Http("get", (url,))
+            except httpx.TransportError as exc:
+                answer = exc
+            judged: Outcome = yield Blocking(
+                self._judged,
+                (lease, url, answer, judgement, _reconcile.by_reference_alone(lookup)),
+            )
+        except OutcomeError as unsettled:
+            # Left unsettled (or refused): told as every outcome is, then raised.
+            hooks.outcome(unsettled.outcome)
+            raise
+        # Settled (or found never applied): a log record, a span, and the gauge of
+        # indeterminate operations down, as for an outcome of a call.
+        hooks.outcome(judged)
         return judged
 
     def _attach(
@@ -736,7 +746,7 @@ class _Common(Generic[HttpxClient]):
         if isinstance(response, BaseException):
             _reconcile.release(store, clock, taken)
             raise _reconcile.unsettled(
-                taken.before, f"GET {url} failed: {type(response).__name__}"
+                taken.before, f"GET {shown_url(url)} failed: {type(response).__name__}"
             ) from response
         verdict = judgement(response)
         return _reconcile.apply(
@@ -744,7 +754,7 @@ class _Common(Generic[HttpxClient]):
             clock,
             taken,
             verdict,
-            where=f"GET {url}",
+            where=f"GET {shown_url(url)}",
             response=response,
             in_flight_for=self.settings.profile.in_flight_for,
             by_reference=by_reference,

@@ -227,8 +227,26 @@ def operation(
     body: bytes,
     continuation: Continuation | None = None,
 ) -> Flow:
-    """One operation request, from admission to its answer (see the module docstring)."""
+    """One operation request, from admission to its answer (see the module docstring).
+    However the call ends (an answer, an error, cut short), the hooks are told last."""
     call = Call(settings, request, body, continuation=continuation)
+    error: BaseException | None = None
+    try:
+        return (yield from _operation(call, settings, request, body, continuation))
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        call.ended(error)
+
+
+def _operation(
+    call: Call,
+    settings: Settings,
+    request: httpx.Request,
+    body: bytes,
+    continuation: Continuation | None,
+) -> Flow:
     if continuation is not None:
         # This call takes over from the one that handed the operation back: it tells
         # the outcome from now on, and the request is not a continuation once more.

@@ -42,6 +42,7 @@ __all__ = [
     "origin_of",
     "redact_url",
     "secret_query_names",
+    "shown_url",
 ]
 
 Headers = tuple[tuple[str, str], ...]
@@ -238,6 +239,15 @@ def redact_location(value: str) -> str:
         return value
     redacted = redact_url(url)
     return value if redacted is url else str(redacted)
+
+
+def shown_url(url: str | httpx.URL) -> str:
+    """`url` as logs, spans and error messages show it: as stored (see `redact_url`),
+    so that none of them ever holds a user, a password or a secret query value. The one
+    redaction every output of idemclient goes through."""
+    if isinstance(url, httpx.URL):
+        return str(redact_url(url))
+    return redact_location(url)
 
 
 #: Response headers whose value is a URL.

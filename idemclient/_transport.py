@@ -51,7 +51,7 @@ from ._flow import (
     drive,
     handle,
 )
-from ._hooks import Hooks, StoreEvent, logger
+from ._hooks import Hooks, StoreEvent, log_fields, logger
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._server_time import ServerTimes
@@ -142,7 +142,7 @@ def _kept_at_close(settings: Settings, step: float) -> None:
             " younger than they are; look them up rather than re-sending them",
             step,
             error,
-            extra={"event": "clock_went_back", "step": step, "marked": 0},
+            extra=log_fields("clock_went_back", step=step, marked=0),
         )
 
 

@@ -110,10 +110,12 @@ MODULES = {
     "idemclient.hooks": {
         "AttemptEndEvent",
         "AttemptEvent",
+        "EndEvent",
         "Hooks",
         "RetryEvent",
         "StartEvent",
         "StoreEvent",
+        "drop_legacy_fields",
     },
     "idemclient.otel": {"otel_hooks"},
     "idemclient.clock": {"Clock", "ManualClock", "SystemClock", "set_testing"},

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,6 +214,25 @@ def refined(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LookupRetry:
+    """A row's look-up asked again: after `attempt` asks, it met `evidence`, and asks
+    again in `wait` seconds."""
+
+    reference: str
+    url: str
+    attempt: int
+    evidence: str
+    wait: float
+
+    def line(self) -> str:
+        """For `--verbose`, as the retries of a payment are shown."""
+        return (
+            f"retry: look-up of {self.reference} after attempt {self.attempt}:"
+            f" {self.evidence}; next look-up in {self.wait:.2f}s"
+        )
+
+
 class Asking:
     """One row's look-up, decided here and carried out by `asked`:
     `url` to GET, then `answered(result)` says how long to wait before asking again,
@@ -244,6 +263,16 @@ class Asking:
         self._key = key
         self._started = clock.monotonic()
         self._attempts = 0
+
+    def retry(self, result: httpx.Response | Exception, wait: float) -> LookupRetry:
+        """The look-up is asked again after `wait` seconds: what it met."""
+        if isinstance(result, httpx.Response):
+            evidence = f"HTTP {result.status_code}"
+        else:
+            evidence = (
+                f"{type(result).__name__}: {result}" if str(result) else type(result).__name__
+            )
+        return LookupRetry(self._reference, self.url, self._attempts, evidence, wait)
 
     def unasked(self) -> Asked | None:
         """What the look-up comes to without asking: a reference the template cannot
@@ -304,9 +333,15 @@ class Asking:
         )
 
 
-def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:
+def asked(
+    asking: Asking,
+    clock: Clock,
+    timeout: float,
+    on_retry: Callable[[LookupRetry], None] | None = None,
+) -> Op[Asked]:
     """Carry out `asking` through plain GETs of the client (no key, no store), as a step
-    (see `_operations`): the same for a sync and an async client."""
+    (see `_operations`): the same for a sync and an async client. `on_retry` is told
+    before each wait to ask again."""
     unasked = asking.unasked()
     if unasked is not None:
         return unasked
@@ -320,4 +355,6 @@ def asked(asking: Asking, clock: Clock, timeout: float) -> Op[Asked]:
         step = asking.answered(result, at=at)
         if isinstance(step, Asked):
             return step
+        if on_retry is not None:
+            on_retry(asking.retry(result, step))
         yield Pause(clock, step)

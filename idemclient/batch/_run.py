@@ -50,7 +50,7 @@ from .. import _reconcile
 from .._client import AsyncClient, Client, read_existing
 from .._clock import Clock
 from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
-from .._hooks import Hooks, RetryEvent
+from .._hooks import Hooks, RetryEvent, log_fields
 from .._keys import DEFAULT_NAMESPACE
 from .._operations import (
     Blocking,
@@ -68,6 +68,7 @@ from .._outcome import Outcome, State
 from .._policy import RetryPolicy, retention_set
 from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
+from .._redaction import shown_url
 from .._server_time import DATE_RESOLUTION
 from .._store import Intent, OperationRecord, Store, StoredResponse
 from .._version import __version__
@@ -78,6 +79,7 @@ from ._lookup import (
     DEFAULT_LOOKUP,
     Asked,
     Asking,
+    LookupRetry,
     LookupSettings,
     Trouble,
     asked,
@@ -272,6 +274,8 @@ class _Run:
         self.stopping = threading.Event()
         self.tracker = _Tracker(len(batch.rows), on_progress, self.stopping)
         self._notify = notify or (lambda text: logger.info("%s", text))
+        #: told each look-up retry (the command's --verbose), beside its log record
+        self.on_lookup_retry: Callable[[str], None] | None = None
         self.results: list[ReportRow | None] = [None] * len(batch.rows)
         self.rows: list[_Row] = []
         self.counts = _Counts()
@@ -462,7 +466,7 @@ class _Run:
                     (
                         item.row.number,
                         f"reference {item.identity.reference!r} {item.plan.why}, and a"
-                        f" look-up here does not find it (GET {asked.url}:"
+                        f" look-up here does not find it (GET {shown_url(asked.url)}:"
                         f" {asked.verdict.why})",
                     )
                 )
@@ -563,7 +567,9 @@ class _Run:
             record = self.store.record_settled(
                 intent,
                 state=verdict.state,
-                evidence=f"found by look-up before sending: GET {asked.url}: {verdict.why}",
+                evidence=(
+                    f"found by look-up before sending: GET {shown_url(asked.url)}: {verdict.why}"
+                ),
                 now=self.clock.time(),
                 response=None
                 if response is None
@@ -580,6 +586,7 @@ class _Run:
             # Another process recorded it first, and may be sending it: as it stands.
             self._done(item, _recorded_line(item, record, replayed=False))
             return
+        self._tell(_reconcile.settled(record, response))
         self.counts.found += 1
         self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
 
@@ -675,7 +682,7 @@ class _Run:
                 self.clock,
                 taken,
                 verdict,
-                where=f"GET {asked.url}",
+                where=f"GET {shown_url(asked.url)}",
                 response=asked.response,
                 in_flight_for=self.resolved.profile.in_flight_for,
                 # Asked before this lease was taken, maybe long before (every row is
@@ -685,6 +692,7 @@ class _Run:
                 watched_since=watched_since,
             )
         except OutcomeError as exc:
+            self._tell(exc.outcome)
             named = _reconcile.kept_payment(record)
             if verdict.finding == "not_found" and not running and named is not None:
                 # Its 409 names the payment made under its key: this look-up misses it.
@@ -722,6 +730,7 @@ class _Run:
                 ),
             )
             return False
+        self._tell(outcome)
         if outcome.state.finished:
             if verdict.finding == "found":
                 self.counts.found += 1
@@ -743,6 +752,35 @@ class _Run:
             )
             return False
         return True  # not found: no longer maybe applied, sent again with its key
+
+    def lookup_retried(self, retry: LookupRetry) -> None:
+        """A row's look-up is asked again: an INFO record, and the command's line."""
+        logger.info(
+            "look-up of %s asked again in %.3fs after attempt %d: %s",
+            retry.reference,
+            retry.wait,
+            retry.attempt,
+            retry.evidence,
+            extra=log_fields(
+                "lookup_retry",
+                reference=retry.reference,
+                url=shown_url(retry.url),
+                attempt=retry.attempt,
+                wait=retry.wait,
+                evidence=retry.evidence,
+            ),
+        )
+        if self.on_lookup_retry is not None:
+            self.on_lookup_retry(retry.line())
+
+    def _tell(self, outcome: Outcome) -> None:
+        """A row settled (or left unsettled) by its look-up, told to the client's hooks
+        as every outcome is: a log record, a span, the indeterminate gauge."""
+        try:
+            hooks = settings_of(self.http).hooks
+        except TypeError:  # a dry run's client: nothing is told
+            return
+        hooks.outcome(outcome)
 
     def _reopen(self, item: _Row) -> OperationRecord | None:
         """Point a row never applied at another URL at this run's request, same key;
@@ -1213,7 +1251,7 @@ def _conflict(run: _Run, item: _Row, asked: Asked) -> str:
     if verdict.finding == "ambiguous":
         return (
             f"reference {reference!r}: the server holds {len(verdict.others)} payments with"
-            f" this content (GET {asked.url}); settle it by hand before submitting it"
+            f" this content (GET {shown_url(asked.url)}); settle it by hand before submitting it"
         )
     payload = run.request_of(item.row, item.identity).payload
     shown = []
@@ -1230,7 +1268,7 @@ def _conflict(run: _Run, item: _Row, asked: Asked) -> str:
         shown.append(f"{name}: " + ("; ".join(diffs) or "content not shown"))
     return (
         f"reference {reference!r} is already on the server with other content (GET"
-        f" {asked.url}): " + " | ".join(shown)
+        f" {shown_url(asked.url)}): " + " | ".join(shown)
     )
 
 
@@ -1242,12 +1280,12 @@ def _not_working(asked: Asked) -> str:
     """Why the batch is refused for a look-up that does not work, and what to do
     (see `Trouble`): only where there is no such look-up here is going without one
     said to be a way, and never for refused credentials."""
-    got = f"GET {asked.url} got {asked.verdict.why}"
+    got = f"GET {shown_url(asked.url)} got {asked.verdict.why}"
     if asked.trouble is Trouble.CREDENTIALS:
         status = asked.response.status_code if asked.response is not None else 401
         return (
             f"the server refused the credentials (HTTP {status}) when asked GET"
-            f" {asked.url}: check the token (--token or IDEMCLIENT_TOKEN). Nothing was"
+            f" {shown_url(asked.url)}: check the token (--token or IDEMCLIENT_TOKEN). Nothing was"
             " recorded or sent"
         )
     if asked.trouble is Trouble.ABSENT:
@@ -1294,7 +1332,9 @@ def _phases(run: _Run) -> Op[Report]:
     stop_asking = threading.Event()
 
     def ask(item: _Row) -> Op[None]:
-        item.asked = yield from asked(run.asking(item), run.clock, run.policy.attempt_timeout)
+        item.asked = yield from asked(
+            run.asking(item), run.clock, run.policy.attempt_timeout, run.lookup_retried
+        )
         if not works(item.asked.verdict):
             stop_asking.set()  # the look-up does not work: stop asking
 
