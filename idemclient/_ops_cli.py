@@ -257,6 +257,7 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
     if as_json:
         document = _record_json(record)
         document["body"] = record.body.decode("utf-8", "replace")
+        document["response"] = None  # no final answer stored: null, never a missing key
         if record.response is not None:
             document["response"] = {
                 "status": record.response.status_code,
@@ -569,8 +570,9 @@ def purge_command(
 ) -> None:
     """Delete finished operations (by id, or by age). Unfinished ones are never deleted.
 
-    On a terminal it asks before deleting anything, unless --yes is given. Outside a
-    terminal it purges as earlier versions did, with a warning: a later version will
+    With a terminal to answer on (stdin), it asks before deleting anything, unless --yes
+    is given; the question goes to stderr, so `... | tee log` still asks. Without one (a
+    script) it purges as earlier versions did, with a warning: a later version will
     refuse there without --yes.
     """
     if (older_than is None) == (not operation_ids):
@@ -595,9 +597,15 @@ def purge_command(
     click.echo(f"purged {purged} finished operation(s)")
 
 
+def can_ask() -> bool:
+    """A person who can answer a question: a terminal on stdin. Whatever stdout is (a
+    pipe to `tee`, a file), the question goes to stderr, on their terminal."""
+    return sys.stdin.isatty()
+
+
 def _confirm_purge(store: Path | str, count: int) -> None:
     """Ask a person at a terminal; tell a script that it should say --yes."""
-    if not interactive():
+    if not can_ask():
         click.echo(
             "warning: purging without --yes outside a terminal is deprecated; a later"
             " version will refuse: add --yes to this command",
@@ -608,5 +616,6 @@ def _confirm_purge(store: Path | str, count: int) -> None:
         f"Delete {count} finished operation(s) from {store}? The store then no longer"
         " knows them (a batch rerun looks them up on the server)",
         default=False,
+        err=True,
     ):
         _fail("nothing purged", 1)

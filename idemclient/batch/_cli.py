@@ -46,7 +46,7 @@ from .._ops_cli import (
 from .._outcome import State
 from .._policy import RetryPolicy
 from .._profile import Profile
-from .._redaction import redact_url
+from .._redaction import redact_url, shown_url
 from .._store._open import open_store
 from ..profiles import BUILTIN, DEFAULT
 from ._identity import scoped
@@ -532,8 +532,11 @@ def _submit(
     if isinstance(result, BaseException):
         progress.close()
         if isinstance(result, BatchInvalid):
+            refused = run.report(refused=result)
             if report:  # each row, with why it was refused
-                _write(run.report(refused=result), report)
+                _write(refused, report)
+            if as_json:  # the same document as any run's: `refused` true, exit code 2
+                click.echo(json.dumps(refused.document()["batch"], indent=2, ensure_ascii=False))
             _fail(str(result), ExitCode.BAD_INPUT)
         if isinstance(result, StoreError):
             _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
@@ -586,6 +589,8 @@ def _start(
             )
         except ValueError as exc:
             _fail(str(exc), ExitCode.BAD_INPUT)
+        if verbose:
+            run.on_lookup_retry = progress.say
     except BaseException:
         client.close()
         raise
@@ -675,7 +680,8 @@ _STEP_COLOURS = {"new": "cyan", "known": "yellow", "done": "green", "reopen": "y
 
 def _show_preview(shown: Preview, *, as_json: bool, verbose: bool) -> None:
     if as_json:
-        click.echo(json.dumps(shown.document(), indent=2, ensure_ascii=False))
+        document = shown.document(bodies=verbose)  # the bodies only with -v, as in text
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
         return
     for row in shown.rows:
         step = click.style(f"{row.step:<9}", fg=_STEP_COLOURS.get(row.step, "magenta"))
@@ -740,7 +746,7 @@ def _check_reachable(client: Client, url: str) -> None:
     try:
         client.get("/", timeout=10).close()
     except httpx.TransportError as exc:
-        _fail(*unreachable(exc, url))
+        _fail(*unreachable(exc, shown_url(url)))  # no credential of the URL echoed
 
 
 def _fail(message: str, code: ExitCode) -> NoReturn:

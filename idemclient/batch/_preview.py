@@ -78,12 +78,19 @@ class Preview:
             " Nothing was looked up, recorded or sent."
         )
 
-    def document(self) -> dict[str, Any]:
+    def document(self, *, bodies: bool = True) -> dict[str, Any]:
+        """The preview as JSON. `bodies=False`: each row's request body (account
+        numbers, names, amounts) is null, as the text shows it only with --verbose."""
+        rows = [asdict(row) for row in self.rows]
+        if not bodies:
+            for row in rows:
+                row["body"] = None
         return {
             "dry_run": True,
+            "bodies": bodies,
             "counts": {step.value: self.counts().get(step.value, 0) for step in _WHAT},
             "summary": self.summary(),
-            "rows": [asdict(row) for row in self.rows],
+            "rows": rows,
         }
 
 

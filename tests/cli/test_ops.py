@@ -415,12 +415,13 @@ def _stored(store: Path) -> list[str]:
 def test_purge_on_a_terminal_asks_and_a_no_deletes_nothing(
     store_with_history: Path, monkeypatch: pytest.MonkeyPatch, answer: str
 ) -> None:
-    monkeypatch.setattr(idemclient._ops_cli, "interactive", lambda: True)
+    monkeypatch.setattr(idemclient._ops_cli, "can_ask", lambda: True)
     result = CliRunner().invoke(
         main, ["ops", "purge", "--store", str(store_with_history), "order-1"], input=answer
     )
     assert result.exit_code == 1
-    assert "Delete 1 finished operation(s)" in result.stdout
+    assert "Delete 1 finished operation(s)" in result.stderr  # not in a piped stdout
+    assert "Delete" not in result.stdout
     assert "nothing purged" in result.stderr
     assert _stored(store_with_history) == ["order-1", "order-2"]
 
@@ -428,7 +429,7 @@ def test_purge_on_a_terminal_asks_and_a_no_deletes_nothing(
 def test_purge_on_a_terminal_purges_once_confirmed(
     store_with_history: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(idemclient._ops_cli, "interactive", lambda: True)
+    monkeypatch.setattr(idemclient._ops_cli, "can_ask", lambda: True)
     result = CliRunner().invoke(
         main, ["ops", "purge", "--store", str(store_with_history), "--older-than", "0"], input="y\n"
     )
@@ -440,12 +441,12 @@ def test_purge_on_a_terminal_purges_once_confirmed(
 def test_purge_with_yes_never_asks(
     store_with_history: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(idemclient._ops_cli, "interactive", lambda: True)
+    monkeypatch.setattr(idemclient._ops_cli, "can_ask", lambda: True)
     result = CliRunner().invoke(
         main, ["ops", "purge", "--store", str(store_with_history), "--yes", "order-1"]
     )
     assert result.exit_code == 0, result.stderr
-    assert "Delete" not in result.stdout
+    assert "Delete" not in result.stderr
     assert "warning" not in result.stderr
     assert _stored(store_with_history) == ["order-2"]
 
