@@ -268,7 +268,7 @@ def log_fields(event: str, **fields: object) -> dict[str, object]:
     return {"event": event, **fields, **namespaced}
 
 
-class _DropLegacyFields(logging.Filter):
+class DropLegacyFields(logging.Filter):
     """Removes the bare field names (`event`, `key`, `operation_id`...) from idemclient's
     records, keeping the ``idemclient.*`` ones: add it to your handler (a filter on a
     handler sees the records of every ``idemclient.*`` logger)."""
@@ -283,4 +283,4 @@ class _DropLegacyFields(logging.Filter):
 
 #: A `logging.Filter` for a handler: idemclient's records without the deprecated bare
 #: field names, so that they can never overwrite a formatter's own (`event`).
-drop_legacy_fields: logging.Filter = _DropLegacyFields()
+drop_legacy_fields: logging.Filter = DropLegacyFields()
