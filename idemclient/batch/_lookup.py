@@ -33,6 +33,7 @@ from .._operations import Http, Op, Pause
 from .._policy import RetryPolicy, backoff_ceiling
 from .._reconcile import LookupRules, Unquotable, Verdict, fill, judge, listed
 from .._retry_after import parse_retry_after
+from .._server_time import parse_date
 from ._plan import KEY_FIELD, matches_payment, shows_row
 
 __all__ = [
@@ -138,6 +139,11 @@ class Asked:
     #: the wait the server asked for (Retry-After, seconds) with its last answer, when
     #: it said "later"
     server_wait: float | None = None
+    #: the server's time when it answered (its `Date`, a lower bound), if it said
+    server_at: float | None = None
+    #: not asked now: an earlier run's "nothing found", kept and believed
+    #: (`_remembered`)
+    remembered: bool = False
 
 
 def next_wait(
@@ -320,7 +326,14 @@ class Asking:
                 else None
             )
             return Asked(
-                self.url, verdict, result, at, trouble, self._attempts, server_wait=server_wait
+                self.url,
+                verdict,
+                result,
+                at,
+                trouble,
+                self._attempts,
+                server_wait=server_wait,
+                server_at=parse_date(result.headers.get("date", "")),
             )
         why = f"{type(result).__name__}: {result}" if str(result) else type(result).__name__
         return Asked(
@@ -338,10 +351,12 @@ def asked(
     clock: Clock,
     timeout: float,
     on_retry: Callable[[LookupRetry], None] | None = None,
+    waiting: Callable[[bool], None] | None = None,
 ) -> Op[Asked]:
     """Carry out `asking` through plain GETs of the client (no key, no store), as a step
     (see `_operations`): the same for a sync and an async client. `on_retry` is told
-    before each wait to ask again."""
+    before each wait to ask again; `waiting(True)` too, and `waiting(False)` once the
+    wait is over (the progress counts the look-ups waiting)."""
     unasked = asking.unasked()
     if unasked is not None:
         return unasked
@@ -357,4 +372,10 @@ def asked(
             return step
         if on_retry is not None:
             on_retry(asking.retry(result, step))
-        yield Pause(clock, step)
+        if waiting is not None:
+            waiting(True)
+        try:
+            yield Pause(clock, step)
+        finally:
+            if waiting is not None:
+                waiting(False)

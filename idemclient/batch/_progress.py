@@ -24,6 +24,8 @@ from ._run import BatchProgress
 __all__ = ["ProgressView", "counts", "fitted"]
 
 LABEL = "submitting"
+#: The label of each phase's line ("sending" is `LABEL`).
+_LABELS = {"looking up": "looking up", "sending": LABEL}
 #: Redraws at most this often: a hundred thousand rows are not a hundred thousand writes.
 _REDRAW = 0.1
 _MIN_BAR = 10
@@ -32,6 +34,8 @@ _MAX_BAR = 30
 
 def counts(p: BatchProgress) -> str:
     """Every count, for plain lines."""
+    if p.phase == "looking up":
+        return f"found {p.found}  not found {p.not_found}  retrying {p.retrying}"
     return (
         f"succeeded {p.succeeded}  already done {p.already_done}  replayed {p.replayed}"
         f"  retrying {p.retrying}"
@@ -40,6 +44,9 @@ def counts(p: BatchProgress) -> str:
 
 
 def _short_counts(p: BatchProgress) -> str:
+    if p.phase == "looking up":
+        found = [f"{p.found} found", f"{p.not_found} not found"]
+        return ", ".join(found + ([f"{p.retrying} retrying"] if p.retrying else []))
     shown = [f"{p.succeeded} ok"]
     for value, name in (
         (p.already_done, "already done"),
@@ -58,12 +65,13 @@ def fitted(p: BatchProgress, width: int) -> str:
     """The progress line, at most `width` characters: pure. The bar takes a third of
     the width (at most `_MAX_BAR`), so it keeps its size while the counts change; the
     counts are cut, not wrapped, when they do not fit."""
+    label = _LABELS.get(p.phase, p.phase)
     tail = f" {p.done}/{p.total} {_short_counts(p)}"
-    room = min(_MAX_BAR, (width - len(LABEL) - 3) // 3)  # 3: " [" and "]"
+    room = min(_MAX_BAR, (width - len(label) - 3) // 3)  # 3: " [" and "]"
     if room < _MIN_BAR:
-        return f"{LABEL}{tail}"[: max(0, width)]
+        return f"{label}{tail}"[: max(0, width)]
     filled = room * p.done // max(1, p.total)
-    return f"{LABEL} [{'#' * filled}{'-' * (room - filled)}]{tail}"[:width]
+    return f"{label} [{'#' * filled}{'-' * (room - filled)}]{tail}"[:width]
 
 
 def _terminal_width(stream: TextIO) -> int:
@@ -100,6 +108,8 @@ class ProgressView:
             self._update(progress)
 
     def _update(self, progress: BatchProgress) -> None:
+        if self._last is not None and self._last.phase != progress.phase:
+            self._next_phase()
         done_before = self._last.done if self._last else 0
         self._last = progress
         if self._tty:
@@ -108,11 +118,23 @@ class ProgressView:
                 self._draw(progress)
                 self._drawn_at = now
             return
-        step = progress.done * 10 // max(1, self.total)
+        step = progress.done * 10 // max(1, progress.total)
         if step != self._printed_step and (progress.done != done_before or progress.done == 0):
             self._printed_step = step
-            self._stream.write(f"[{progress.done}/{progress.total}] {counts(progress)}\n")
+            phase = "" if progress.phase == "sending" else f"{progress.phase} "
+            self._stream.write(f"[{phase}{progress.done}/{progress.total}] {counts(progress)}\n")
             self._stream.flush()
+
+    def _next_phase(self) -> None:
+        """The counts of another phase begin: the last line goes (what the phase came
+        to is said in words), and plain lines start again from the first."""
+        if self._on_line:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._on_line = False
+        self._last = None
+        self._drawn_at = float("-inf")
+        self._printed_step = -1
 
     def _draw(self, progress: BatchProgress) -> None:
         # One column spare: a line that fills the last column wraps on some terminals.

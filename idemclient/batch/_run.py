@@ -13,13 +13,15 @@ A run goes in phases, and nothing is sent before the last one:
 2. look up: each row the store does not know, and each known one whose first send is
    to come, that may have been applied, that was finished elsewhere, or whose record is
    older than the server's key retention (`RetryPolicy.key_retention`), is looked up
-   on the server by its reference (`_lookup`, judged by `_reconcile.judge`). A look-up
-   that does not work, a payment found with other content, or a row finished elsewhere
-   and not found here refuses the batch;
-3. record: rows found on the server are recorded as what they came to, in one write,
-   and are not sent; rows never applied at a wrong URL or with other credentials are
-   pointed at this run's (same key); the other new rows are registered in one
-   transaction;
+   on the server by its reference (`_lookup`, judged by `_reconcile.judge`). Each
+   answer is kept as it comes (`answered`): a payment found is recorded as the row's
+   outcome, in one write, and is not sent; a row that may have been applied is settled
+   by its answer; a "nothing found" for a row never applied is kept, and a run killed
+   meanwhile believes it while it is young (`_remembered`). A look-up that does not
+   work, a payment found with other content, or a row finished elsewhere and not found
+   here refuses the batch; a look-up the server answers "later" cuts the run short;
+3. record: rows never applied at a wrong URL or with other credentials are pointed at
+   this run's (same key); the other new rows are registered in one transaction;
 4. send: every unfinished row, with its key; the server deduplicates anything that was
    in flight. A run may be killed at any moment; running it again finishes the file.
 
@@ -68,9 +70,9 @@ from .._outcome import Outcome, State
 from .._policy import RetryPolicy, retention_set
 from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
-from .._redaction import shown_url
-from .._server_time import DATE_RESOLUTION
-from .._store import Intent, OperationRecord, Store, StoredResponse
+from .._redaction import redact_url, shown_url
+from .._server_time import DATE_RESOLUTION, ServerTime
+from .._store import Intent, NotFound, OperationRecord, Store, StoredResponse
 from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
@@ -97,6 +99,7 @@ from ._plan import (
     plan_row,
     recorded_payload,
 )
+from ._remembered import BELIEVED_FOR, believed, reading
 from ._report import Report, ReportRow, resource_id
 from ._rows import Batch, PayoutRow
 from ._sender import Sender, credentials_of, target_of
@@ -125,6 +128,14 @@ class BatchProgress:
     failed: int
     #: done before this run (the store's answer, or a look-up's): nothing sent now
     already_done: int = 0
+    #: what the counts are of: "sending" (every row of the batch), or "looking up"
+    #: (the rows asked on the server before their first send: `done` of `total`
+    #: answered, `retrying` asked again after an answer that said "later")
+    phase: str = "sending"
+    #: looking up: payments found on the server (recorded, not sent), and rows with
+    #: none (an earlier run's answer, kept, counts too)
+    found: int = 0
+    not_found: int = 0
 
 
 class _Stopped(IdemError):
@@ -190,6 +201,57 @@ class _Tracker:
         )
 
 
+class _Looking:
+    """Counts the look-ups as they are answered; tells `on_progress` (phase "looking
+    up"), one change at a time."""
+
+    def __init__(self, on_progress: Callable[[BatchProgress], None] | None) -> None:
+        self._lock = threading.Lock()
+        self._on_progress = on_progress
+        self.total = 0
+        self.done = 0
+        self.found = 0
+        self.not_found = 0
+        self._waiting = 0
+
+    def start(self, total: int) -> None:
+        with self._lock:
+            self.total = total
+            self._tell()
+
+    def answered(self, verdict: Verdict) -> None:
+        with self._lock:
+            self.done += 1
+            self.found += verdict.finding == "found"
+            self.not_found += verdict.finding == "not_found"
+            self._tell()
+
+    def waiting(self, now: bool) -> None:
+        """A look-up waits to be asked again (`now`), or is asked again."""
+        with self._lock:
+            self._waiting += 1 if now else -1
+            self._tell()
+
+    def _tell(self) -> None:
+        if self._on_progress is None or not self.total:
+            return
+        self._on_progress(
+            BatchProgress(
+                total=self.total,
+                done=self.done,
+                succeeded=0,
+                replayed=0,
+                retrying=self._waiting,
+                indeterminate=0,
+                not_sent=0,
+                failed=0,
+                phase="looking up",
+                found=self.found,
+                not_found=self.not_found,
+            )
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Target:
     """Where and how rows are sent and looked up."""
@@ -228,6 +290,8 @@ class _Counts:
     budget: int = 0
     not_started: int = 0
     looked_up: int = 0
+    #: not asked again: an earlier run's "nothing found", kept and believed
+    remembered: int = 0
     #: rows left unsettled while the server asked them to wait (Retry-After)
     waited: int = 0
     waited_not_sent: int = 0
@@ -273,6 +337,7 @@ class _Run:
         self.concurrency = concurrency
         self.stopping = threading.Event()
         self.tracker = _Tracker(len(batch.rows), on_progress, self.stopping)
+        self.looking = _Looking(on_progress)
         self._notify = notify or (lambda text: logger.info("%s", text))
         #: told each look-up retry (the command's --verbose), beside its log record
         self.on_lookup_retry: Callable[[str], None] | None = None
@@ -290,10 +355,17 @@ class _Run:
         self._lock = threading.Lock()  # the counts the sending threads change
         #: a look-up the server answered "later" (or not at all): nothing is sent
         self.cut_short: Asked | None = None
+        #: rows to look up whose "nothing found" an earlier run kept (`kept_askings`)
+        self._held: list[tuple[_Row, NotFound]] = []
 
     def stop(self) -> None:
         """Start no new row, and stop each row at its next retry (Ctrl-C)."""
         self.stopping.set()
+
+    def _tally(self, name: str, by: int = 1) -> None:
+        """Add to one of the counts: rows are answered by several threads at once."""
+        with self._lock:
+            setattr(self.counts, name, getattr(self.counts, name) + by)
 
     # -- 1. plan ---------------------------------------------------------------------
 
@@ -406,19 +478,112 @@ class _Run:
     # -- 2. look up ------------------------------------------------------------------
 
     def askings(self) -> list[_Row]:
-        """The rows to look up: rows the store does not know, and old records."""
+        """The rows to look up first: rows the store does not know, and old or unsure
+        records. Those whose "nothing found" an earlier run kept wait for
+        `kept_askings`, to be judged once the server's time is known (`_remembered`):
+        where it is not known yet and nothing else is to be asked, one of them is
+        asked first, and its answer tells it."""
         lookup = self.target.lookup
         if lookup is None:
             return []
         wanted = [item for item in self.rows if item.plan.look_up]
         self.counts.looked_up = len(wanted)
-        if wanted:
-            self._notify(
-                f"looking up {len(wanted)} row(s) before sending (new to the store, never"
-                " sent, maybe applied, finished elsewhere, or recorded past the key"
-                f" retention): GET {lookup.template.replace('{reference}', '<reference>')}"
+        if not wanted:
+            return []
+        now = self.clock.time()
+        self.store.forget_not_found(asked_before=now - BELIEVED_FOR)
+        kept = self._kept([item for item in wanted if _rememberable(item)])
+        first: list[_Row] = []
+        for item in wanted:
+            found = kept.get(_looked_up_as(item)[0])
+            if found is None:
+                first.append(item)
+            else:
+                self._held.append((item, found))
+        if self._held and not first and self._server_time(*self._held[0]) is None:
+            first.append(self._held.pop(0)[0])
+        template = lookup.template.replace("{reference}", "<reference>")
+        held = len(self._held)
+        self._notify(
+            f"looking up {len(wanted)} row(s) before sending (new to the store, never"
+            " sent, maybe applied, finished elsewhere, or recorded past the key"
+            f" retention): GET {template}"
+            + (
+                f"; {held} of them asked by an earlier run, whose answers are kept and"
+                " believed while they are young"
+                if held
+                else ""
             )
-        return wanted
+        )
+        self.looking.start(len(wanted))
+        return first
+
+    def kept_askings(self) -> list[_Row]:
+        """The rows `askings` held back: each whose kept "nothing found" is believed
+        (`_remembered.believed`) is answered by it now; the others, to ask."""
+        now = self.clock.time()
+        to_ask: list[_Row] = []
+        for item, kept in self._held:
+            if self._believed(item, kept, now):
+                self.counts.remembered += 1
+                self.answered(item)
+            else:
+                to_ask.append(item)
+        self._held = []
+        return to_ask
+
+    def _server_time(self, item: _Row, kept: NotFound) -> ServerTime | None:
+        """The server's time now, if the client knows it, to judge `kept` by."""
+        url = self._lookup_url(self.asking(item).url)
+        try:
+            return settings_of(self.http).server_time(httpx.URL(url), stamped=kept.asked_at)
+        except TypeError:  # not a wrapped client: judged by this clock alone
+            return None
+
+    def _kept(self, items: Sequence[_Row]) -> dict[str, NotFound]:
+        """What the store keeps of the look-ups of `items` that found nothing."""
+        ids = [_looked_up_as(item)[0] for item in items]
+        return {kept.operation_id: kept for kept in self.store.not_found(ids)}
+
+    def _believed(self, item: _Row, kept: NotFound, now: float) -> bool:
+        """Answer a row's look-up with an earlier run's kept "nothing found", if it is
+        believed (`_remembered.believed`)."""
+        key = _looked_up_as(item)[1]
+        asking = self.asking(item)
+        if asking.refused is not None:
+            return False
+        url = self._lookup_url(asking.url)
+        lookup = self.target.lookup
+        assert lookup is not None
+        if not believed(
+            kept,
+            key=key,
+            url=url,
+            how=_reading(lookup),
+            sender=self._sender,
+            now=now,
+            retention=self.retention,
+            server=self._server_time(item, kept),
+        ):
+            return False
+        item.asked = Asked(
+            asking.url,
+            Verdict(
+                "not_found",
+                f"nothing found when it was asked, at {_utc(kept.asked_at)} (an earlier"
+                " run's look-up, kept)",
+            ),
+            None,
+            kept.asked_at,
+            server_at=kept.server_at,
+            remembered=True,
+        )
+        return True
+
+    def _lookup_url(self, url: str) -> str:
+        """A look-up's URL as it is kept: absolute, without user, password or secret
+        query values."""
+        return str(redact_url(self.http.build_request("GET", url).url))
 
     def asking(self, item: _Row) -> Asking:
         """One row's look-up (made when it is asked, not all at once): by the reference
@@ -439,6 +604,71 @@ class _Run:
             clock=self.clock,
         )
 
+    def _found_so_far(self) -> str:
+        """What the look-ups kept before the batch was refused, in words."""
+        found = self.counts.found + self.counts.found_unsettled
+        if not found:
+            return ""
+        return f" ({found} payment(s) the look-ups found on the server are recorded as found)"
+
+    def answered(self, item: _Row) -> None:
+        """Keep a row's look-up as it comes (see `_remembered`): a payment found is
+        recorded as the row's outcome now (`_record_found`, `_settle_known`); a
+        "nothing found" for a row never applied is kept; a row that may have been
+        applied is settled by it, under the server's in-flight hold. What refuses the
+        batch (other content, a look-up that does not work) is `take_answers`'."""
+        asked = item.asked
+        assert asked is not None
+        verdict = asked.verdict
+        self.looking.answered(verdict)
+        if asked.trouble is not None or verdict.finding in ("mismatch", "ambiguous"):
+            return
+        step = item.plan.step
+        if step is Step.ELSEWHERE:
+            if verdict.finding == "found":
+                self._found_elsewhere(item)
+            return  # not found: refused (`take_answers`)
+        if step is Step.NEW:
+            if verdict.finding == "found":
+                self._record_found(item)
+            elif not asked.remembered:
+                self._remember(item)
+            return
+        record = item.plan.record
+        assert record is not None
+        if verdict.finding == "not_found" and _rememberable(item):
+            if not asked.remembered:
+                self._remember(item)
+            return  # sent as it is (reopened first, if it is to be: `record`)
+        if step is Step.REOPEN:
+            reopened = self._reopen(item)
+            if reopened is None:
+                return
+            record = reopened
+        if self._settle_known(item, verdict, record):
+            item.outgoing = _recorded_intent(record)
+
+    def _remember(self, item: _Row) -> None:
+        """Keep a row's look-up that found nothing (`Store.remember_not_found`)."""
+        asked, lookup = item.asked, self.target.lookup
+        assert asked is not None
+        assert lookup is not None
+        operation_id, key = _looked_up_as(item)
+        now = self.clock.time()
+        self.store.remember_not_found(
+            [
+                NotFound(
+                    operation_id,
+                    key,
+                    self._sender.mark(self._lookup_url(asked.url)),
+                    _reading(lookup),
+                    asked.at if asked.at is not None else now,
+                    asked.server_at,
+                )
+            ],
+            now=now,
+        )
+
     def take_answers(self) -> None:
         """Refuse the batch when a look-up did not work or found other content; a
         look-up the server answered "later" cuts the run short instead (`cut_short`):
@@ -446,7 +676,9 @@ class _Run:
         failed = [item.asked for item in self.rows if item.asked and item.asked.trouble]
         lasting = [asked for asked in failed if asked.trouble is not Trouble.LATER]
         if lasting:
-            raise BatchInvalid(self.batch.source, [(0, _not_working(lasting[0]))])
+            raise BatchInvalid(
+                self.batch.source, [(0, _not_working(lasting[0]) + self._found_so_far())]
+            )
         if failed:
             # The longest wait any answer asked for says when to run again.
             self.cut_short = max(failed, key=lambda asked: asked.server_wait or 0.0)
@@ -475,44 +707,47 @@ class _Run:
                 problems.insert(0, (0, SCOPE_ADVICE))
             if elsewhere:
                 problems += [(0, advice) for advice in advices] + elsewhere
+            recorded = self._found_so_far()
+            if recorded:
+                problems.append((0, recorded.strip(" ()")))
             raise BatchInvalid(self.batch.source, sorted(problems, key=lambda p: p[0]))
         found = sum(1 for i in self.rows if i.asked and i.asked.verdict.finding == "found")
         if self.counts.looked_up:
+            kept = self.counts.remembered
             self._notify(
                 f"looked up {self.counts.looked_up} row(s): {found} found on the server"
                 f" (recorded, not sent), {self.counts.looked_up - found} not found"
+                + (f" ({kept} answered by an earlier run's look-up, kept)" if kept else "")
             )
 
     # -- 3. record -------------------------------------------------------------------
 
     def record(self) -> list[_Row]:
-        """Record what the look-ups found and register the new rows; the rows to send."""
+        """Register the new rows (in one transaction) and point the rows never applied
+        at another URL at this run's; the rows to send. What the look-ups found is
+        recorded already, as each came (`answered`)."""
         to_send: list[_Row] = []
         new: list[_Row] = []
         for item in self.rows:
             step = item.plan.step
-            if step in (Step.DONE, Step.REFUSED):
+            if step in (Step.DONE, Step.REFUSED, Step.ELSEWHERE):
                 continue
-            verdict = item.asked.verdict if item.asked else None
-            if step is Step.ELSEWHERE:
-                self._found_elsewhere(item)
+            if self.results[item.index] is not None:
+                continue  # answered by its look-up (found, or being sent elsewhere)
+            if item.outgoing is not None:  # settled by its look-up: sent under its key
+                to_send.append(item)
                 continue
             if step is Step.NEW:
-                if verdict is not None and verdict.finding == "found":
-                    self._record_found(item)
-                else:
-                    new.append(item)
+                new.append(item)
                 continue
             record = item.plan.record
             assert record is not None
             if step is Step.REOPEN:
-                # Never applied: pointed at this run's URL first, then settled as found.
+                # Never applied: pointed at this run's URL first.
                 reopened = self._reopen(item)
                 if reopened is None:
                     continue
                 record = reopened
-            if verdict is not None and not self._settle_known(item, verdict, record):
-                continue
             item.outgoing = _recorded_intent(record)
             to_send.append(item)
         if new:
@@ -558,7 +793,7 @@ class _Run:
         assert asked is not None
         verdict = asked.verdict
         if verdict.state is None:
-            self.counts.found_unsettled += 1
+            self._tally("found_unsettled")
             self._done(item, _unsettled_line(item, item.identity.key, verdict))
             return
         response = asked.response
@@ -587,7 +822,7 @@ class _Run:
             self._done(item, _recorded_line(item, record, replayed=False))
             return
         self._tell(_reconcile.settled(record, response))
-        self.counts.found += 1
+        self._tally("found")
         self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
 
     def _found_elsewhere(self, item: _Row) -> None:
@@ -599,10 +834,10 @@ class _Run:
         assert record is not None
         verdict = asked.verdict
         if verdict.state is None:
-            self.counts.found_unsettled += 1
+            self._tally("found_unsettled")
             self._done(item, _unsettled_line(item, record.key, verdict))
             return
-        self.counts.found += 1
+        self._tally("found")
         response = asked.response
         self._done(
             item,
@@ -712,7 +947,7 @@ class _Run:
                     " settle it"
                 )
             else:  # found, not final yet: maybe applied from now on
-                self.counts.found_unsettled += 1
+                self._tally("found_unsettled")
                 reason = (
                     f"found on the server, not final yet ({verdict.why}): not sent;"
                     f" run again later to settle it ({exc.outcome.state.words})"
@@ -733,7 +968,7 @@ class _Run:
         self._tell(outcome)
         if outcome.state.finished:
             if verdict.finding == "found":
-                self.counts.found += 1
+                self._tally("found")
                 reason = _found_reason(verdict)
             else:  # its answer, read as a replay, was the application's refusal
                 reason = (
@@ -1276,6 +1511,31 @@ def _value(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def _looked_up_as(item: _Row) -> tuple[str, str]:
+    """The operation id and key a row is looked up (and sent) as: its record's, if the
+    store knows it."""
+    record = item.plan.record
+    if record is not None:
+        return record.operation_id, record.key
+    return item.identity.operation_id, item.identity.key
+
+
+def _rememberable(item: _Row) -> bool:
+    """Whether a look-up of this row that finds nothing sends it at once, so that
+    such an answer is worth keeping (`_remembered`): nothing of it can have been
+    applied anywhere, and it is no row finished elsewhere."""
+    record = item.plan.record
+    if item.plan.step is Step.NEW:
+        return True
+    if item.plan.step not in (Step.KNOWN, Step.REOPEN) or record is None:
+        return False
+    return not record.maybe_applied and record.state is not State.IN_FLIGHT
+
+
+def _reading(lookup: LookupSettings) -> str:
+    return reading(lookup.reference_field, lookup.rules.reliable_404)
+
+
 def _not_working(asked: Asked) -> str:
     """Why the batch is refused for a look-up that does not work, and what to do
     (see `Trouble`): only where there is no such look-up here is going without one
@@ -1285,21 +1545,21 @@ def _not_working(asked: Asked) -> str:
         status = asked.response.status_code if asked.response is not None else 401
         return (
             f"the server refused the credentials (HTTP {status}) when asked GET"
-            f" {shown_url(asked.url)}: check the token (--token or IDEMCLIENT_TOKEN). Nothing was"
-            " recorded or sent"
+            f" {shown_url(asked.url)}: check the token (--token or IDEMCLIENT_TOKEN)."
+            " Nothing was sent"
         )
     if asked.trouble is Trouble.ABSENT:
         return (
-            f"the look-up does not work: {got}. Nothing was recorded or sent. Check --url,"
+            f"the look-up does not work: {got}. Nothing was sent. Check --url,"
             " --path and --lookup; where the server offers no look-up at all, --no-lookup"
             " sends without one (read what it risks in its help)"
         )
     if asked.trouble is Trouble.REFUSED:
         return (
-            f"the look-up does not work: {got}. Nothing was recorded or sent. Check --url,"
+            f"the look-up does not work: {got}. Nothing was sent. Check --url,"
             " --path and --lookup, and that the token may list payments"
         )
-    return f"the look-up does not work: {got}. Nothing was recorded or sent"
+    return f"the look-up does not work: {got}. Nothing was sent"
 
 
 def _seconds(value: float) -> str:
@@ -1333,12 +1593,22 @@ def _phases(run: _Run) -> Op[Report]:
 
     def ask(item: _Row) -> Op[None]:
         item.asked = yield from asked(
-            run.asking(item), run.clock, run.policy.attempt_timeout, run.lookup_retried
+            run.asking(item),
+            run.clock,
+            run.policy.attempt_timeout,
+            run.lookup_retried,
+            run.looking.waiting,
         )
         if not works(item.asked.verdict):
             stop_asking.set()  # the look-up does not work: stop asking
+        yield Blocking(run.answered, (item,))
 
-    yield Each(run.askings(), ask, run.concurrency, run.stopping, stop_asking.is_set)
+    first = yield Blocking(run.askings)
+    yield Each(first, ask, run.concurrency, run.stopping, stop_asking.is_set)
+    if not (run.stopping.is_set() or stop_asking.is_set()):
+        # Kept answers are judged once the server's time is known (its answers tell it).
+        then = yield Blocking(run.kept_askings)
+        yield Each(then, ask, run.concurrency, run.stopping, stop_asking.is_set)
     if run.stopping.is_set():
         interrupted: Report = yield Blocking(run.report, kwargs={"interrupted": True})
         return interrupted

@@ -130,6 +130,16 @@ class Sender:
         digest = self._under(self.salt)
         return f"{target}#{_MARK}{_VERSION}.{self.salt.hex()}.{digest.hex()}"
 
+    def same(self, url: str) -> bool:
+        """Whether the stored `url` says it was sent with exactly this run's
+        credentials: the same digest, or no digest and no credentials now. Stricter
+        than `not other(url)`, which gives the benefit of the doubt."""
+        mark = _mark_of(url)
+        if mark is None or self.credentials is None:
+            return mark is None and self.credentials is None
+        salt, digest = mark
+        return hmac.compare_digest(self._under(salt), digest)
+
     def other(self, url: str) -> bool:
         """Whether the stored `url` says it was sent with other credentials than this
         run's. False when either is unknown (no digest, or no credentials now)."""

@@ -138,3 +138,51 @@ def test_the_commands_progress_fits_an_80_column_terminal(live: LiveServer, tmp_
     # lines left are the look-up's two, the bar's last, and the summary.
     assert all(len(part) <= 80 for part in drawn(output) if "submitting" in part)
     assert len(output.replace("\r\n", "\n").strip().split("\n")) <= 6, output
+
+
+def looking(done: int, total: int = 20, found: int = 0, retrying: int = 0) -> BatchProgress:
+    return BatchProgress(
+        total=total,
+        done=done,
+        succeeded=0,
+        replayed=0,
+        retrying=retrying,
+        indeterminate=0,
+        not_sent=0,
+        failed=0,
+        phase="looking up",
+        found=found,
+        not_found=done - found,
+    )
+
+
+def test_the_look_ups_have_a_line_of_their_own_before_the_sends() -> None:
+    assert fitted(looking(10, found=2, retrying=1), 80) == (
+        "looking up [" + "#" * 11 + "-" * 11 + "] 10/20 2 found, 8 not found, 1 retrying"
+    )
+    err = Terminal()
+    view = ProgressView(20, stream=err, width=lambda: 80)
+    for done in range(1, 21):
+        view.update(looking(done, found=done // 4))
+    view.update(progress(1))
+    view.close()
+    output = err.getvalue()
+    last_look_up = output.rindex("looking up [")
+    first_send = output.index("submitting [")
+    # The look-ups' line is taken away before the sends' is drawn: none is left half.
+    assert last_look_up < output.index("\r\x1b[K", last_look_up) < first_send
+
+
+def test_the_look_ups_print_plain_lines_every_tenth_when_not_a_terminal() -> None:
+    err = io.StringIO()
+    view = ProgressView(20, stream=err)
+    for done in range(1, 21):
+        view.update(looking(done))
+    for done in range(1, 21):
+        view.update(progress(done))
+    view.close()
+    lines = err.getvalue().splitlines()
+    assert lines[0] == "[looking up 1/20] found 0  not found 1  retrying 0"
+    assert lines[10] == "[looking up 20/20] found 0  not found 20  retrying 0"
+    assert lines[11].startswith("[1/20] succeeded 1")
+    assert len(lines) == 22
