@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 
 from . import _cli_errors
 from ._cli_duration import duration
@@ -482,8 +483,9 @@ def _judged_by(profile: Profile, in_flight_for: float | None) -> Profile:
 @click.option(
     "--lookup",
     default=None,
-    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference}"
-    " (default: the server profile's look-up, if it has one).",
+    help="Where to look it up, with {reference} or {key}: e.g. /v1/payments?reference={reference};"
+    " a leading {path} is the operation's own URL. [default: the server profile's look-up, if"
+    " it has one; for a row of batch submit, the batch's: {path}?reference={reference}]",
 )
 @click.option("--status", "statuses", multiple=True, callback=parse_statuses, help=STATUS_HELP)
 @click.option("--reliable-404", is_flag=True, help=RELIABLE_404_HELP)
@@ -537,6 +539,8 @@ def reconcile_command(
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc))
+    if known is not None:
+        lookup = _lookup_for(known, lookup, BUILTIN[profile])
     with client:
         try:
             outcome = client.reconcile(
@@ -548,6 +552,35 @@ def reconcile_command(
             click.echo(str(exc), err=True)
             sys.exit(3)
     click.echo(f"{outcome.operation_id}  {outcome.state.value:<13} {outcome.evidence}")
+
+
+def _lookup_for(record: OperationRecord, given: str | None, profile: Profile) -> str | None:
+    """The look-up `ops reconcile` asks for `record`: the one given; else the profile's
+    (None: `Client.reconcile` takes it); else, for a row of `batch submit`, the batch's
+    default. Refused, said in this command's words, when there is none, or when the
+    profile's does not find this operation's resource."""
+    from .batch._identity import is_batch_operation
+    from .batch._lookup import DEFAULT_LOOKUP
+
+    if given is not None:
+        return given
+    path = httpx.URL(record.url).path
+    profiled = profile.lookup
+    if profiled is not None:
+        if profiled.covers_path(path):
+            return None
+        _fail(
+            f"the {profile.name} profile's look-up ({profiled.template}) does not find"
+            f" {record.method} {path}: give --lookup with {{reference}} or {{key}}, a URL"
+            " of the server that finds this operation's resource; nothing was looked up"
+        )
+    if not is_batch_operation(record.operation_id):
+        _fail(
+            f"the {profile.name} profile knows no look-up: give --lookup with {{reference}}"
+            " or {key}, e.g. --lookup '/v1/payments?reference={reference}' (a leading"
+            " {path} is the operation's own URL); nothing was looked up"
+        )
+    return DEFAULT_LOOKUP  # what `batch submit` looked its rows up with by default
 
 
 @ops.command("purge")

@@ -402,7 +402,9 @@ def submit_command(
     Exit codes: 0 every row succeeded; 2 bad input (the file, an option, the token, a
     look-up that does not work): fix it, nothing was sent for the rows concerned; 3
     some rows are not sent or indeterminate: run the same command again; 4 some rows
-    were refused by the server; 130 interrupted: run the same command again.
+    were refused by the server; 5 some rows may have been applied and a rerun cannot
+    settle them: settle each with the idemclient ops reconcile command its reason
+    gives; 130 interrupted: run the same command again.
     """
     try:
         _submit(

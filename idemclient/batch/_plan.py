@@ -39,7 +39,7 @@ import enum
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -48,6 +48,9 @@ from .._outcome import State
 from .._redaction import origin_of
 from .._store import NEVER_APPLIED_STATUSES, OperationRecord
 from ._identity import RowIdentity, is_batch_operation
+
+if TYPE_CHECKING:
+    from ._advice import Commands
 from ._sender import target_of
 
 __all__ = [
@@ -340,6 +343,7 @@ def plan_row(
     look_up: bool = True,
     other_credentials: Callable[[OperationRecord], bool] = lambda _record: False,
     profile: str = "generic",
+    commands: Commands | None = None,
 ) -> RowPlan:
     """What to do with one row (see the module docstring). `request_of()` makes the
     request this run would send for it (only needed, and so only made, when the store
@@ -347,7 +351,8 @@ def plan_row(
     operation id, `legacy` the earlier version's records with its reference
     (`legacy_candidates`); `look_up` says whether look-ups are on;
     `other_credentials(record)` whether the record says it was sent with other
-    credentials than this run's (`_sender.Sender.other`)."""
+    credentials than this run's (`_sender.Sender.other`); `commands`: the run's, for the
+    commands a refusal prints (`_advice`)."""
     if known is None and not legacy:
         return _NEW_LOOKED_UP if look_up else _NEW
     request = request_of()
@@ -383,7 +388,7 @@ def plan_row(
                 differences(recorded, request.payload)
             )
         return RowPlan(Step.REFUSED, record, why=why)
-    return _known(record, request, other_credentials(record), look_up, now, retention)
+    return _known(record, request, other_credentials(record), look_up, now, retention, commands)
 
 
 def _known(
@@ -393,6 +398,7 @@ def _known(
     look_up: bool,
     now: float,
     retention: float,
+    commands: Commands | None = None,
 ) -> RowPlan:
     """What to do with a row the store holds with this content."""
     moved = target_of(record.url) != target_of(request.url)
@@ -439,13 +445,19 @@ def _known(
             return RowPlan(
                 Step.REOPEN, record, look_up=ask, why=f"recorded for {where}, never applied there"
             )
+        settle = (
+            f"idemclient ops reconcile {record.operation_id}"
+            if commands is None
+            else commands.reconcile(record.operation_id, where=target_of(record.url))
+        )
         return RowPlan(
             Step.REFUSED,
             record,
             why=(
                 f"was sent {'to ' if moved else ''}{where} and may have been applied there"
                 f" ({record.state.words}): finish it there (the same --url, --path and"
-                f" token), or settle it with idemclient ops reconcile {record.operation_id}"
+                f" token), or settle it with `{settle}` (the token it was sent with in"
+                " IDEMCLIENT_TOKEN)"
             ),
         )
     return RowPlan(Step.KNOWN, record, look_up=ask)

@@ -42,6 +42,10 @@ class ExitCode(enum.IntEnum):
     RUN_AGAIN = 3
     #: some rows got a final refusal from the server (and none is left to run again)
     FAILED = 4
+    #: some rows may have been applied and a rerun cannot settle them (past the key
+    #: retention, without a look-up by reference): `idemclient ops reconcile` each one
+    #: (its reason says how), and none is left to run again
+    RECONCILE = 5
     #: interrupted (Ctrl-C): run the same command again to finish
     INTERRUPTED = 130
 
@@ -74,6 +78,9 @@ class ReportRow:
     replayed: bool
     reason: str = ""
     already_done: bool = False
+    #: may have been applied, and only a look-up settles it that a rerun would not make:
+    #: `idemclient ops reconcile`, as `reason` says
+    reconcile: bool = False
 
     @classmethod
     def of(
@@ -146,6 +153,7 @@ class Report:
         counts: Counter[str] = Counter(row.state for row in self.rows)
         counts["replayed"] = sum(row.replayed for row in self.rows)
         counts["already_done"] = sum(row.already_done for row in self.rows)
+        counts["reconcile"] = self.to_reconcile
         for state in (State.SUCCEEDED, State.FAILED):
             counts[f"{state.value}_already_done"] = sum(
                 row.already_done for row in self.rows if row.state == state.value
@@ -170,12 +178,21 @@ class Report:
             return ExitCode.INTERRUPTED
         if self.refused or self.credentials_refused:
             return ExitCode.BAD_INPUT
-        states = {row.state for row in self.rows}
+        # A row a rerun cannot settle is not a reason to run again: it would loop.
+        states = {row.state for row in self.rows if not row.reconcile}
         if states & _UNSETTLED:
             return ExitCode.RUN_AGAIN
+        if self.to_reconcile:
+            return ExitCode.RECONCILE
         if State.FAILED.value in states:
             return ExitCode.FAILED
         return ExitCode.OK
+
+    @property
+    def to_reconcile(self) -> int:
+        """Rows that may have been applied and that only `idemclient ops reconcile`
+        settles (their reason says how): a rerun leaves them as they are."""
+        return sum(row.reconcile for row in self.rows)
 
     def summary(self) -> str:
         counts = self.counts()
@@ -199,8 +216,19 @@ class Report:
                 " row(s) it refused, and the same command with the right token sends them"
             ),
             ExitCode.RUN_AGAIN: "some rows are unsettled: run the same command again",
+            ExitCode.RECONCILE: (
+                f"{self.to_reconcile} row(s) may have been applied and a rerun cannot"
+                " settle them: settle each with the `idemclient ops reconcile` command its"
+                " reason gives (in the report, and above)"
+            ),
             ExitCode.FAILED: "some rows were refused by the server: see the report",
         }[self.exit_code]
+        if self.to_reconcile and self.exit_code is not ExitCode.RECONCILE:
+            advice += (
+                f". {self.to_reconcile} row(s) may have been applied and a rerun cannot"
+                " settle them: settle each with the `idemclient ops reconcile` command its"
+                " reason gives"
+            )
         if maybe:
             advice += (
                 f". The server refused the credentials (HTTP 401) for {maybe} row(s) after"
@@ -253,6 +281,7 @@ _COUNTED = (
     "in_flight",
     "replayed",
     "already_done",
+    "reconcile",
 )
 #: What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

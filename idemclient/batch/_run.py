@@ -34,6 +34,7 @@ write the report.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import inspect
@@ -75,6 +76,7 @@ from .._server_time import DATE_RESOLUTION, ServerTime
 from .._store import Intent, NotFound, OperationRecord, Store, StoredResponse
 from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
+from ._advice import Commands, rerun_settles
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
 from ._lookup import (
@@ -353,6 +355,14 @@ class _Run:
         self._fingerprint: Callable[[bytes], str] | None = None
         self._sender = Sender(None)
         self._lock = threading.Lock()  # the counts the sending threads change
+        #: the commands the run prints for its rows, whole (`_advice`)
+        self.commands = Commands.of(
+            store=store.path,
+            base_url=http.base_url,
+            path=target.path,
+            lookup=target.lookup,
+            profile=self.resolved.profile,
+        )
         #: a look-up the server answered "later" (or not at all): nothing is sent
         self.cut_short: Asked | None = None
         #: rows to look up whose "nothing found" an earlier run kept (`kept_askings`)
@@ -416,6 +426,7 @@ class _Run:
                 look_up=target.lookup is not None,
                 other_credentials=lambda record: sender.other(record.url),
                 profile=self.resolved.profile.name,
+                commands=self.commands,
             )
             if plan.step is Step.REFUSED:
                 problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
@@ -928,15 +939,19 @@ class _Run:
             )
         except OutcomeError as exc:
             self._tell(exc.outcome)
+            reconcile = False
             named = _reconcile.kept_payment(record)
             if verdict.finding == "not_found" and not running and named is not None:
                 # Its 409 names the payment made under its key: this look-up misses it.
+                # Every rerun would ask the same look-up and get the same "none".
+                reconcile = True
+                command = self.commands.reconcile(record.operation_id)
                 reason = (
                     f"not found on the server ({verdict.why}), but the HTTP 409 it was"
                     f" answered names {named}, the payment made under its key (a replay):"
-                    " not sent, not settled; look that payment up, or settle it with"
-                    f" idemclient ops reconcile {record.operation_id} and a look-up that"
-                    " lists it"
+                    " not sent, not settled, and a rerun cannot settle it; look that"
+                    f" payment up, and settle the row with `{command} --lookup TEMPLATE`,"
+                    " a look-up that lists it"
                 )
             elif running or verdict.finding == "not_found":  # not found yet, too late to send
                 reason = (
@@ -952,18 +967,16 @@ class _Run:
                     f"found on the server, not final yet ({verdict.why}): not sent;"
                     f" run again later to settle it ({exc.outcome.state.words})"
                 )
-            self._done(
+            line = _line(
                 item,
-                _line(
-                    item,
-                    key=record.key,
-                    state=State.INDETERMINATE,
-                    status=None,
-                    resource=_item_id(verdict),
-                    replayed=False,
-                    reason=reason,
-                ),
+                key=record.key,
+                state=State.INDETERMINATE,
+                status=None,
+                resource=_item_id(verdict),
+                replayed=False,
+                reason=reason,
             )
+            self._done(item, dataclasses.replace(line, reconcile=reconcile))
             return False
         self._tell(outcome)
         if outcome.state.finished:
@@ -973,7 +986,7 @@ class _Run:
             else:  # its answer, read as a replay, was the application's refusal
                 reason = (
                     f"refused by the server, never applied: not sent again ({outcome.evidence};"
-                    f" `idemclient ops show {item.identity.operation_id}` shows the body)"
+                    f" `{self.commands.show(item.identity.operation_id)}` shows the body)"
                 )
             self._done(
                 item,
@@ -1093,18 +1106,30 @@ class _Run:
                 counts.waited_not_sent += outcome.state is State.NOT_SENT
                 counts.longest_wait = max(counts.longest_wait, outcome.not_before - now)
                 counts.wait_until = max(counts.wait_until, outcome.not_before)
+        reconcile = False
         if isinstance(error, ReconcileRequired):
             # Why it is not sent again: its age, or an answer sending again cannot explain.
             why = error.reason or "recorded longer ago than the server keeps keys"
-            reason = (
-                f"may have been applied: never sent again ({why}); settle it with"
-                f" idemclient ops reconcile {outcome.operation_id} ({outcome.evidence})"
-            )
+            command = self.commands.reconcile(outcome.operation_id)
+            if rerun_settles(self.target.lookup):
+                then = (
+                    "run the same command again: it is looked up by its reference first"
+                    f" (or settle it now with `{command}`)"
+                )
+            else:
+                # Sent without a look-up by reference, a rerun would stop here again.
+                reconcile = True
+                then = f"a rerun cannot settle it: settle it with `{command}`"
+            reason = f"may have been applied: never sent again ({why}{_also(outcome)}); {then}"
         else:
             reason = _reason(outcome, budget=budget)
         if item.reopened:
             reason = f"sent again under its key to this run's URL ({item.reopened}); {reason}"
-        self._done(item, ReportRow.of(item.row.number, item.identity.reference, outcome, reason))
+        line = ReportRow.of(item.row.number, item.identity.reference, outcome, reason)
+        if reconcile:
+            line = dataclasses.replace(line, reconcile=True)
+            self._notify(f"row {item.row.number} ({item.identity.reference}): {reason}")
+        self._done(item, line)
 
     def not_started(self, item: _Row) -> None:
         """A row not sent: the server refused the credentials, or the run was stopped."""
@@ -1451,11 +1476,21 @@ def _item_id(verdict: Verdict) -> str | None:
     return None if value is None else str(value)
 
 
+def _also(outcome: Outcome) -> str:
+    """The outcome's evidence, after what was said already (nothing when it has none)."""
+    return f"; {outcome.evidence}" if outcome.evidence else ""
+
+
+def _evidence(outcome: Outcome) -> str:
+    """The outcome's evidence in parentheses, or nothing when it has none."""
+    return f" ({outcome.evidence})" if outcome.evidence else ""
+
+
 def _reason(outcome: Outcome, *, budget: bool) -> str:
     state = outcome.state
     if budget and not state.finished:
         then = "may have been applied" if outcome.maybe_applied else "not applied"
-        return f"stopped by the retry budget: {then}; run again ({outcome.evidence})"
+        return f"stopped by the retry budget: {then}; run again{_evidence(outcome)}"
     if state is State.SUCCEEDED:
         if outcome.from_store:
             return "already done: answered from the store (done in an earlier run)"
@@ -1463,8 +1498,8 @@ def _reason(outcome: Outcome, *, budget: bool) -> str:
             return "answered by the server from an earlier attempt under the same key"
         return "sent now"
     if state is State.FAILED:
-        earlier = "in an earlier run " if outcome.from_store else ""
-        return f"refused by the server {earlier}({outcome.evidence})"
+        earlier = " in an earlier run" if outcome.from_store else ""
+        return f"refused by the server{earlier}{_evidence(outcome)}"
     if outcome.last_status in _REFUSED_CREDENTIALS:
         return (
             f"the server refused the credentials (HTTP {outcome.last_status}): check the"
@@ -1474,10 +1509,10 @@ def _reason(outcome: Outcome, *, budget: bool) -> str:
             " attempt that may have been applied: check the token, then run again"
         )
     if state is State.INDETERMINATE:
-        return f"may have been applied ({outcome.evidence}): run again"
+        return f"may have been applied{_evidence(outcome)}: run again"
     if state is State.IN_FLIGHT:
-        return f"being sent by another caller ({outcome.evidence}): run again"
-    return f"not sent ({outcome.evidence}): run again"
+        return f"being sent by another caller{_evidence(outcome)}: run again"
+    return f"not sent{_evidence(outcome)}: run again"
 
 
 def _conflict(run: _Run, item: _Row, asked: Asked) -> str:

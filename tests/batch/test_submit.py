@@ -277,7 +277,7 @@ def test_reports_are_written_as_csv_or_json(
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == [
         "row", "ref", "key", "state", "http_status", "resource_id", "attempts", "replayed",
-        "reason", "already_done",
+        "reason", "already_done", "reconcile",
     ]  # fmt: skip
     as_json = json.loads((tmp_path / "r.json").read_text())
     assert [r["ref"] for r in as_json["rows"]] == [r["ref"] for r in rows]

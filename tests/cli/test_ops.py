@@ -222,6 +222,21 @@ def test_reconcile_settles_by_lookup(store_with_history: Path, live: LiveServer)
     assert len(live.server.ledger()) == 2  # nothing was sent again
 
 
+def test_reconcile_without_a_look_up_says_the_option_not_the_python_keyword(
+    store_with_history: Path, live: LiveServer
+) -> None:
+    # The generic profile knows no look-up, and order-2 is no batch row.
+    before = live.server.ledger()
+    code, _, err = run(
+        "ops", "reconcile", "order-2", "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1",
+    )  # fmt: skip
+    assert code == 2
+    assert "--lookup" in err
+    assert "lookup=" not in err
+    assert live.server.ledger() == before  # nothing was sent
+
+
 def test_reconcile_that_cannot_tell_exits_3(store_with_history: Path, live: LiveServer) -> None:
     live.server.answer(500, path="/v1/payments")
     code, _, err = run(
