@@ -78,6 +78,7 @@ __all__ = [
     "Settings",
     "fingerprint",
     "intent_for",
+    "interrupted_before_sending",
     "unsettled_error",
 ]
 
@@ -362,6 +363,16 @@ def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | Non
     return value
 
 
+def interrupted_before_sending(error: BaseException, before: str) -> str:
+    """The evidence of an operation whose call was cut short before it handed anything
+    to the transport: that, and what was last seen before it, if anything was (never
+    an earlier interruption's words, so repeated ones do not pile up)."""
+    text = f"interrupted by {type(error).__name__} before this call sent anything"
+    if before and not before.startswith("interrupted by"):
+        text += f" (last seen before: {before})"
+    return text
+
+
 def unsettled_error(
     outcome: Outcome, reason: str, *, reconcile: bool = False, lost_to: str | None = None
 ) -> OutcomeError:
@@ -550,12 +561,14 @@ class Call:
         self.not_before = record.not_before
         self.created_at = record.created_at
         self.server_created_at = record.server_created_at
-        self.record = record
         # Held from the last send that may have been applied, whoever kept it: a look-up
         # that took the row from an owner dead in flight gives it back with no owner (no
         # takeover to see) and with that owner's send time, which no call had held from.
         if record.maybe_applied and record.sent_at is not None:
             self.hold_in_flight(since=record.sent_at, server_since=record.server_sent_at)
+        # Last: a call with a record has adopted all of it (a call cut short before
+        # this gives its lease back as the store has it, see `_flow.operation`).
+        self.record = record
 
     def past_retention(self, *, now: float, at: float) -> Decision | None:
         """A stop for a look-up if an operation that may have been applied, sent at `at`
@@ -739,9 +752,6 @@ class Call:
             name: timeout if current.get(name) is None else min(current[name], timeout)
             for name in ("connect", "read", "write", "pool")
         }
-        self.attempts_here += 1
-        self.total_attempts += 1
-        self._sending = True
         hooks, call_hooks = self.settings.hooks, self.call_hooks
         if hooks.takes_attempt() or (
             call_hooks is not None and call_hooks.takes_attempt(log=False)
@@ -751,13 +761,23 @@ class Call:
                 key=self.key,
                 method=self.request.method,
                 url=str(self.request.url),
-                attempt=self.total_attempts,
+                attempt=self.total_attempts + 1,
                 timeout=timeout,
             )
             hooks.attempt(event)
             if call_hooks is not None:
                 call_hooks.attempt(event, log=False)
         return timeout
+
+    def sending(self) -> httpx.Request:
+        """The request, as it is handed to the transport: from here on the attempt
+        counts, and may have been applied if the call is cut short before its answer
+        is seen. Nothing before this (a hook that raised, a Ctrl-C, a cancellation)
+        counts as sent; from its first line on, everything does (the safe side)."""
+        self._sending = True
+        self.attempts_here += 1
+        self.total_attempts += 1
+        return self.request
 
     def reads_first(self, response: httpx.Response) -> bool:
         """The answer's body must be read before it can be classified: its status
@@ -990,7 +1010,12 @@ class Call:
         # Cut short while an attempt was on the wire: the request may have arrived.
         if self._sending:
             self._sent_now()
-        self.maybe_applied = self.maybe_applied or self._sending
+            self.maybe_applied = True
+        elif not self.attempts_here:
+            # Nothing of this call reached the transport: what the operation was before
+            # it stays what it is (its evidence too), and no hold starts from here.
+            self.evidence = interrupted_before_sending(error, self.evidence)
+            return
         self.evidence = f"interrupted by {type(error).__name__}"
 
     def hold_in_flight(

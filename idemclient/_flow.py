@@ -44,11 +44,12 @@ from ._call import (
     bound_body,
     buffered_body,
     clock_went_back,
+    interrupted_before_sending,
     keep_step,
     origin_of,
     unsettled_error,
 )
-from ._errors import StoreError
+from ._errors import OperationMismatch, StoreError
 from ._exchange import current, handed_back, route
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision
@@ -57,6 +58,8 @@ from ._store import (
     Begin,
     Claim,
     OperationRecord,
+    Progress,
+    SendingStore,
     StoredResponse,
     gone_in_words,
     new_owner,
@@ -78,6 +81,7 @@ __all__ = [
     "advance",
     "drive",
     "follow",
+    "give_back",
     "handle",
     "operation",
     "refuse",
@@ -162,43 +166,50 @@ def advance(
 
 def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:
     """Do each effect `flow` asks for with `do`, in this thread, until it returns; what
-    `do` raises is thrown into the flow, which decides."""
+    `do` raises is thrown into the flow, which decides. So is anything raised here
+    between two effects (a Ctrl-C landing in this loop): the flow, not this loop, leaves
+    the record that says where the operation stands."""
     # `advance` and a helper per effect, inlined: this loop turns a few times for
     # every request.
     send, throw = flow.send, flow.throw
-    try:
-        effect = send(None)
-        while True:
-            try:
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            while True:  # inside the handler: a Ctrl-C at its turn is thrown in too
+                # Thrown in outside any handler, so that what the flow raises is not
+                # chained to it unless the flow chains it.
+                effect = send(result) if error is None else throw(error)
+                error = None
                 result = do(effect)
-            except BaseException as exc:
-                error = exc
-            else:
-                effect = send(result)
+        except BaseException as exc:
+            # Raised by `do`, or here between two effects: the flow (suspended) decides.
+            if getattr(flow, "gi_frame", None) is not None:
+                result, error = None, exc
                 continue
-            # Thrown in outside the handler, so that what the flow raises is not
-            # chained to it unless the flow chains it.
-            effect = throw(error)
-    except StopIteration as done:
-        return done.value
+            if isinstance(exc, StopIteration):
+                return exc.value
+            raise  # the flow's own end
 
 
 async def adrive(flow: Generator[Any, Any, Any], do: Callable[[Any], Awaitable[Any]]) -> Any:
     """`drive`, awaiting each effect."""
     send, throw = flow.send, flow.throw
-    try:
-        effect = send(None)
-        while True:
-            try:
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            while True:
+                effect = send(result) if error is None else throw(error)
+                error = None
                 result = await do(effect)
-            except BaseException as exc:  # thrown into the flow, which decides
-                error = exc
-            else:
-                effect = send(result)
+        except BaseException as exc:
+            if getattr(flow, "gi_frame", None) is not None:
+                result, error = None, exc
                 continue
-            effect = throw(error)
-    except StopIteration as done:
-        return done.value
+            if isinstance(exc, StopIteration):
+                return exc.value
+            raise
 
 
 def handle(settings: Settings, request: httpx.Request) -> Flow:
@@ -259,12 +270,7 @@ def _operation(
         yield from _ask_the_time(call)
     owner = new_owner()
     try:
-        try:
-            begin = yield from _admit(call, owner)
-        except StoreError as exc:
-            if continuation is None:
-                raise  # nothing was sent: the store's error says what it is
-            raise _failed_after(continuation, exc) from exc
+        begin = yield from _admit(call, owner)
         exchange = current(settings)
         if exchange is not None:
             # What an auth flow's rebuilt request of this call must carry.
@@ -290,21 +296,31 @@ def _operation(
                     ),
                 )
             )
-        try:
-            if begin.taken_over and not call.profile.guards_in_flight:
-                if begin.dead_holder is not None:
-                    return (yield from _after_dead_holder(call, owner, begin.dead_holder))
-                return (yield from _await_holder(call, owner))
-            return (yield from _attempts(call, owner))
-        except BaseException as exc:
-            if not call.settled:  # cut short: leave a truthful record, not a live lease
-                call.interrupted(exc)
-                # What cut the call short matters more than a failing store: the lease
-                # is released with the owner below, and a takeover counts the operation
-                # maybe applied.
-                with contextlib.suppress(StoreError):
-                    yield Shield(_finish_unsettled(call, owner))
-            raise
+        if begin.taken_over and not call.profile.guards_in_flight:
+            if begin.dead_holder is not None:
+                return (yield from _after_dead_holder(call, owner, begin.dead_holder))
+            return (yield from _await_holder(call, owner))
+        return (yield from _attempts(call, owner))
+    except BaseException as exc:
+        admitting = call.record is None
+        if call.settled or isinstance(exc, GeneratorExit):
+            raise  # settled already; or closed, with nothing left to drive a write
+        # Cut short: leave a truthful record, never a live lease. What cut the call
+        # short matters more than a failing store: the lease is released with the owner
+        # below, and a takeover counts the operation maybe applied.
+        if not admitting:
+            call.interrupted(exc)
+            with contextlib.suppress(StoreError):
+                yield Shield(_finish_unsettled(call, owner))
+        elif not isinstance(exc, OperationMismatch):
+            # Cut short (a cancellation, a Ctrl-C, a store that failed) while the store
+            # was admitting it: the lease it may have taken goes back, and the operation
+            # is as it was, nothing of this call having been sent.
+            with contextlib.suppress(StoreError):
+                yield Shield(_give_back(call, owner, exc))
+        if admitting and isinstance(exc, StoreError) and continuation is not None:
+            raise _failed_after(continuation, exc) from exc
+        raise  # before anything was sent, the error says what it is
     finally:
         release_owner(owner)
 
@@ -517,6 +533,46 @@ def _finish_unsettled(call: Call, owner: str, answer: httpx.Response | None = No
     return StoreCall(call.settings.store.finish, arguments)
 
 
+def _give_back(call: Call, owner: str, error: BaseException) -> StoreCall:
+    """The write that gives back a lease `owner` may have taken (its call cut short by
+    `error` while the store admitted it, before it sent anything): the operation keeps
+    its attempts and what it knew, and is unsettled again, `not_sent` unless it may have
+    been applied before. Nothing is written unless `owner` holds the lease: the store's
+    admission may never have run, or run for another owner's benefit."""
+    return StoreCall(
+        give_back,
+        {
+            "store": call.settings.store,
+            "operation_id": call.operation_id,
+            "owner": owner,
+            "now": call.clock.time(),
+            "error": error,
+        },
+    )
+
+
+def give_back(
+    store: SendingStore, *, operation_id: str, owner: str, now: float, error: BaseException
+) -> OperationRecord | None:
+    """See `_give_back` (this runs as one store call: a worker thread's, in async)."""
+    record = store.get(operation_id)
+    if record is None or record.lease_owner != owner or record.state.finished:
+        return record
+    progress = Progress(
+        attempts=record.attempts,
+        maybe_applied=record.maybe_applied,
+        evidence=interrupted_before_sending(error, record.evidence),
+        not_before=record.not_before,
+        now=now,
+        replay_unexplained=record.replay_unexplained,
+    )
+    # Unsettled, with no send of its own (sent_at stays as it was); `finish` makes it
+    # indeterminate if it may have been applied before.
+    return store.finish(
+        operation_id, owner=owner, state=State.NOT_SENT, progress=progress, known=record
+    )
+
+
 def _stored(response: httpx.Response) -> StoredResponse:
     return StoredResponse.of(
         response.status_code, tuple(response.headers.multi_items()), response.content
@@ -534,7 +590,7 @@ def _attempts(call: Call, owner: str) -> Flow:
             return (yield from _stop(call, owner, Decision("stop", reason="the deadline passed")))
         response: httpx.Response | None = None
         try:
-            response = yield Send(call.request)
+            response = yield Send(call.sending())
             call.settings.heard(call.request, response)
             if call.reads_first(response):
                 call.bound_body(response)

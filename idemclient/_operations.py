@@ -45,7 +45,7 @@ from ._profile import KeySlot, Resolved
 from ._redaction import looks_secret
 from ._retrofit import transport_of
 from ._store import Intent, OperationRecord
-from ._transport import AsyncIdempotentTransport, IdempotentTransport, call_extensions
+from ._transport import AsyncIdempotentTransport, IdempotentTransport, call_extensions, to_thread
 
 __all__ = [
     "CLOCK_SKEW",
@@ -143,8 +143,7 @@ async def arun(op: Op[T], client: httpx.AsyncClient) -> T:
 
 async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:
     if isinstance(effect, Blocking):
-        call = effect.fn, effect.args, effect.kwargs
-        return await anyio.to_thread.run_sync(lambda: call[0](*call[1], **call[2]))
+        return await to_thread(functools.partial(effect.fn, *effect.args, **effect.kwargs))
     if isinstance(effect, Http):
         return await getattr(client, effect.name)(*effect.args, **effect.kwargs)
     if isinstance(effect, Close):

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, Generic, TypeVar, cast
@@ -59,11 +60,18 @@ from ._store import Store
 from ._store._open import open_store
 from .profiles import named
 
-__all__ = ["AsyncIdempotentTransport", "IdempotentTransport", "call_extensions", "make_settings"]
+__all__ = [
+    "AsyncIdempotentTransport",
+    "IdempotentTransport",
+    "call_extensions",
+    "make_settings",
+    "to_thread",
+]
 
 DEFAULT_MAX_REQUEST_BODY = 1024 * 1024
 
 Inner = TypeVar("Inner", httpx.BaseTransport, httpx.AsyncBaseTransport)
+T = TypeVar("T")
 
 
 def make_settings(
@@ -284,9 +292,9 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
         if isinstance(effect, StoreCall):
             call = functools.partial(effect.fn, **effect.kwargs)
             if self.settings.hooks.on_store is None:
-                return await anyio.to_thread.run_sync(call)
+                return await to_thread(call)
             with _timed(self.settings.hooks, effect):
-                return await anyio.to_thread.run_sync(call)
+                return await to_thread(call)
         if isinstance(effect, Send):
             return await self.inner.handle_async_request(effect.request)
         if isinstance(effect, Read):
@@ -312,6 +320,48 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
         if self.settings.owns_store:  # in a worker thread, as every store call
             await anyio.to_thread.run_sync(self.settings.store.close)
 
+
+async def to_thread(call: Callable[[], T]) -> T:
+    """`call()` (a store call, or anything else that blocks) in a worker thread, to its
+    end. A cancellation that comes while it runs is delivered once it has returned: a
+    thread cannot be stopped, and what it writes (an intent's commit, the lease it
+    takes) must be known before the caller acts on the cancellation, or the record
+    left behind would be made before the write it should follow. A cancellation that
+    comes before the thread has started it means it never runs."""
+    lock = threading.Lock()
+    started = False
+    abandoned = False
+    ended = threading.Event()
+
+    def run() -> T:
+        nonlocal started
+        with lock:
+            if abandoned:
+                raise _Abandoned
+            started = True
+        try:
+            return call()
+        finally:
+            ended.set()
+
+    try:
+        return await anyio.to_thread.run_sync(run)
+    except BaseException:
+        with lock:
+            abandoned = not started
+        if not abandoned:
+            with anyio.CancelScope(shield=True):
+                while not ended.is_set():
+                    await anyio.sleep(_THREAD_POLL)
+        raise
+
+
+class _Abandoned(Exception):
+    """A worker thread's call that its caller gave up before it started."""
+
+
+#: How often a cancelled call looks again for the end of its store call (real seconds).
+_THREAD_POLL = 0.001
 
 #: How often an async call waiting for another's time probe looks again (real seconds).
 _TURN_POLL = 0.01

@@ -68,9 +68,12 @@ def immediate(conn: sqlite3.Connection, *, name: str | None = None) -> Iterator[
     def ours() -> contextlib.AbstractContextManager[None]:
         return sqlite_errors(name) if name is not None else contextlib.nullcontext()
 
-    with ours():
-        conn.execute("BEGIN IMMEDIATE")
     try:
+        # Begun inside the handler: whatever stops the block right after BEGIN (a
+        # Ctrl-C) rolls it back, never leaves the connection in a transaction that
+        # later writes would join and never commit.
+        with ours():
+            conn.execute("BEGIN IMMEDIATE")
         yield conn
         with ours():
             conn.execute("COMMIT")

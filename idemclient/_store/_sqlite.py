@@ -114,14 +114,21 @@ class SQLiteStore(SQLStore):
 
     def _admit(self, values: tuple[Any, ...]) -> bool:
         ticket = _Admission(values)
-        with self._queue_lock:
-            self._queue.append(ticket)
-        with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
-            # Group commit: whoever holds the connection first admits every intent
-            # queued by then, in one transaction and one fsync. A thread that gets the
-            # connection after its intent was admitted by another finds it done.
-            if ticket.created is None and ticket.error is None:
-                self._admit_queued(conn)
+        try:
+            with self._queue_lock:
+                self._queue.append(ticket)
+            with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
+                # Group commit: whoever holds the connection first admits every intent
+                # queued by then, in one transaction and one fsync. A thread that gets
+                # the connection after its intent was admitted by another finds it done.
+                if ticket.created is None and ticket.error is None:
+                    self._admit_queued(conn)
+        except BaseException:
+            # Given up (a Ctrl-C while waiting for the connection): never admitted later
+            # by another thread, for a caller that has gone and will not give it back.
+            with self._queue_lock:
+                self._queue[:] = [queued for queued in self._queue if queued is not ticket]
+            raise
         if ticket.error is not None:
             raise ticket.error
         return bool(ticket.created)
