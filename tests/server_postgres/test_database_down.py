@@ -91,6 +91,7 @@ def test_with_the_database_down_the_answer_is_a_quick_503_problem_with_retry_aft
             _timed(lambda: _post(client, "k-2", "inv-2")),  # a new key
             _timed(lambda: _post(client, "k-1")),  # a replay
             _timed(lambda: client.get("/v1/payments", params={"reference": "inv-1"})),
+            _timed(lambda: client.get("/_sandbox/ledger")),  # the controls too
         ]
         for response, elapsed in answers:
             assert response.status_code == 503, response.text

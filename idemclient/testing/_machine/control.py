@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._protocol.messages import ServerRequest, ServerResponse, json_bytes
 from .._protocol.rules import JSON_CONTENT_TYPE, Problem
+from .._storage.rows import StorageDown
+from .core import storage_down
 from .webhooks import STANDARD_WEBHOOKS
 
 if TYPE_CHECKING:
@@ -102,6 +104,8 @@ def handle_control(server: ReferenceServer, request: ServerRequest) -> ServerRes
         return _route(server, request)
     except Problem as problem:
         return problem.response()
+    except StorageDown as down:
+        return storage_down(request, down)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return _bad(f"{type(exc).__name__}: {exc}").response()
 

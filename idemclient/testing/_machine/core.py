@@ -55,7 +55,7 @@ from .faults import Action, Answer, Crash, Delay, FaultPlan
 from .records import RecoveryReport
 from .webhooks import events_for
 
-__all__ = ["Core"]
+__all__ = ["Core", "storage_down"]
 
 logger = logging.getLogger("idemclient.testing")
 
@@ -218,7 +218,7 @@ class Core:
                 headers=(("retry-after", IN_FLIGHT_RETRY_AFTER),),
             ).response()
         except StorageDown as down:
-            result = _storage_down(request, down)
+            result = storage_down(request, down)
         if isinstance(result, ServerResponse):
             if isinstance(action, Delay):
                 result = dataclasses.replace(result, delay=action.seconds)
@@ -750,7 +750,7 @@ def _in_flight(resource_id: str | None) -> ServerResponse:
     ).response()
 
 
-def _storage_down(request: ServerRequest, down: StorageDown) -> ServerResponse:
+def storage_down(request: ServerRequest, down: StorageDown) -> ServerResponse:
     """The answer when the database cannot be used: never a bare 500.
 
     Nothing written by this request: `503`, retry later with the same key. Maybe
