@@ -102,6 +102,26 @@ def test_a_body_nested_to_the_bound_is_kept_and_read_back_alike(env: Env) -> Non
     assert env.post("k-deep", {**BODY, "tree": tree}).content == created.content
 
 
+def test_large_numbers_floats_and_long_text_are_kept_and_read_back_alike(env: Env) -> None:
+    # What both backends keep (as text of canonical JSON) is accepted by both: these
+    # were never refused after admission, and must not be refused now.
+    extras = {
+        "big": int("9" * 4000),  # Python reads up to 4,300 digits
+        "tiny": 5e-324,
+        "max": 1.7976931348623157e308,
+        "zero": -0.0,
+        "note": "\N{LATIN SMALL LETTER E WITH ACUTE}\x01" * 5_000,  # 40 KB as JSON
+    }
+    body = {**BODY, **extras}
+    created = env.post("k-wide", body)
+    assert created.status_code == 201, created.text
+    assert {name: created.json()[name] for name in extras} == extras
+    found = env.client().get("/v1/payments", params={"reference": BODY["reference"]})
+    [payment] = found.json()["data"]
+    assert {name: payment[name] for name in extras} == extras
+    assert env.post("k-wide", body).content == created.content
+
+
 @pytest.mark.parametrize(
     ("method", "target"),
     [
