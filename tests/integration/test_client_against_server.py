@@ -154,6 +154,26 @@ def test_an_external_system_that_applied_then_timed_out_is_probed_not_called_twi
     assert exactly_once(entry)
 
 
+@pytest.mark.parametrize("system", [1, 2])
+def test_an_external_outage_is_never_told_as_not_sent_when_recovery_finishes_it(
+    env: Env, system: int
+) -> None:
+    # The server admitted the payment and ran its first phase (and, at system 2, had
+    # system 1 apply its part); the outage parks the row for its recovery worker. The
+    # client's one attempt must not end "not sent": the payment goes on without it.
+    env.server.external_fault(system, "down", times=2)  # the call and its inline probe
+    with env.client(policy=RetryPolicy(max_attempts=1)) as client:
+        with pytest.raises(Indeterminate) as caught:
+            client.post("/v1/payments", json=PAYMENT, operation_id="order-out")
+        assert not isinstance(caught.value, NotSent)
+        assert caught.value.outcome.maybe_applied
+        env.server.recover()  # no retry from the client: the server finishes it alone
+        assert exactly_once(env.only_entry())
+        [resumed] = client.resume()
+    assert resumed.state is State.SUCCEEDED
+    assert exactly_once(env.only_entry())
+
+
 def test_no_answer_at_all_ends_indeterminate_and_resume_settles_it(env: Env) -> None:
     env.server.drop(path="/v1/payments", times=8)
     with env.client() as client:

@@ -12,7 +12,7 @@
 | invalid body                                | 400, not stored                          |
 | scripted 429 / 503                          | passed through, never stored as final    |
 | external timeout, probe unknown             | 202 with the id, lease released          |
-| external system down                        | 503, not stored, resumable               |
+| external system down                        | 202 with the id, lease released          |
 | declined by an external system              | 402, stored and replayed                 |
 """
 
@@ -190,18 +190,25 @@ def test_an_external_timeout_with_an_unknown_probe_is_202_and_resumable(env: Env
     assert retried.json()["id"] == payment["id"]
 
 
-def test_an_external_system_down_is_503_not_stored_and_resumable(env: Env) -> None:
+def test_an_external_system_down_is_202_accepted_and_finished_by_recovery(env: Env) -> None:
+    # Admitted, its first phase run: the recovery worker finishes it whether or not the
+    # client sends again, so the answer says "accepted", never a 503's "nothing done".
     env.control.external_fault(1, "down", times=2)  # the call and the probe are refused
     response = env.post("k-down")
-    assert response.status_code == 503
+    assert response.status_code == 202
     assert response.headers["retry-after"] == "1"
-    assert response.headers["content-type"] == PROBLEM
+    payment = response.json()
+    assert response.headers["location"] == f"/v1/payments/{payment['id']}"
     record = env.control.key_record("alice", "k-down")
     assert (record.state, record.recovery_point, record.locked_at) == ("started", "EXT1_SENT", None)
-    retried = env.post("k-down")
-    assert retried.status_code == 201
+    assert record.response_code is None
+    env.control.recover()  # no retry: the server goes on alone
     [entry] = env.control.ledger()
     assert (entry.ext1_applied, entry.ext2_applied) == (1, 1)
+    retried = env.post("k-down")
+    assert retried.status_code == 201
+    assert retried.headers["idempotent-replayed"] == "true"
+    assert retried.json()["id"] == payment["id"]
 
 
 def test_a_decline_is_a_final_402_stored_and_replayed(env: Env) -> None:

@@ -85,9 +85,10 @@ class _Crashed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Unresolved:
-    """An external step ended without an answer. `maybe_sent`: it may have applied."""
+    """An external step ended without an answer: the row waits at EXTn_SENT."""
 
-    maybe_sent: bool
+
+_UNRESOLVED = _Unresolved()
 
 
 @dataclass(slots=True)
@@ -505,7 +506,7 @@ class Core:
                 system = 1 if step is Step.CALL_EXT1 else 2
                 settled = self._settle(work, system)
                 if isinstance(settled, _Unresolved):
-                    return self._park(work, settled), False
+                    return self._park(work), False
                 _checkpoint(work, Phase.EXT1_CALLED if system == 1 else Phase.EXT2_CALLED)
                 point = Phase.EXT1_DONE if system == 1 else Phase.EXT2_DONE
                 answer = json.dumps({"outcome": settled.outcome, "reference": settled.reference})
@@ -597,7 +598,6 @@ class Core:
         external = self.externals[system - 1]
         derived = downstream_key(work.client, work.key, f"ext{system}")
         assert work.resource is not None
-        maybe_sent = work.probe_first
         if work.probe_first:
             probed = _probe(external, derived)
             if probed is not None:
@@ -606,26 +606,22 @@ class Core:
                 # The instruction may have been applied and forgotten since: "never
                 # received" proves nothing, and a call would apply it a second time.
                 # The row stays, for an operator to settle with the external system.
-                return _Unresolved(maybe_sent=True)
-            maybe_sent = False
+                return _UNRESOLVED
         for _ in range(INLINE_CALLS):
             try:
                 return external.call(
                     derived, resource_id=work.resource.id, amount=work.resource.amount
                 )
-            except ExternalDown:
+            except (ExternalDown, ExternalTimeout):
                 pass
-            except ExternalTimeout:
-                maybe_sent = True
             probed = _probe(external, derived)
             if isinstance(probed, ExternalRecord):
                 return probed
             if isinstance(probed, _Unresolved):
-                return _Unresolved(maybe_sent)
+                return probed
             # "Never received": whatever was sent before did not land, so calling again
-            # with the same key is safe, and if this attempt ends here nothing applied.
-            maybe_sent = False
-        return _Unresolved(maybe_sent)
+            # with the same key is safe.
+        return _UNRESOLVED
 
     def _forgotten(self, external: ExternalSystem, sent_at: float | None) -> bool:
         """Whether `external` may have forgotten an instruction sent at `sent_at`."""
@@ -633,7 +629,7 @@ class Core:
             return False
         return sent_at is None or self.clock.time() - sent_at >= external.retention
 
-    def _park(self, work: _Work, unresolved: _Unresolved) -> ServerResponse:
+    def _park(self, work: _Work) -> ServerResponse:
         """Leave the row at EXTn_SENT, release the lease, and say so (diagram 3)."""
         resource = work.resource
         assert resource is not None
@@ -642,22 +638,15 @@ class Core:
         ):
             return self._busy(resource.id, work.endpoint)
         location = _location(work.kind, resource.id)
-        if unresolved.maybe_sent:
-            # Accepted, outcome unknown: never "failed", never "succeeded". The row is
-            # the instruction to resume; a retry or the recovery worker finishes it.
-            return _json_response(
-                202, resource_json(resource), location, ("retry-after", IN_FLIGHT_RETRY_AFTER)
-            )
-        # Nothing reached the external system: a transient failure, and like every
-        # 503 it is not stored, so the retry with the same key resumes the request.
-        return Problem(
-            503,
-            "external-unavailable",
-            "External system unavailable",
-            "a downstream system is unavailable; retry with the same key",
-            extra={"resource_id": resource.id},
-            headers=(("retry-after", IN_FLIGHT_RETRY_AFTER), location),
-        ).response()
+        # Accepted, outcome unknown: never "failed", never "succeeded". The row is the
+        # instruction to resume; a retry or the recovery worker finishes it. Even when
+        # nothing reached the external system this time (it was down) the answer is not
+        # a 503: the request was admitted and its first phase ran (at system 2, system 1
+        # applied its part), and the recovery worker goes on with it whether the client
+        # sends again or not. A 503 tells a client nothing was done, which would be a lie.
+        return _json_response(
+            202, resource_json(resource), location, ("retry-after", IN_FLIGHT_RETRY_AFTER)
+        )
 
     # -- background work -----------------------------------------------------------------
 
@@ -735,7 +724,7 @@ def _probe(external: ExternalSystem, key: str) -> ExternalRecord | _Unresolved |
     try:
         return external.status(key)
     except (ExternalTimeout, ExternalDown):
-        return _Unresolved(maybe_sent=True)
+        return _UNRESOLVED
 
 
 def _in_flight(resource_id: str | None) -> ServerResponse:
