@@ -47,7 +47,7 @@ from ._errors import (
     RequestNotReplayable,
     StoreError,
 )
-from ._fingerprint import fingerprint
+from ._fingerprint import body_type, fingerprint
 from ._hooks import (
     AttemptEndEvent,
     AttemptEvent,
@@ -331,7 +331,9 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
         url=str(url),
         headers=tuple(request.headers.multi_items()),
         body=body,
-        fingerprint=fingerprint(request.method, url, body),
+        fingerprint=fingerprint(
+            request.method, url, body, **body_type(request.headers.multi_items())
+        ),
         reference=options.reference if options else None,
         profile=resolved.profile.name,
     )

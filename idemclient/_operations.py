@@ -11,8 +11,9 @@ Operations:
   what it came to (`Sent`) without raising for any outcome state; `settle` turns that
   into what `Client.request` returns or raises;
 - `from_record` is the one way to make an `Outcome` from a stored record;
-- `intent_for`, `fingerprint`, `fingerprints` and `CLOCK_SKEW` are how the transport
-  sees a request and the store's clock, for the batch's plan to see them the same way.
+- `intent_for`, `fingerprint`, `fingerprints`, `same` and `CLOCK_SKEW` are how the
+  transport sees a request and the store's clock, for the batch's plan to see them the
+  same way.
 
 Steps: a step of a client (an operation sent, a resume, a batch's phases) is a
 generator of effects. `run` does them in the calling thread, `arun` awaiting, with every
@@ -36,7 +37,7 @@ import httpx
 from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, unsettled_error
 from ._clock import Clock
 from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, RequestNotReplayable
-from ._fingerprint import fingerprint, fingerprints
+from ._fingerprint import Fingerprints, fingerprint, fingerprints, same
 from ._flow import Close, adrive, drive
 from ._hooks import Hooks
 from ._keys import key_from_identity, new_key, validate_key
@@ -52,6 +53,7 @@ __all__ = [
     "Blocking",
     "Close",
     "Each",
+    "Fingerprints",
     "Http",
     "Op",
     "Pause",
@@ -65,6 +67,7 @@ __all__ = [
     "key_in_json",
     "request_options",
     "run",
+    "same",
     "send_registered",
     "settings_of",
     "settle",

@@ -11,13 +11,12 @@ from typing import Any
 
 import httpx
 
-from .._fingerprint import fingerprint as request_fingerprint
+from .._fingerprint import body_type, bytes_fingerprint, fingerprint, is_current
 from .._outcome import State
 from .._redaction import (
     DEFAULT_SECRET_HEADERS,
     HeaderRule,
     display_name,
-    looks_secret,
     missing_headers,
     origin_of,
     redact_url,
@@ -259,7 +258,7 @@ def mismatch(intent: Intent, record: OperationRecord, *, sending: bool = True) -
             f" {asked}. Nothing was sent: re-issuing never moves an operation to another"
             f" origin. To move it, resume it with origin={asked!r}"
         )
-    if record.fingerprint != intent.fingerprint and not _same_before_redaction(intent, record):
+    if not same_request(intent, record):
         return (
             f"{name} was recorded for {record.method} {record.url}; this request differs in"
             f" {_differences(intent, record)}. Refusing to send a different request under it"
@@ -295,17 +294,32 @@ def _differences(intent: Intent, record: OperationRecord) -> str:
         else:
             found.append(f"its query ({now.query.decode()!r}, not {was.query.decode()!r})")
     # A reaped record has no body left to compare: by elimination, it is the body.
-    if not found or (record.body and record.body != intent.body):
+    if not found and not record.body and not is_current(record.fingerprint):
+        found.append(
+            "its body: the record, written by an earlier version, keeps only a fingerprint"
+            " of its body's bytes, so only the very same bytes are that request"
+        )
+    elif not found or (record.body and record.body != intent.body):
         found.append("its body")
     return " and ".join(found)
 
 
-def _same_before_redaction(intent: Intent, record: OperationRecord) -> bool:
-    """A record written before query parameters were redacted (its URL still holds a
-    secret value, and its fingerprint was made over it) is the same request when it
-    matches once redacted: so an older store's unfinished operations still resume."""
+def same_request(intent: Intent, record: OperationRecord) -> bool:
+    """`intent` is the request `record` was made for: the same method, path, query and
+    body by meaning (see `_fingerprint`), judged by the rule its fingerprint was made
+    with. An earlier version's fingerprint is over the bytes: the same bytes are the
+    same request; so is a request of the same meaning as the record's own, where the
+    record still holds the body (and the URL) that fingerprint was made over. Its URL
+    is compared as stored now: an older store's may still hold a secret query value
+    (fingerprinted with it), which every request now is without."""
+    if record.fingerprint == intent.fingerprint:
+        return True
+    if is_current(record.fingerprint):
+        return False  # one rule, two meanings
+    if bytes_fingerprint(intent.method, httpx.URL(intent.url), intent.body) == record.fingerprint:
+        return True
     stored = httpx.URL(record.url)
-    if not any(value for name, value in stored.params.multi_items() if looks_secret(name)):
-        return False  # written redacted (or with no secret at all): nothing to redo
-    redacted = redact_url(stored)
-    return request_fingerprint(record.method, redacted, record.body) == intent.fingerprint
+    if bytes_fingerprint(record.method, stored, record.body) != record.fingerprint:
+        return False  # its body reaped: only its bytes' fingerprint is left
+    meant = fingerprint(record.method, redact_url(stored), record.body, **body_type(record.headers))
+    return meant == intent.fingerprint

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from .._fingerprint import fingerprint
+from .._fingerprint import bytes_fingerprint
 from .._redaction import DEFAULT_SECRET_HEADERS, looks_secret, redact_location, redact_url
 
 __all__ = ["scrubbed"]
@@ -54,12 +54,13 @@ def scrubbed(
         if not _secret(str(name))
     ]
     redacted = str(redact_url(httpx.URL(url)))
-    if not _plain(fingerprint_):  # sealed: written by this version, nothing to take out
+    if not _plain(fingerprint_):  # sealed, or by meaning: written since, nothing to take out
         return None
     if kept_request == request and kept_answer == answer and redacted == url:
         return None
     new_fingerprint = (
-        fingerprint(method, httpx.URL(redacted), body) if redacted != url else fingerprint_
+        # by the rule the row was written with, over its bytes
+        bytes_fingerprint(method, httpx.URL(redacted), body) if redacted != url else fingerprint_
     )
     return (
         redacted,

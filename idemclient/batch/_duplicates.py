@@ -33,12 +33,12 @@ from json.encoder import encode_basestring
 
 import httpx
 
-from .._operations import fingerprints
+from .._operations import Fingerprints, fingerprints
 from .._outcome import State
 from .._redaction import origin_of
 from .._store import Intent, OperationRecord
 from ._identity import OPERATION_ID_PREFIX, RowIdentity, is_batch_operation
-from ._plan import Request, differences
+from ._plan import JSON_BODY, Request, differences
 from ._rows import PayoutRow
 from ._sender import target_of
 
@@ -116,13 +116,15 @@ class Paths:
     batch share a few)."""
 
     def __init__(self) -> None:
-        self._ready: dict[str, Callable[[bytes], str]] = {}
+        self._ready: dict[str, Fingerprints] = {}
 
-    def __call__(self, url: str) -> Callable[[bytes], str]:
+    def __call__(self, url: str) -> Fingerprints:
         target = target_of(url)
         ready = self._ready.get(target)
         if ready is None:
-            ready = self._ready[target] = fingerprints("POST", httpx.URL(target))
+            ready = self._ready[target] = fingerprints(
+                "POST", httpx.URL(target), content_type=JSON_BODY
+            )
         return ready
 
 
@@ -147,7 +149,7 @@ def twins(
             if recorded.operation_id == identity.operation_id or recorded.operation_id in found:
                 continue
             body = body_under(recorded.reference or "", recorded.key)
-            same = paths(recorded.url)(body) == recorded.fingerprint
+            same = paths(recorded.url).matches(recorded.fingerprint, body)
             if same or _same_columns(recorded.body, request, needles):
                 found[recorded.operation_id] = recorded
     return list(found.values())

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .._operations import CLOCK_SKEW, fingerprint
+from .._operations import CLOCK_SKEW, same
 from .._outcome import State
 from .._redaction import origin_of
 from .._store import NEVER_APPLIED_STATUSES, OperationRecord
@@ -142,6 +142,8 @@ def encode_body(payload: Mapping[str, object]) -> bytes:
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+#: The content type of every row's body.
+JSON_BODY = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +296,9 @@ def same_content(record: OperationRecord, request: Request) -> bool | None:
     if record.body:
         return None
     body = request.body_for(record.reference, record.key)
-    return fingerprint("POST", httpx.URL(target_of(record.url)), body) == record.fingerprint
+    return same(
+        record.fingerprint, "POST", httpx.URL(target_of(record.url)), body, content_type=JSON_BODY
+    )
 
 
 def _adopted(

@@ -90,6 +90,7 @@ from ._lookup import (
     works,
 )
 from ._plan import (
+    JSON_BODY,
     SCOPE_ADVICE,
     SERVER_FIELDS,
     Request,
@@ -390,7 +391,7 @@ class _Run:
         url = httpx.URL(template.url)
         self._sender = sender = Sender(credentials_of(request, self.http.auth))
         self._marked = sender.mark(str(url))
-        self._fingerprint = fingerprints("POST", url)
+        self._fingerprint = fingerprints("POST", url, content_type=JSON_BODY)
         identities = [
             identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
             for row in batch.rows

@@ -16,6 +16,7 @@ from idemclient.batch import Batch
 from idemclient.batch._identity import identify, is_batch_operation, legacy_key
 from idemclient.batch._lookup import next_wait
 from idemclient.batch._plan import (
+    JSON_BODY,
     Request,
     Step,
     differences,
@@ -66,7 +67,7 @@ def record(
         url=url,
         headers=(),
         body=raw,
-        fingerprint=fingerprint("POST", httpx.URL(url), content),
+        fingerprint=fingerprint("POST", httpx.URL(url), content, content_type=JSON_BODY),
         reference=reference,
         state=state,
         attempts=attempts,

@@ -344,7 +344,7 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
 
     import httpx
 
-    from idemclient._fingerprint import fingerprint
+    from idemclient._fingerprint import bytes_fingerprint
 
     secret = "xat_SECRET_VALUE_7741"
     body = b'{"amount":1}'
@@ -361,7 +361,7 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
             url,
             json.dumps([["content-type", "application/json"], ["x-auth-token", secret]]),
             body,
-            fingerprint("POST", httpx.URL(url), body),
+            bytes_fingerprint("POST", httpx.URL(url), body),
             json.dumps([["set-session", secret]]),
             b"{}",
         ),
@@ -374,7 +374,7 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(pg_url: 
         (("content-type", "application/json"),),
         ("x-auth-token",),
     )
-    assert record.fingerprint == fingerprint("POST", httpx.URL(record.url), body)
+    assert record.fingerprint == bytes_fingerprint("POST", httpx.URL(record.url), body)
     assert record.response is not None
     assert record.response.headers == ()
     with psycopg.connect(pg_url) as conn:

@@ -456,14 +456,14 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(
     """Earlier versions wrote X-Auth-Token and secret query values in clear, and deleted
     operations after a week; this one keeps them until purged, so the upgrade takes the
     secrets out: withheld header names, a redacted URL fingerprinted again."""
-    from idemclient._fingerprint import fingerprint
+    from idemclient._fingerprint import bytes_fingerprint
     from idemclient._store._schema import MIGRATIONS
 
     secret = "xat_SECRET_VALUE_7741"
     body = b'{"amount":1}'
     open_database(str(store_path), busy_timeout=1, migrations=MIGRATIONS[:2]).close()
     url = f"https://psp.test/v1/payouts?access_token={secret}&page=1"
-    old_fingerprint = fingerprint("POST", httpx.URL(url), body)
+    old_fingerprint = bytes_fingerprint("POST", httpx.URL(url), body)
     with sqlite3.connect(store_path) as conn:
         conn.execute(
             "INSERT INTO operations (id, key, method, url, headers, body, fingerprint,"
@@ -485,7 +485,7 @@ def test_upgrading_a_store_takes_out_the_secrets_earlier_versions_wrote(
     assert record.url == "https://psp.test/v1/payouts?access_token=&page=1"
     assert record.headers == (("content-type", "application/json"),)
     assert record.withheld_headers == ("x-auth-token",)  # a resume must carry it again
-    assert record.fingerprint == fingerprint("POST", httpx.URL(record.url), body)
+    assert record.fingerprint == bytes_fingerprint("POST", httpx.URL(record.url), body)
     assert record.response is not None
     assert dict(record.response.headers) == {"location": record.url}
     files = [store_path, *store_path.parent.glob(store_path.name + "-*")]

@@ -1,6 +1,7 @@
 """Earlier versions of the package, extracted from git, to write real stores with their
-own `batch submit`: 7069689 (keys from the file's name and the value date), and
-55e0a4b (a row found by look-up recorded in two writes)."""
+own `batch submit`: 7069689 (keys from the file's name and the value date), 55e0a4b
+(a row found by look-up recorded in two writes), and 466c54d (the last whose
+fingerprints are over the body's bytes)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ REPO = Path(__file__).parents[3]
 FILE_KEYS = "7069689"
 #: A row found by its look-up recorded in two writes (admitted in flight, then settled).
 TWO_WRITES = "55e0a4b"
+#: The last version whose fingerprints are over the body's bytes (64 hex digits).
+BYTES_FINGERPRINTS = "466c54d"
 
 
 def extract(into: Path, commit: str = FILE_KEYS) -> Path:
