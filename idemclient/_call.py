@@ -58,6 +58,7 @@ from ._hooks import (
     log_fields,
     logger,
 )
+from ._hosts import ByHost
 from ._keys import new_key
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide, retention_set
@@ -126,8 +127,11 @@ class Settings:
     #: the store was opened from a path or URL for these settings, so closing the
     #: transports closes it too; a `Store` object passed in stays the caller's
     owns_store: bool = False
-    #: what the server means by its answers (see `idemclient.profiles`)
+    #: what the server means by its answers (see `idemclient.profiles`): the one the
+    #: caller chose, or the default
     profile: Profile = DEFAULT_PROFILE
+    #: the profile each request's host speaks (see `_hosts`); None: `profile` everywhere
+    hosts: ByHost | None = None
     #: notices `clock` stepping back while the client runs (see `clock_went_back`)
     watch: StepWatch | None = None
     #: the servers' `Date` headers, a second clock for judging ages and holds (see
@@ -138,9 +142,9 @@ class Settings:
     #: about stamps made before, while no client may have been running to see a step
     watched_since: float = float("inf")
 
-    #: the facts `resolve_at` found, by method and path: asked several times per
-    #: request (the client, the exchange, the transport), the same each time
-    _resolved: dict[tuple[str, str], Resolved] = dataclasses.field(
+    #: the facts `resolve_at` found, by profile, method and path: asked several times
+    #: per request (the client, the exchange, the transport), the same each time
+    _resolved: dict[tuple[int, str, str], Resolved] = dataclasses.field(
         init=False, default_factory=dict, repr=False, compare=False
     )
 
@@ -179,27 +183,55 @@ class Settings:
         running, and the servers' `Date` is asked too."""
         return stamped >= self.watched_since
 
+    def profile_at(self, url: httpx.URL) -> Profile:
+        """The profile a request to `url` speaks: the chosen one, else its host's
+        provider's, else the default (see `_hosts`)."""
+        return self.profile if self.hosts is None else self.hosts.at(url.host)[0]
+
     def resolve(self, request: httpx.Request) -> Resolved:
         """The profile's facts for `request` (its endpoint's, where they differ)."""
-        # Only a profile with facts per endpoint looks at the path (parsing it costs).
-        return self.resolve_at(request.method, request.url.path if self.profile.endpoints else "")
+        return self.resolve_url(request.method, request.url)
 
-    def resolve_at(self, method: str, path: str) -> Resolved:
-        """The profile's facts for `method` at `path` (see `Profile.resolve`)."""
+    def resolve_url(self, method: str, url: httpx.URL) -> Resolved:
+        """The facts of the profile a request with `method` to `url` speaks. Raises
+        `ProfileMismatch` for one that the chosen profile or the host's provider's
+        sends as an operation, where the two disagree (see `_hosts`)."""
+        hosts = self.hosts
+        if hosts is None:
+            profile, known = self.profile, None
+        else:
+            profile, known = hosts.at(url.host)
+        # Only a profile with facts per endpoint looks at the path (parsing it costs).
+        resolved = self.resolve_at(method, url.path if profile.endpoints else "", profile)
+        if known is not None:
+            there = self.resolve_at(method, url.path if known.endpoints else "", known)
+            if resolved.keyed or there.keyed:
+                assert hosts is not None
+                raise hosts.refusal(url.host, method, url.path, known)
+        return resolved
+
+    def resolve_at(self, method: str, path: str, profile: Profile | None = None) -> Resolved:
+        """The facts of `profile` (the client's own by default) for `method` at `path`
+        (see `Profile.resolve`)."""
+        profile = profile or self.profile
         cache = self._resolved
-        found = cache.get((method, path))
+        found = cache.get((id(profile), method, path))
         if found is None:
-            found = self.profile.resolve(method, path, self.policy.methods)
+            found = profile.resolve(method, path, self.policy.methods)
             if len(cache) >= _RESOLVED_KEPT:  # paths with ids in them are endless
                 cache.clear()
-            cache[(method, path)] = found
+            cache[(id(profile), method, path)] = found
         return found
 
     @property
     def methods(self) -> frozenset[str]:
-        """The methods that get a key: the profile's, where it names them, else the
-        policy's."""
-        return self.profile.methods if self.profile.methods is not None else self.policy.methods
+        """The methods that get a key under the client's own profile: the profile's,
+        where it names them, else the policy's."""
+        return self.methods_of(self.profile)
+
+    def methods_of(self, profile: Profile) -> frozenset[str]:
+        """The methods that get a key under `profile` (see `methods`)."""
+        return profile.methods if profile.methods is not None else self.policy.methods
 
     def keyed(self, request: httpx.Request) -> bool:
         """`request` is an operation: it gets a key, a record and retries."""
@@ -484,7 +516,7 @@ class Call:
         self.call_hooks = options.hooks if isinstance(options, CallOptions) else None
         self.continuation = continuation
         self.resolved = settings.resolve(request)
-        self.profile = settings.profile
+        self.profile = self.resolved.profile
         self.intent: Intent | None
         if continuation is None:
             self.intent = intent_for(request, body, self.resolved)

@@ -45,6 +45,7 @@ from ._operations import (
     sent_by,
     settings_of,
     settle,
+    target_url,
 )
 from ._outcome import Outcome, State, from_record
 from ._policy import RetryPolicy
@@ -82,6 +83,7 @@ def wrap(
     persist_headers: Collection[str] = (),
     profile: str | Profile | None = None,
     server_clock: bool = True,
+    profile_by_host: bool = True,
 ) -> HttpxClient:
     """Give an existing httpx client safe retries, in place, and return it.
 
@@ -93,9 +95,14 @@ def wrap(
     `SQLiteStore`) when `store` is a path or URL; a `Store` you built has its own.
 
     `profile` says what the server means by its idempotency answers and where it reads
-    the key (``"stripe"``, ``"adyen"``..., see `idemclient.profiles`; the generic one by
-    default). Where its server reads the key from the JSON body, the body is already
-    built here: put the key in it yourself, or the call is refused (`MissingKey`).
+    the key (``"stripe"``, ``"adyen"``..., see `idemclient.profiles`). Not chosen, a
+    request to a known provider's API host (``api-m.paypal.com``) speaks that
+    provider's profile (logged once per host), any other the generic one; a chosen
+    profile that contradicts a known host is refused there (`ProfileMismatch`, nothing
+    sent), unless `profile_by_host` is False (a proxy or a test double at a provider's
+    name that speaks another dialect). Where its server reads the key from the JSON
+    body, the body is already built here: put the key in it yourself, or the call is
+    refused (`MissingKey`).
 
     `server_clock` (on by default): an operation that may have been applied is judged
     (its age against the key retention, its in-flight hold) by the server's `Date`
@@ -117,6 +124,7 @@ def wrap(
         deferred=isinstance(client, httpx.AsyncClient),
         start=_start_store,
         server_clock=server_clock,
+        profile_by_host=profile_by_host,
     )
     _wrap_with(client, settings)
     return client
@@ -157,9 +165,22 @@ def _not_resumed(record: OperationRecord, reason: str) -> Outcome:
 
 
 def _moved(settings: Settings, record: OperationRecord, origin: str | None) -> OperationRecord:
-    """`record`, bound to `origin` first if one is asked for (an explicit move)."""
+    """`record`, bound to `origin` first if one is asked for (an explicit move). Not
+    moved (a ValueError) where it would be sent under another profile than its own: the
+    chosen one contradicting the provider of the new host (`ProfileMismatch`), or the
+    one that host speaks for a client that chose none."""
     if origin is None or origin_of(origin) == origin_of(record.url):
         return record
+    target = httpx.URL(origin)
+    to = httpx.URL(record.url).copy_with(scheme=target.scheme, host=target.host, port=target.port)
+    speaks = settings.resolve_url(record.method, to).profile.name
+    was_under = record.profile or "generic"
+    if speaks != was_under:
+        raise ValueError(
+            f"operation {record.operation_id!r} was sent under the {was_under} server"
+            f" profile; at {to.host} this client speaks {speaks}. It is not moved there:"
+            " an operation is never sent on under another profile"
+        )
     return settings.store.move(record.operation_id, origin=origin, now=settings.clock.time())
 
 
@@ -176,7 +197,7 @@ def read_existing(settings: Settings, sent: Sent, url: httpx.URL) -> Op[Sent]:
     and settled by its status (`Existing`): applied, `succeeded` with the resource as
     its response; refused, `failed`. A resource not final, or a fetch that fails,
     leaves it `indeterminate` (maybe applied: never "not sent"), to resume later."""
-    existing = settings.profile.existing
+    existing = settings.profile_at(url).existing
     error = sent.error
     if existing is None or not isinstance(error, Indeterminate) or error.outcome.existing is None:
         return sent
@@ -412,6 +433,7 @@ class _Common(Generic[HttpxClient]):
         persist_headers: Collection[str] = (),
         profile: str | Profile | None = None,
         server_clock: bool = True,
+        profile_by_host: bool = True,
         **httpx_options: Any,
     ) -> None:
         self.settings = make_settings(
@@ -428,17 +450,20 @@ class _Common(Generic[HttpxClient]):
             deferred=self._deferred,
             start=_start_store,
             server_clock=server_clock,
+            profile_by_host=profile_by_host,
         )
         self.http = self._attach(http, self._factory, httpx_options)
 
-    def _check_method(self, method: str) -> None:
-        """An operation's method must be one the policy gives keys to: anything else
-        would be sent with no key and no record, and could not be retried safely."""
+    def _check_method(self, method: str, profile: Profile) -> None:
+        """An operation's method must be one the policy gives keys to (under `profile`,
+        the one its host speaks): anything else would be sent with no key and no
+        record, and could not be retried safely."""
         check_method(
             self.settings,
             method,
             then="; nothing was sent. Add it to RetryPolicy.methods if the server takes"
             " idempotency keys on it, or send it as a plain request with client.http",
+            profile=profile,
         )
 
     @property
@@ -486,18 +511,19 @@ class _Common(Generic[HttpxClient]):
         Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
-        self._check_method(method)
-        profile = self.settings.profile
-        # The request's path matters only to a profile with facts per endpoint.
-        path = self.http.build_request(method, url).url.path if profile.endpoints else ""
-        resolved = self.settings.resolve_at(method, path)
+        target = target_url(self.http, url)
+        self._check_method(method, self.settings.profile_at(target))
+        # Refused here, before anything is recorded, where the chosen profile
+        # contradicts the provider of the target's host (`ProfileMismatch`).
+        resolved = self.settings.resolve_url(method, target)
+        profile = resolved.profile
         if not resolved.keyed:
             # Sent, it would carry a key the server does not read there, and a retry of
             # it would be a second request to the server.
             raise ValueError(
                 f"the {profile.name} profile's server takes no idempotency key at"
-                f" {method.upper()} {path}; nothing was sent. Send it once as a plain"
-                " request with client.http (it cannot be retried safely)"
+                f" {method.upper()} {target.path}; nothing was sent. Send it once as a"
+                " plain request with client.http (it cannot be retried safely)"
             )
         merged, extended, chosen = request_options(
             key, operation_id, identity, reference, hooks, headers, extensions, resolved.key
@@ -523,9 +549,7 @@ class _Common(Generic[HttpxClient]):
             # Only a profile whose server answers "already done, here it is" needs the
             # operation's URL again (building a request costs as much as the rest of
             # the client's work on one).
-            sent = yield from read_existing(
-                self.settings, sent, self.http.build_request(method, url).url
-            )
+            sent = yield from read_existing(self.settings, sent, target)
         return settle(sent)
 
     @_verb("POST")
@@ -621,13 +645,17 @@ class _Common(Generic[HttpxClient]):
         operation sent under another profile raises ValueError, nothing looked up: its
         server's `in_flight_for` is that profile's.
         """
-        profiled = self.settings.profile.lookup
+        # The profile this client speaks where the operation was sent.
+        record = yield Blocking(self.settings.store.get, (operation_id,))
+        where = httpx.URL(record.url) if record is not None else self.http.base_url
+        profile = self.settings.profile_at(where)
+        profiled = profile.lookup
         quoting = None
         covering: Lookup | None = None
         if lookup is None:
             if profiled is None:
                 raise ValueError(
-                    f"the {self.settings.profile.name} profile knows no look-up: pass"
+                    f"the {profile.name} profile knows no look-up: pass"
                     " lookup= (a URL template with {reference} or {key})"
                 )
             lookup, quoting, covering = profiled.template, profiled.quoting, profiled
@@ -640,7 +668,9 @@ class _Common(Generic[HttpxClient]):
         judgement = _judgement(found, statuses, status_field or "status", reliable_404)
         hooks = self.settings.hooks
         try:
-            taken = yield Blocking(self._lookup_of, (operation_id, lookup, quoting, covering))
+            taken = yield Blocking(
+                self._lookup_of, (operation_id, lookup, quoting, covering, profile)
+            )
             if isinstance(taken, Outcome):
                 hooks.outcome(taken)
                 return taken
@@ -652,7 +682,7 @@ class _Common(Generic[HttpxClient]):
                 answer = exc
             judged: Outcome = yield Blocking(
                 self._judged,
-                (lease, url, answer, judgement, _reconcile.by_reference_alone(lookup)),
+                (lease, url, answer, judgement, _reconcile.by_reference_alone(lookup), profile),
             )
         except OutcomeError as unsettled:
             # Left unsettled (or refused): told as every outcome is, then raised.
@@ -690,7 +720,12 @@ class _Common(Generic[HttpxClient]):
     # -- reconciliation: the store's half is in `_reconcile`, the network's above
 
     def _lookup_of(
-        self, operation_id: str, lookup: str, quoting: str | None, covering: Lookup | None
+        self,
+        operation_id: str,
+        lookup: str,
+        quoting: str | None,
+        covering: Lookup | None,
+        profile: Profile,
     ) -> tuple[_reconcile.Taken, str] | Outcome:
         """Lease an unfinished operation for a look-up, with the look-up's URL; a
         finished one is its outcome. A bad template fails before the lease is taken;
@@ -702,7 +737,7 @@ class _Common(Generic[HttpxClient]):
             raise ValueError(f"no operation {operation_id!r} in {store.path}")
         if record.state.finished:
             return from_record(record)
-        was_under, speaks = record.profile or "generic", self.settings.profile.name
+        was_under, speaks = record.profile or "generic", profile.name
         if was_under != speaks:
             # Its server's in_flight_for (how long a "none" is too early to believe), its
             # look-up and its statuses are that profile's: judged by this client's, a
@@ -718,7 +753,7 @@ class _Common(Generic[HttpxClient]):
             # "None found" there would say nothing of it: never read as "not applied".
             raise ReconcileRequired(
                 f"operation {operation_id!r} (key {record.key}) was sent to"
-                f" {record.method} {path}, which the {self.settings.profile.name}"
+                f" {record.method} {path}, which the {profile.name}"
                 f" profile's look-up ({covering.template}) does not find (it covers"
                 f" {', '.join(covering.covers)}). Nothing was looked up or changed:"
                 " pass lookup= (a URL template with {reference} or {key}) that finds"
@@ -741,6 +776,7 @@ class _Common(Generic[HttpxClient]):
         response: httpx.Response | BaseException,
         judgement: Callable[[httpx.Response], _reconcile.Verdict],
         by_reference: bool,
+        profile: Profile,
     ) -> Outcome:
         store, clock = self.settings.store, self.settings.clock
         if isinstance(response, BaseException):
@@ -756,7 +792,7 @@ class _Common(Generic[HttpxClient]):
             verdict,
             where=f"GET {shown_url(url)}",
             response=response,
-            in_flight_for=self.settings.profile.in_flight_for,
+            in_flight_for=profile.in_flight_for,
             by_reference=by_reference,
             watched_since=self.settings.watched_since,
         )

@@ -7,6 +7,7 @@ IdemError
 │   └── MissingKey             no key where the server profile reads it (a JSON body field)
 ├── RequestNotReplayable       (also ValueError) a body that cannot be sent twice
 ├── OperationMismatch          (also ValueError) same operation, different request
+├── ProfileMismatch            (also ValueError) a chosen profile at another provider's host
 ├── BatchInvalid          [b]  (also ValueError) a batch file with problems; nothing sent
 ├── SignatureInvalid      [i]  a webhook refused: signature missing, malformed, wrong or stale
 ├── AnswerNotKept         [*]  a final answer given back from the store without its body
@@ -66,6 +67,7 @@ __all__ = [
     "OperationFailed",
     "OperationMismatch",
     "OutcomeError",
+    "ProfileMismatch",
     "ReconcileRequired",
     "Rejected",
     "RequestNotReplayable",
@@ -140,6 +142,19 @@ class OperationMismatch(IdemError, ValueError):
         self.key = key
         #: for a registration of many operations: (operation id, reason) of each one
         self.conflicts = conflicts or ((operation_id, message),)
+        super().__init__(message)
+
+
+class ProfileMismatch(IdemError, ValueError):
+    """A client whose chosen server profile contradicts the provider of the host a
+    request goes to (``profile="stripe"`` at ``api-m.paypal.com``): its key would go
+    where that server does not read it. Raised for a request either profile sends as an
+    operation, before anything is recorded or sent; ``profile_by_host=False`` allows it
+    on purpose (a proxy, a test double)."""
+
+    def __init__(self, message: str, *, chosen: str, known: str, host: str) -> None:
+        #: the profile the client speaks, the one the host's provider speaks, the host
+        self.chosen, self.known, self.host = chosen, known, host
         super().__init__(message)
 
 

@@ -42,7 +42,7 @@ from ._flow import Close, adrive, drive
 from ._hooks import Hooks
 from ._keys import key_from_identity, new_key, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
-from ._profile import KeySlot, Resolved
+from ._profile import KeySlot, Profile, Resolved
 from ._redaction import looks_secret
 from ._retrofit import transport_of
 from ._store import Intent, OperationRecord
@@ -65,12 +65,14 @@ __all__ = [
     "intent_ahead",
     "intent_for",
     "key_in_json",
+    "profile_for",
     "request_options",
     "run",
     "same",
     "send_registered",
     "settings_of",
     "settle",
+    "target_url",
 ]
 
 T = TypeVar("T")
@@ -224,6 +226,25 @@ def settings_of(client: httpx.Client | httpx.AsyncClient) -> Settings:
     return transport.settings
 
 
+def target_url(client: httpx.Client | httpx.AsyncClient, url: httpx.URL | str) -> httpx.URL:
+    """Where a request to `url` goes: a relative URL joined to the client's base URL,
+    as httpx joins it (the base URL's path, then the URL's, one slash between)."""
+    merged = httpx.URL(url)
+    if merged.is_relative_url:
+        base = client.base_url
+        return base.copy_with(raw_path=base.raw_path + merged.raw_path.lstrip(b"/"))
+    return merged
+
+
+def profile_for(
+    client: httpx.Client | httpx.AsyncClient, method: str, url: httpx.URL | str
+) -> Profile:
+    """The profile a wrapped client's request with `method` to `url` speaks: the one
+    the client chose, else its host's provider's, else the default. `ProfileMismatch`
+    where the chosen one contradicts the provider of that host (see `_hosts`)."""
+    return settings_of(client).resolve_url(method, target_url(client, url)).profile
+
+
 def request_options(
     key: str | None,
     operation_id: str | None,
@@ -310,11 +331,13 @@ def check_method(
     *,
     then: str,
     refused: str = "is not an operation under this client's policy",
+    profile: Profile | None = None,
 ) -> str:
-    """`method`, upper-cased, if the policy sends it as an operation; else a ValueError
+    """`method`, upper-cased, if the policy sends it as an operation (under `profile`,
+    the one the request's host speaks; the client's own by default); else a ValueError
     that says it is `refused`, and ends with `then` (what the caller should do)."""
     method = method.upper()
-    methods = settings.methods
+    methods = settings.methods if profile is None else settings.methods_of(profile)
     if method not in methods:
         allowed = ", ".join(sorted(methods))
         raise ValueError(f"{method} {refused} (methods: {allowed}){then}")
@@ -331,13 +354,14 @@ def intent_ahead(
     `identity`, `reference`, `headers`, and httpx's `json`, `content`, `params`..."""
     key, operation_id, identity, reference, headers = (request.pop(name, None) for name in _AHEAD)
     settings = settings_of(client)
+    target = client.build_request(method, url)
     method = check_method(
         settings,
         method,
         refused="is not sent as an operation by this client's policy",
         then="; there is nothing to record",
+        profile=settings.profile_at(target.url),
     )
-    target = client.build_request(method, url)
     resolved = settings.resolve(target)
     if not resolved.keyed:
         raise ValueError(

@@ -51,6 +51,15 @@ SERVER_CLOCK_OPTION = click.option(
     " Date is known to be wrong.",
 )
 
+PROFILE_BY_HOST_OPTION = click.option(
+    "--profile-by-host/--no-profile-by-host",
+    default=True,
+    help="A known provider's API host (PayPal, Stripe, Adyen...) speaks its provider's"
+    " profile when none is chosen, and refuses another chosen one, before anything is"
+    " sent (default); --no-profile-by-host for a host that really speaks the other"
+    " dialect (a proxy, a test double).",
+)
+
 #: The colour of each state on a terminal (none in a pipe, or with NO_COLOR set).
 _COLOURS = {
     State.SUCCEEDED: "green",
@@ -362,6 +371,7 @@ def _fields(record: OperationRecord) -> list[tuple[str, object]]:
     " the profile it was sent under).",
 )
 @SERVER_CLOCK_OPTION
+@PROFILE_BY_HOST_OPTION
 @VERBOSE_OPTION
 def resume_command(
     store: Path | str,
@@ -369,6 +379,7 @@ def resume_command(
     limit: int | None,
     profile_name: str | None,
     server_clock: bool,
+    profile_by_host: bool,
     verbose: bool,
 ) -> None:
     """Finish unfinished operations with their original keys, after a crash.
@@ -388,6 +399,7 @@ def resume_command(
                 hooks=_verbose_hooks() if verbose else None,
                 profile=name,
                 server_clock=server_clock,
+                profile_by_host=profile_by_host,
             )
         except (StoreError, ImportError, ValueError) as exc:
             _fail(str(exc))

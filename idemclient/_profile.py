@@ -164,6 +164,10 @@ class Existing:
     failed: frozenset[str] = frozenset({"failed", "declined"})
 
 
+#: A host a profile names: labels of a-z 0-9 -, and ``*`` only at the start, standing
+#: for a prefix of one label or more (``*.api.checkout.com``, ``*-pal-live.adyenpayments.com``).
+_HOST = re.compile(r"(\*[.-])?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+")
+
 #: How a look-up template quotes what it fills in: "url", URL-quoting alone (a path
 #: segment or a query parameter's whole value); "search", a string inside the quotes of
 #: a search query (Stripe's search syntax: a quote is escaped with a backslash; a value
@@ -296,6 +300,11 @@ class Profile:
     lookup: Lookup | None = None
     #: what the profile assumes where its provider publishes nothing, in words
     assumptions: str = ""
+    #: the provider's API hosts (production and sandbox), lower case; ``*`` at the start
+    #: of one stands for a merchant's own prefix (``*.api.checkout.com``). A client
+    #: that chose no profile speaks this one at them, and one that chose another is
+    #: refused there (see `idemclient._hosts`)
+    hosts: tuple[str, ...] = ()
     #: statuses whose meaning depends on the body's error codes here (derived)
     needs_codes: frozenset[int] = field(init=False, repr=False, compare=False)
     #: statuses this profile gives a meaning of its own: an answer with one of them that
@@ -319,6 +328,14 @@ class Profile:
         for endpoint in self.endpoints:
             if endpoint.key_retention is not None and not endpoint.key_retention > 0:
                 raise ValueError(f"Profile: endpoint {endpoint.path} key_retention must be > 0")
+        # One name given as a string would be read as its characters.
+        object.__setattr__(self, "hosts", _hosts_of(self.hosts))
+        for host in self.hosts:
+            if _HOST.fullmatch(host) is None:
+                raise ValueError(
+                    f"Profile: host {host!r} must be a host name in lower case, without"
+                    " scheme, port or path; '*' may only start it (a merchant's prefix)"
+                )
         # Read on every answer: worked out once, here.
         patterns = self._patterns()
         needs = {s for m in patterns if m.codes for s in m.statuses}
@@ -368,6 +385,15 @@ class Profile:
                 return value
         return None
 
+    def answers_at(self, host: str) -> bool:
+        """`host` (lower case, no trailing dot) is one of this profile's provider's API
+        hosts."""
+        return any(
+            host == pattern
+            or (pattern[0] == "*" and host.endswith(pattern[1:]) and len(host) > len(pattern) - 1)
+            for pattern in self.hosts
+        )
+
     def replayed(self, headers: Mapping[str, str]) -> bool:
         """The answer is marked as a replay of the stored one."""
         if self.replay_marker is None:
@@ -382,6 +408,12 @@ class Profile:
         if self.existing is not None:
             patterns.append(self.existing.match)
         return patterns
+
+
+def _hosts_of(hosts: object) -> tuple[str, ...]:
+    if isinstance(hosts, str) or not isinstance(hosts, tuple | list | frozenset | set):
+        raise TypeError(f"Profile: hosts is a tuple of host names, not {hosts!r}")
+    return tuple(hosts)
 
 
 def existing_url(request_url: Any, template: str, resource: str) -> str:

@@ -53,12 +53,13 @@ from ._flow import (
     handle,
 )
 from ._hooks import Hooks, StoreEvent, log_fields, logger
+from ._hosts import ByHost
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._server_time import ServerTimes
 from ._store import Store
 from ._store._open import open_store
-from .profiles import named
+from .profiles import DEFAULT, named
 
 __all__ = [
     "AsyncIdempotentTransport",
@@ -89,16 +90,20 @@ def make_settings(
     start: Callable[[Store, Clock], object] | None = None,
     profile: str | Profile | None = None,
     server_clock: bool = True,
+    profile_by_host: bool = True,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
     it is open (see `_client`). `deferred` (async) opens and starts the store at its
     first call, which an async client makes in a worker thread: nothing is opened now.
     `server_clock`: judge a stored operation's age and hold by the servers' `Date`
     headers as well as `clock` (see `_server_time`); off for a server whose `Date` is
-    known to be wrong."""
+    known to be wrong. `profile_by_host`: a known provider's API host speaks its
+    provider's profile unless one was chosen, and refuses a chosen one it contradicts
+    (see `_hosts`)."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
-    chosen = named(profile)  # an unknown name fails before the store is opened
+    # An unknown name fails before the store is opened.
+    chosen = None if profile is None else named(profile)
     clock = clock or SystemClock()
     # Watching from now: a step back before the first call is seen at that call.
     watch = StepWatch(clock, tolerance=CLOCK_SKEW)
@@ -127,7 +132,8 @@ def make_settings(
         hooks=hooks or Hooks(),
         max_request_body=max_request_body,
         rng=rng or random.Random(),
-        profile=chosen,
+        profile=chosen or DEFAULT,
+        hosts=ByHost(chosen, DEFAULT) if profile_by_host else None,
         watch=watch,
         server_times=ServerTimes() if server_clock else None,
         watched_since=clock.time(),

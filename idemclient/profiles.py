@@ -129,6 +129,9 @@ stripe = Profile(
         # It searches PaymentIntents: "none found" says nothing of a payout or a refund.
         covers=("*/v1/payment_intents",),
     ),
+    # stripe-python's DEFAULT_API_BASE, DEFAULT_UPLOAD_API_BASE and
+    # DEFAULT_METER_EVENTS_API_BASE; test mode is a key, not a host.
+    hosts=("api.stripe.com", "files.stripe.com", "meter-events.stripe.com"),
     assumptions=("v1 keys are kept at least 24 hours (the profile uses 24 h); v2 (/v2/) 30 days"),
 )
 
@@ -146,6 +149,25 @@ adyen = Profile(
     mismatch=(),
     hints=(),
     code_paths=("errorCode",),
+    # The Adyen Python library's settings (test hosts, and each live one with the
+    # company's prefix where Adyen gives one) and docs.adyen.com/development-resources/
+    # live-endpoints: every API takes the key on POST (api-idempotency).
+    hosts=(
+        "checkout-test.adyen.com",
+        "*-checkout-live.adyenpayments.com",
+        "pal-test.adyen.com",
+        "*-pal-live.adyenpayments.com",
+        "balanceplatform-api-test.adyen.com",
+        "balanceplatform-api-live.adyen.com",
+        "management-test.adyen.com",
+        "management-live.adyen.com",
+        "kyc-test.adyen.com",
+        "kyc-live.adyen.com",
+        "ca-test.adyen.com",
+        "ca-live.adyen.com",
+        "postfmapi-test.adyen.com",
+        "postfmapi-live.adyen.com",
+    ),
     assumptions=(
         "keys are kept at least 7 days (Adyen's current page says 31, an older one 7:"
         " the shorter is used) and are not shared between regional endpoints (keep one"
@@ -168,6 +190,14 @@ paypal = Profile(
     endpoints=(
         Endpoint("/v2/checkout/orders*", key_format=KeyFormat(1, 108), key_retention=6 * HOUR),
         Endpoint("/v2/payments/*", key_retention=45 * DAY),
+    ),
+    # developer.paypal.com/api/rest (base URLs), and api.paypal.com, which PayPal names
+    # for callers that must allow-list an address (and its older SDKs used).
+    hosts=(
+        "api-m.paypal.com",
+        "api-m.sandbox.paypal.com",
+        "api.paypal.com",
+        "api.sandbox.paypal.com",
     ),
     assumptions=(
         "orders keep a request id 6 hours (72 on request), payments 45 days; a second"
@@ -193,6 +223,8 @@ square = Profile(
         Endpoint("/v2/terminals/*", key_format=KeyFormat(1, 64)),
         Endpoint("/v2/bookings*", key_format=KeyFormat(1, 255)),
     ),
+    # square-python-sdk's SquareEnvironment.
+    hosts=("connect.squareup.com", "connect.squareupsandbox.com"),
     assumptions=(
         "the key's length limit differs per endpoint (45 for payments, 192 for orders):"
         " 45, the shortest, elsewhere; " + _UNPUBLISHED_RETENTION + "; " + _UNGUARDED
@@ -218,6 +250,8 @@ gocardless = Profile(
     ),
     guards_in_flight=False,
     code_paths=("error.errors.*.reason",),
+    # gocardless-pro-python's Client._environment_url.
+    hosts=("api.gocardless.com", "api-sandbox.gocardless.com"),
     assumptions=(
         "no replay: a key used before is answered 409 naming the resource, which is"
         " fetched, and its status says what the payment came to; "
@@ -237,6 +271,14 @@ checkout = Profile(
     in_progress=(Match(_statuses(409)),),
     mismatch=(),
     unstored=_statuses(500, 502, 504),
+    # checkout.com/docs/developer-resources/api/api-endpoints (each merchant's own base
+    # URL, its prefix from the client id) and checkout-sdk-python's Environment.
+    hosts=(
+        "api.checkout.com",
+        "api.sandbox.checkout.com",
+        "*.api.checkout.com",
+        "*.api.sandbox.checkout.com",
+    ),
     assumptions=(
         "keys are kept 24 hours (configurable in production: set yours); only 2xx"
         " answers are kept, so a 5xx is not retried under its key (it would run again)"
@@ -257,6 +299,17 @@ wise = Profile(
     endpoints=(
         Endpoint("*/balance-movements", key=KeySlot("X-idempotence-uuid"), key_format=_UUID),
     ),
+    # docs.wise.com (getting started; environments: TLS and mTLS endpoints, the
+    # sandbox's current and earlier hosts) and api.transferwise.com, Wise's former name.
+    hosts=(
+        "api.wise.com",
+        "api-mtls.transferwise.com",
+        "api.transferwise.com",
+        "api.wise-sandbox.com",
+        "api-mtls.wise-sandbox.com",
+        "api.sandbox.transferwise.tech",
+        "api-mtls.sandbox.transferwise.tech",
+    ),
     assumptions=(
         "the key is the transfer's customerTransactionId (a UUID in the body); balance"
         " movements take it in the X-idempotence-uuid header; "
@@ -273,6 +326,8 @@ mollie = Profile(
     retention_published=True,
     in_progress=(Match(_statuses(409)),),
     mismatch=(),
+    # Mollie's API clients' API_ENDPOINT; test mode is a key, not a host.
+    hosts=("api.mollie.com",),
     assumptions="keys are kept one hour",
 )
 
@@ -303,6 +358,8 @@ razorpay = Profile(
         ),
         Endpoint("*", keyed=False),
     ),
+    # razorpay.com/docs/api (and the SDKs' BASE_URL); test mode is a key, not a host.
+    hosts=("api.razorpay.com",),
     assumptions=(
         "payout keys are kept 7 days; a failed payout stays failed under its key (a new"
         " operation is a new key); a payout whose key is still running is answered HTTP"

@@ -91,6 +91,7 @@ MODULES = {
         "OperationFailed",
         "OperationMismatch",
         "OutcomeError",
+        "ProfileMismatch",
         "ReconcileRequired",
         "RequestNotReplayable",
         "StoreCorrupt",
@@ -252,7 +253,7 @@ def _errors_of(module: types.ModuleType) -> set[type[BaseException]]:
 def test_every_error_derives_from_the_one_root() -> None:
     errors = _errors_of(importlib.import_module("idemclient.errors"))
     features = _errors_of(idemclient.batch) | _errors_of(idemclient.inbox)
-    assert len(errors) == 18
+    assert len(errors) == 19
     assert {error.__name__ for error in features} == {
         "BatchInvalid",
         "InvalidMessageId",

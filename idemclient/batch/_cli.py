@@ -33,9 +33,11 @@ from .._client import Client
 from .._clock import SystemClock
 from .._errors import BatchInvalid, StoreError
 from .._hooks import Hooks
+from .._hosts import normal_host, provider_at
 from .._keys import DEFAULT_NAMESPACE
 from .._ops_cli import (
     JSON_OPTION,
+    PROFILE_BY_HOST_OPTION,
     RELIABLE_404_HELP,
     SERVER_CLOCK_OPTION,
     STATUS_HELP,
@@ -114,9 +116,40 @@ def _delimiter(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     return value
 
 
-def _profile(name: str, retention: float | None, in_flight_for: float | None) -> Profile:
-    """The named profile, with what the operator knows better than it."""
-    profile = BUILTIN[name] if retention is None else BUILTIN[name].with_retention(retention)
+def _profile(
+    name: str | None,
+    retention: float | None,
+    in_flight_for: float | None,
+    *,
+    url: str,
+    by_host: bool,
+) -> Profile:
+    """The named profile (none named: the provider's, where `url` is a known provider's
+    API host, else the default), with what the operator knows better than it. A named
+    one that contradicts the host's provider is refused, unless `by_host` is off."""
+    host = httpx.URL(url).host
+    known = provider_at(host) if by_host else None
+    if name is None:
+        chosen = known or DEFAULT
+        if known is not None:
+            click.echo(
+                f"server profile: {known.name} ({host} is an API host of its provider;"
+                " --profile chooses one)",
+                err=True,
+            )
+    else:
+        chosen = BUILTIN[name]
+        if known is not None and not chosen.answers_at(normal_host(host)):
+            _fail(
+                f"--profile {name}: {host} is an API host of the {known.name} profile's"
+                f" provider, whose server reads its key from the {known.key.where} (the"
+                f" {name} profile puts it in the {chosen.key.where}) and means its own"
+                f" answers. Nothing was sent. Use --profile {known.name}, or leave"
+                " --profile out; if this host really speaks that dialect (a proxy, a test"
+                " double), add --no-profile-by-host",
+                ExitCode.BAD_INPUT,
+            )
+    profile = chosen if retention is None else chosen.with_retention(retention)
     if in_flight_for is not None:
         profile = dataclasses.replace(profile, in_flight_for=in_flight_for)
     return profile
@@ -273,12 +306,14 @@ def _profile(name: str, retention: float | None, in_flight_for: float | None) ->
     "--profile",
     "profile_name",
     type=click.Choice(list(BUILTIN)),
-    default=DEFAULT.name,
-    show_default=True,
+    default=None,
     help="The server's idempotency dialect: where it reads the key, what its answers"
-    " mean, how long it keeps keys (see docs/profiles.md). A store's rows are never sent"
-    " on under another profile than the one they were first sent under.",
+    " mean, how long it keeps keys (see docs/profiles.md). Default: the provider's, where"
+    " --url is a known provider's API host (PayPal, Stripe, Adyen...), else generic. A"
+    " store's rows are never sent on under another profile than the one they were first"
+    " sent under.",
 )
+@PROFILE_BY_HOST_OPTION
 @click.option(
     "--key-retention",
     default=None,
@@ -378,7 +413,8 @@ def submit_command(
     retry_budget: int,
     lookup: str,
     no_lookup: bool,
-    profile_name: str,
+    profile_name: str | None,
+    profile_by_host: bool,
     key_retention: float | None,
     in_flight_for: float | None,
     follow_server_hints: bool,
@@ -432,7 +468,10 @@ def submit_command(
                 server_replays=server_replays,
                 follow_server_hints=follow_server_hints,
             ),
-            profile=_profile(profile_name, key_retention, in_flight_for),
+            profile=_profile(
+                profile_name, key_retention, in_flight_for, url=url, by_host=profile_by_host
+            ),
+            profile_by_host=profile_by_host,
             retry_budget=retry_budget,
             lookup=None if no_lookup else lookup,
             statuses=statuses,
@@ -472,6 +511,7 @@ def _submit(
     report: str | None,
     dry_run: bool = False,
     server_clock: bool = True,
+    profile_by_host: bool = True,
     as_json: bool = False,
     verbose: bool = False,
 ) -> NoReturn:
@@ -521,6 +561,7 @@ def _submit(
             profile=profile,
             retry_budget=retry_budget,
             server_clock=server_clock,
+            profile_by_host=profile_by_host,
             verbose=verbose,
             progress=progress,
             options=options,
@@ -557,6 +598,7 @@ def _start(
     profile: Profile,
     retry_budget: int,
     server_clock: bool,
+    profile_by_host: bool,
     verbose: bool,
     progress: ProgressView,
     options: dict[str, Any],
@@ -574,6 +616,7 @@ def _start(
             if verbose
             else None,
             server_clock=server_clock,
+            profile_by_host=profile_by_host,
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .._hosts import provider_at
 from .._operations import CLOCK_SKEW, same
 from .._outcome import State
 from .._redaction import origin_of
@@ -285,6 +286,19 @@ def legacy_candidates(
     ]
 
 
+def _on_purpose(record: OperationRecord) -> str:
+    """What finishing `record` under its own profile also needs where the provider of
+    its host speaks another: the command's word that it is on purpose."""
+    known = provider_at(httpx.URL(record.url).host)
+    if known is None or known.name == (record.profile or "generic"):
+        return ""
+    return (
+        f" --no-profile-by-host (its host is the {known.name} profile's provider's, whose"
+        " server read none of its keys: a row that may have been applied is looked up"
+        " before anything is sent again)"
+    )
+
+
 def same_content(record: OperationRecord, request: Request) -> bool | None:
     """Whether `record` was sent with `request`'s content, whatever reference it was
     sent under (None: cannot tell). Its recorded body when it has one; once reaped, its
@@ -376,7 +390,7 @@ def plan_row(
                 f"was sent under the {record.profile or 'generic'} server profile, and this"
                 f" run speaks {profile}: a row is never sent on under another profile (its"
                 " key may be where that server does not look). Finish it with"
-                f" --profile {record.profile or 'generic'}"
+                f" --profile {record.profile or 'generic'}{_on_purpose(record)}"
             ),
         )
     same = same_content(record, request)

@@ -63,6 +63,7 @@ from .._operations import (
     arun,
     fingerprints,
     intent_for,
+    profile_for,
     send_registered,
     settings_of,
 )
@@ -1712,7 +1713,10 @@ def make_run(
     metadata: Mapping[str, Any] | None = None,
     **options: Unpack[SubmitOptions],
 ) -> _Run:
-    """A run of `batch` through `client`; options not given are `submit`'s defaults."""
+    """A run of `batch` through `client`; options not given are `submit`'s defaults.
+    The rows speak the profile the client speaks at its base URL's host (refused there,
+    before anything is recorded, where a chosen one contradicts it: `ProfileMismatch`)."""
+    path = options.get("path", _defaults(submit)["path"])
     return run_on(
         batch,
         store=client.settings.store,
@@ -1721,7 +1725,7 @@ def make_run(
         http=client.http,
         notify=notify,
         metadata=metadata,
-        profile=client.settings.profile,
+        profile=profile_for(client.http, "POST", path),
         **options,
     )
 

@@ -70,3 +70,18 @@ def test_the_row_says_what_the_profile_does(name: str) -> None:
             assert re.search(rf"\b{_format(endpoint.key_format)}\b", endpoints), endpoint
     if not profile.endpoints:
         assert endpoints == ""
+
+
+def _hosts_rows() -> dict[str, set[str]]:
+    text = PAGE.read_text(encoding="utf-8")
+    table = text.split("| profile | production hosts |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        rows[cells[0].strip("`")] = set(re.findall(r"`([^`]+)`", " ".join(cells[1:])))
+    return rows
+
+
+def test_the_known_hosts_table_names_each_profile_s_hosts_and_no_other() -> None:
+    named = {name: set(p.hosts) for name, p in profiles.BUILTIN.items() if p.hosts}
+    assert _hosts_rows() == named
