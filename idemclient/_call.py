@@ -59,7 +59,7 @@ from ._hooks import (
     logger,
 )
 from ._hosts import ByHost
-from ._keys import new_key
+from ._keys import new_key, one_key
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision, RetryPolicy, decide, retention_set
 from ._profile import Profile, Resolved, codes_in
@@ -375,8 +375,11 @@ def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | Non
     """The key `request` carries where its profile's server reads it, or None."""
     slot = resolved.key
     if slot.header is not None:
-        given = request.headers.get(slot.header)
-        return None if given is None else slot.key_from_header(given)
+        given = request.headers.get_list(slot.header)
+        if len(given) == 1:
+            return slot.key_from_header(given[0])
+        # The header given more than once: one key, or two for one request (refused).
+        return one_key((f"the {slot.header} header", slot.key_from_header(v)) for v in given)
     assert slot.field is not None
     try:
         document = json.loads(body) if body else None
@@ -408,19 +411,31 @@ def interrupted_before_sending(error: BaseException, before: str) -> str:
 
 
 def unsettled_error(
-    outcome: Outcome, reason: str, *, reconcile: bool = False, lost_to: str | None = None
+    outcome: Outcome,
+    reason: str,
+    *,
+    reconcile: bool = False,
+    lost_to: str | None = None,
+    lost_held: bool = True,
 ) -> OutcomeError:
     """The exception for an operation that has no final answer (`outcome` says where it
-    stands): `NotSent` only when nothing of it can have reached the server."""
+    stands): `NotSent` only when nothing of it can have reached the server. `lost_to`:
+    the caller that took this call's lapsed lease over, which holds it still
+    (`lost_held`) or has let it go since."""
     text = (
         f"operation {outcome.operation_id!r} (key {outcome.key}) is {outcome.state.words}"
         f" after {outcome.attempts} attempt(s): {reason}; last seen: {outcome.evidence}"
     )
     if lost_to is not None:
+        now = (
+            "it holds it now, and sends it with the same key"
+            if lost_held
+            else "it has let it go since, unfinished"
+        )
         return Indeterminate(
-            text + f". This call's lease lapsed and {lost_to} took the operation over: it"
-            " is sending it now, with the same key. It may have been applied: look at it"
-            " again later (re-issue it, or resume), never under a new key.",
+            text + f". This call's lease lapsed and {lost_to} took the operation over: {now}."
+            " It may have been applied: look at it again later (re-issue it, or resume),"
+            " never under a new key.",
             outcome,
         )
     if outcome.state is State.CHALLENGED:
@@ -618,13 +633,17 @@ class Call:
         if age_sent + CLOCK_SKEW <= retention:
             return None
         self._reconcile = True
-        when = "" if at <= now else f", {age_sent:.0f}s once its wait ends"
+        when = "" if at <= now else f", {max(0.0, age_sent):.0f}s once its wait ends"
         local = now - self.created_at
-        by = "" if age <= local else f" by the server's clock ({local:.0f}s by this host's)"
+        by = (
+            ""
+            if age <= local
+            else f" by the server's clock ({max(0.0, local):.0f}s by this host's)"
+        )
         return Decision(
             "stop",
             reason=(
-                f"maybe applied and {age:.0f}s old{by}{when}, past the server's key"
+                f"maybe applied and {max(0.0, age):.0f}s old{by}{when}, past the server's key"
                 f" retention ({retention:.0f}s, {self.profile.name} profile): look"
                 " it up instead"
             ),
@@ -1230,11 +1249,25 @@ class Call:
         return error
 
     def lost(self, record: OperationRecord) -> OutcomeError:
-        """The exception for a call whose lease another caller took over."""
-        outcome = self._unsettled_outcome(record, record.evidence)
+        """The exception for a call whose lease another caller took over: what this call
+        did and saw (its attempts, not the other caller's; its last evidence), and that
+        it lost the lease, to a caller that holds it now or has let it go since."""
+        outcome = from_record(
+            record,
+            attempts=self.total_attempts,
+            evidence=self.evidence or record.evidence,
+            maybe_applied=True,
+            from_store=False,
+            body_omitted=False,
+            last_status=self.last_status,
+        )
         self.tell(outcome)
+        holder = record.lease_owner
         return unsettled_error(
-            outcome, "its lease was taken over", lost_to=record.lease_owner or "another caller"
+            outcome,
+            "this call lost its lease to another caller",
+            lost_to=holder or "another caller",
+            lost_held=holder is not None,
         )
 
     def store_failed(self, error: StoreError, response: httpx.Response | None) -> OutcomeError:

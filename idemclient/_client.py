@@ -526,7 +526,15 @@ class _Common(Generic[HttpxClient]):
                 " plain request with client.http (it cannot be retried safely)"
             )
         merged, extended, chosen = request_options(
-            key, operation_id, identity, reference, hooks, headers, extensions, resolved.key
+            key,
+            operation_id,
+            identity,
+            reference,
+            hooks,
+            headers,
+            extensions,
+            resolved.key,
+            defaults=self.http.headers,
         )
         if unopened(self.settings.store):
             # Opened (an async client's in a worker thread) before httpx sees the
@@ -542,7 +550,8 @@ class _Common(Generic[HttpxClient]):
                     self.settings.store.find, kwargs={"operation_ids": [operation_id]}
                 )
                 known = records[0].key if records else None
-            kwargs = key_in_json(resolved, chosen, known, kwargs)
+            source = "identity=" if identity is not None else "key="
+            kwargs = key_in_json(resolved, chosen, known, kwargs, source=source)
         options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
         if profile.existing is not None:

@@ -442,7 +442,7 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
                     " attempt, which may still be running at the server, and the"
                     f" {call.profile.name} profile's server does not refuse a second"
                     " request while the first runs: nothing was sent. It may be sent"
-                    f" again in {wait:.0f}s, at {when} (the profile's in_flight_for from"
+                    f" again in {max(0.0, wait):.0f}s, at {when} (the profile's in_flight_for from"
                     " that attempt, and the clock skew allowed between the store's hosts):"
                     " resume it then, or look it up (Client.reconcile)"
                 ),
@@ -671,7 +671,9 @@ def _stop(call: Call, owner: str, decision: Decision, answer: httpx.Response | N
     if record.state.finished:
         # Another caller finished it while this one was paused past its lease.
         return call.stored_answer(record)
-    if record.lease_owner is not None and record.lease_owner != owner:
+    if record.lease_lost or record.lease_owner not in (None, owner):
+        # Its lease lapsed and another caller took the operation over: that, not why
+        # this call stopped (its deadline long past), is its news.
         raise call.lost(record)
     raise call.error(call.outcome(record, None), decision.reason)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable
 
 from ._errors import InvalidKey
 
@@ -16,6 +17,7 @@ __all__ = [
     "derive_key",
     "key_from_identity",
     "new_key",
+    "one_key",
     "validate_key",
 ]
 
@@ -83,3 +85,28 @@ def validate_key(key: object) -> str:
         bad = next(c for c in key if _KEY_RE.fullmatch(c) is None)
         raise InvalidKey(key, f"contains {bad!r}; only A-Z a-z 0-9 - _ . : ~ are allowed")
     return key
+
+
+def one_key(given: Iterable[tuple[str, str]]) -> str | None:
+    """The one key of a request, from every place it was given: (where, key) pairs, such
+    as ("key=", "k3") and ("the Idempotency-Key header", "k3"). None if it was given
+    nowhere. Two that differ are two keys for one request, which no server reads as
+    the caller meant: `InvalidKey`, naming both places and both values, raised before
+    anything is recorded or sent. The same key given twice is one key."""
+    first: tuple[str, str] | None = None
+    for where, key in given:
+        if first is None:
+            first = (where, key)
+        elif key != first[1]:
+            there, known = first
+            both = (
+                f"{where} is given twice, as {known!r} and {key!r}"
+                if where == there
+                else f"{there} gives {known!r} and {where} gives {key!r}"
+            )
+            raise InvalidKey(
+                key,
+                f"two different keys for one request: {both}. Give the key once (the same"
+                " key given both ways is fine); nothing was recorded or sent",
+            )
+    return None if first is None else first[1]

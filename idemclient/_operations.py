@@ -40,7 +40,7 @@ from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, Reque
 from ._fingerprint import Fingerprints, fingerprint, fingerprints, same
 from ._flow import Close, adrive, drive
 from ._hooks import Hooks
-from ._keys import key_from_identity, new_key, validate_key
+from ._keys import key_from_identity, new_key, one_key, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
 from ._profile import KeySlot, Profile, Resolved
 from ._redaction import looks_secret
@@ -254,15 +254,26 @@ def request_options(
     headers: Any,
     extensions: Any,
     slot: KeySlot = GENERIC_SLOT,
+    defaults: httpx.Headers | None = None,
 ) -> tuple[httpx.Headers, dict[str, Any], str | None]:
     """Per-call options to the headers and extensions the transport reads, and the key
     the caller chose (by key= or identity=), if any. A key that goes in a header (`slot`)
-    is put there; one that goes in the body is the caller's to put (see `key_in_json`)."""
+    is put there; one that goes in the body is the caller's to put (see `key_in_json`).
+
+    A key given twice for one request (key= or identity=, the key header, given twice,
+    or `defaults`, the client's default headers, where the call gives one too) must be
+    one key: two different ones are refused (`InvalidKey`) before anything is recorded."""
     if key is not None and identity is not None:
         raise ValueError("pass key= or identity=, not both: an identity is a way to make a key")
-    if identity is not None:
+    chosen: str | None = None
+    places: list[tuple[str, str]] = []  # where a key is given, and which
+    if key is not None:
+        chosen = key
+        places.append(("key=", key))
+    elif identity is not None:
         parts = (identity,) if isinstance(identity, str) else tuple(identity)
-        key = key_from_identity(*parts)
+        chosen = key_from_identity(*parts)
+        places.append(("identity=", chosen))
     try:
         merged = httpx.Headers(headers)
     except UnicodeEncodeError:
@@ -272,25 +283,37 @@ def request_options(
         if given is not None:
             validate_key(given)
         raise
-    if key is not None:
-        validate_key(key)
-        if slot.header is not None:
-            merged[slot.header] = slot.header_value(key)
-    elif slot.header is not None and slot.header in merged:
-        validate_key(slot.key_from_header(merged[slot.header]))
+    if chosen is not None:
+        validate_key(chosen)
+    if slot.header is not None:
+        where = f"the {slot.header} header"
+        places += [(where, slot.key_from_header(v)) for v in merged.get_list(slot.header)]
+        if places and defaults is not None:
+            # The client's own headers would be overridden by the call's, silently.
+            where = f"the client's default headers ({slot.header})"
+            places += [(where, slot.key_from_header(v)) for v in defaults.get_list(slot.header)]
+        one = one_key(places)
+        if one is not None:
+            merged[slot.header] = slot.header_value(validate_key(one))
     extended = call_extensions(
         extensions, operation_id=operation_id, reference=reference, hooks=hooks
     )
-    return merged, extended, key
+    return merged, extended, chosen
 
 
 def key_in_json(
-    resolved: Resolved, key: str | None, known: str | None, request: dict[str, Any]
+    resolved: Resolved,
+    key: str | None,
+    known: str | None,
+    request: dict[str, Any],
+    *,
+    source: str = "key=",
 ) -> dict[str, Any]:
     """httpx's request arguments with the key in the JSON body field the profile's
     server reads it from: the caller's own field if set (it is the key), else `key`
-    (key= or identity=), else the operation's recorded key (`known`), else a new one.
-    Refused, before anything is recorded, for a body that is not a JSON object."""
+    (key= or identity=, as `source` says), else the operation's recorded key (`known`),
+    else a new one. Refused, before anything is recorded, for a body that is not a JSON
+    object, and for a body field and `key` that are two different keys."""
     field = resolved.key.field
     assert field is not None
     body = request.get("json")
@@ -305,11 +328,8 @@ def key_in_json(
         )
     own = body.get(field)
     if own is not None:
-        if key is not None and own != key:
-            raise ValueError(
-                f"the body's {field!r} ({own!r}) and key= ({key!r}) differ: the body's"
-                " field is the key here; give one"
-            )
+        if key is not None:
+            one_key([(source, key), (f"the body's {field!r}", own)])
         return request
     chosen = key or known or new_key()
     return {**request, "json": {**body, field: resolved.check_key(chosen)}}
@@ -376,7 +396,8 @@ def intent_ahead(
         if operation_id is not None and chosen is None:
             records = settings.store.find(operation_ids=[operation_id])
             known = records[0].key if records else None
-        request = key_in_json(resolved, chosen, known, request)
+        source = "identity=" if identity is not None else "key="
+        request = key_in_json(resolved, chosen, known, request, source=source)
     built = client.build_request(method, url, headers=merged, extensions=extended, **request)
     body = buffered_body(built, settings.max_request_body)
     if body is None:

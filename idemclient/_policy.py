@@ -261,10 +261,12 @@ def decide(
     if server_wait is not None:
         wait = max(wait, server_wait)
     if wait >= remaining:
-        return Decision(
-            "stop",
-            not_before=not_before,
-            reason=f"a wait of {wait:.3f}s does not fit the {remaining:.3f}s left of the deadline",
+        # Never a negative time in words: a deadline passed while the answer came.
+        reason = (
+            f"the deadline has passed (a wait of {wait:.3f}s was due)"
+            if remaining <= 0
+            else f"a wait of {wait:.3f}s does not fit the {remaining:.3f}s left of the deadline"
         )
+        return Decision("stop", not_before=not_before, reason=reason)
     cost = _BUDGET_COST.get(classification.kind, 5)
     return Decision("retry", wait=wait, not_before=not_before, reason="retry", cost=cost)

@@ -185,6 +185,11 @@ class OperationRecord:
     #: send knew it: an in-flight hold from it is measured on the server's clock alone
     #: as well. None: not known (the hold is judged from `sent_at` as before).
     server_sent_at: float | None = None
+    #: not a column: set only on the record an unsettled `finish` gives back when the
+    #: caller no longer held the lease (it lapsed and another caller took it over,
+    #: whether that caller holds it still or has let it go since): the write only
+    #: merged what the caller learnt. False on every record read from the store.
+    lease_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +341,10 @@ class SendingStore(OperationLookup, Protocol):
         drop_answer: bool = False,
     ) -> OperationRecord:
         """Store where the call left the operation and release the lease.
+
+        Unsettled, it is written only while `owner` holds the lease; a caller whose
+        lease was taken over only merges what it learnt (its attempts may have been
+        applied), and gets the stored record back marked `lease_lost`.
 
         `response` is the final answer; an unsettled operation may keep one too (an
         answer read as a replay that no attempt of ours explains: the refusal it is,

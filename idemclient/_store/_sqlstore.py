@@ -26,6 +26,7 @@ transaction for the outbox).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -283,6 +284,7 @@ class SQLStore(Store, ABC):
             # on): the stored row is the truth, and keeps what this caller learnt.
             if not final:
                 self._merge(conn, operation_id, progress)
+                return dataclasses.replace(self._fetch(conn, operation_id), lease_lost=True)
             return self._fetch(conn, operation_id)
 
     def _merge(self, conn: Connection, operation_id: str, progress: Progress) -> None:

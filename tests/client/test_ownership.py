@@ -9,6 +9,7 @@ real time: the clock is a `ManualClock`, and each wait on a gate is bounded.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -277,3 +278,75 @@ def test_a_lease_left_by_an_ended_call_is_not_waited_on_under_an_unguarded_serve
     assert again.state is State.SUCCEEDED
     assert len(psp.keys) == 2
     assert sum(psp.effects.values()) == 1
+
+
+NEGATIVE_TIME = re.compile(r"-\d+(\.\d+)?\s?s\b")
+
+
+def test_a_caller_whose_lease_was_taken_over_and_let_go_says_it_lost_it(tmp_path: Path) -> None:
+    """A's attempt is slow; its lease lapses; B takes the operation over, tries three
+    times and lets it go (indeterminate); then A's answer comes, with its deadline long
+    past. A says it lost its lease to another caller, counts the attempts it made (one,
+    not B's), and shows no negative time."""
+    clock = ManualClock()
+    a_first = Step(apply=False, status=503, gate=threading.Event())
+    psp = GatedPSP(a_first, *(Step(apply=False, status=503) for _ in range(3)))
+    path = tmp_path / "c.db"
+    with (
+        client(psp, path, clock) as a,
+        client(psp, path, clock, policy=RetryPolicy(max_attempts=3)) as b,
+    ):
+        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
+        assert a_first.arrived.wait(GATE_TIMEOUT)
+        past_the_lease(clock)
+        with pytest.raises(Indeterminate) as by_b:
+            b.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert by_b.value.outcome.attempts == 3
+        assert a_first.gate is not None
+        a_first.gate.set()
+        owner_a.join()
+        stored = a.store.get("op")
+    error = owner_a.error
+    assert isinstance(error, Indeterminate), error
+    assert not isinstance(error, NotSent)
+    text = str(error)
+    assert "lost its lease to another caller" in text, text
+    assert "took the operation over" in text, text
+    assert error.outcome.attempts == 1, text  # its own, not B's three
+    assert "after 1 attempt(s)" in text, text
+    assert error.outcome.evidence.startswith("HTTP 503"), error.outcome.evidence
+    assert not NEGATIVE_TIME.search(text), text
+    assert not NEGATIVE_TIME.search(error.outcome.evidence)
+    assert stored is not None
+    assert (stored.state, stored.maybe_applied, stored.lease_owner) == (
+        State.INDETERMINATE,
+        True,
+        None,
+    )
+    assert psp.effects == Counter()
+
+
+def test_a_deadline_passed_during_an_attempt_shows_no_negative_time(tmp_path: Path) -> None:
+    """The answer to the last attempt comes after the deadline: the call stops, saying
+    the deadline has passed, never "the -31.000s left"."""
+    clock = ManualClock()
+
+    def slow_then_busy(request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":
+            return httpx.Response(200)
+        clock.advance(RetryPolicy().deadline + 31)  # the answer took that long
+        return httpx.Response(503, headers={"Retry-After": "1"})
+
+    with (
+        Client(
+            store=tmp_path / "c.db",
+            clock=clock,
+            transport=httpx.MockTransport(slow_then_busy),
+            base_url="https://psp.test",
+        ) as c,
+        pytest.raises(NotSent) as stopped,
+    ):
+        c.post("/v1/payments", json=PAYMENT, operation_id="op")
+    text = str(stopped.value)
+    assert "deadline has passed" in text, text
+    assert not NEGATIVE_TIME.search(text), text

@@ -202,6 +202,29 @@ def test_giving_up_only_counts_while_holding_the_lease(store: Store) -> None:
     assert (after.attempts, after.lease_expires) == (3, NOW + 90)
 
 
+def test_a_caller_that_lost_its_lease_is_told_so_even_once_the_taker_let_it_go(
+    store: Store,
+) -> None:
+    # The taker may still hold the lease, or have let it go (unsettled): either way the
+    # first caller's write only merges, and the record it gets back says so.
+    first, second = new_owner(), new_owner()
+    store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+    store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+    let_go = store.finish(
+        "op-1", owner=second, state=State.NOT_SENT, progress=progress(3, now=NOW + 3)
+    )
+    assert (let_go.lease_owner, let_go.lease_lost) == (None, False)  # its own write
+    late = store.finish(
+        "op-1", owner=first, state=State.NOT_SENT, progress=progress(1, now=NOW + 4)
+    )
+    assert late.lease_lost
+    assert late.lease_owner is None
+    assert (late.state, late.maybe_applied) == (State.INDETERMINATE, True)
+    stored = store.get("op-1")
+    assert stored is not None
+    assert not stored.lease_lost  # not a column: only what a finish gives back
+
+
 def test_a_final_answer_is_recorded_whoever_holds_the_lease(store: Store) -> None:
     first, second = new_owner(), new_owner()
     store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
