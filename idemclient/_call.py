@@ -1272,11 +1272,14 @@ class Call:
 
     def store_failed(self, error: StoreError, response: httpx.Response | None) -> OutcomeError:
         """The exception for a store that failed after an attempt was made: the attempt
-        may have arrived, so never an error that says nothing has changed."""
+        may have arrived, so never an error that says nothing has changed: an answer
+        from the server (a refusal too, which it may keep under the key) shows that
+        something reached it."""
+        reached = self.maybe_applied or self.last_status is not None
         outcome = Outcome(
             operation_id=self.operation_id,
             key=self.key,
-            state=self.unsettled_state(),
+            state=State.INDETERMINATE if reached else State.NOT_SENT,
             attempts=self.total_attempts,
             response=response,
             evidence=f"{self.evidence}; the store could not record it: {error.reason}",

@@ -25,11 +25,12 @@ from idemclient import (
     Client,
     Indeterminate,
     ManualClock,
+    NotSent,
     RetryPolicy,
     State,
 )
 from idemclient.cli import main
-from idemclient.errors import OperationMismatch
+from idemclient.errors import OperationMismatch, StoreUnavailable
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
@@ -489,3 +490,41 @@ def test_a_mismatch_says_what_differs(
             psp.request(method, url, json=body, operation_id="d")
     assert differs in str(caught.value)
     assert "another body" not in str(caught.value)
+
+
+# -- a store that fails once the server has answered --------------------------------------
+
+
+class FullAtTheOutcome(SQLiteStore):
+    """A store whose disk is full when the outcome is committed."""
+
+    full = False
+
+    def finish(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if self.full:
+            raise StoreUnavailable(self.path, "cannot be used: database or disk is full")
+        return super().finish(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_refusal_the_store_could_not_record_is_never_reported_not_sent(
+    server: ReferenceServer, clock: ManualClock, wire: Counting, tmp_path: Path
+) -> None:
+    # Found by the checker (adyen): the server declined the payment and kept the refusal
+    # under its key; the outcome commit failed; the caller was told NotSent, "nothing
+    # reached the server", for a request the server had processed. Now Indeterminate:
+    # the store could not keep what the server said.
+    server.external_fault(1, "decline")
+    store = FullAtTheOutcome(tmp_path / "c.db")
+    with client(store, clock, wire) as psp:
+        store.full = True
+        with pytest.raises(Indeterminate) as raised:
+            psp.post(PATH, json=payment("r-declined"), operation_id="declined")
+        assert not isinstance(raised.value, NotSent)
+        assert raised.value.outcome.last_status == 402
+        assert "could not record" in raised.value.outcome.evidence
+        store.full = False
+        again = psp.post(PATH, json=payment("r-declined"), operation_id="declined")
+    store.close()
+    assert (again.state, again.last_status) == (State.FAILED, 402)
+    (entry,) = server.ledger()
+    assert (entry.status, entry.ext1_applied) == ("declined", 1)
