@@ -5,14 +5,13 @@ Each rule is one thing that happens to the system: an application process issues
 operation (through `Client`, `AsyncClient`, `wrap()` or the batch API; by operation id
 or by a uuid5 identity), issues it again, resumes, reconciles; a process dies at its
 n-th event (a store write, a request leaving, an answer arriving); the disk fills up at
-the intent or the outcome commit; the server is told to misbehave on its next request
-(429/503 with Retry-After as seconds, a date, milliseconds or garbage; a 5xx outside
-the retry set; a 3xx; a 401 that an auth flow answers; apply-then-drop; an answer held
-past the attempt's timeout; a body that never finishes; an external system that times
-out, is down, applies then times out, or declines); the server crashes after any phase
-and its recovery worker runs; time passes (leases lapse, keys age); the client's and
-the server's clocks jump forward and back; the server reaps old keys; an operator
-purges finished operations from the client's store.
+the intent or the outcome commit; the server is told to misbehave on its next request,
+or something between the client and the server does (faults.py: throttles, 5xx, 3xx,
+401s, refusals, to a key the server holds too, an answer lost after the server acted
+on the request, the network down, external systems timing out or declining); the
+server crashes after any phase and its recovery worker runs; time passes (leases lapse,
+keys age); the client's and the server's clocks jump forward and back; the server reaps
+old keys; an operator purges finished operations from the client's store.
 
 The server speaks one server profile and every client is built with the same one
 (`PaymentsMachine` speaks `reference`; `PaymentsMachine.for_profile(name)` another
@@ -32,10 +31,17 @@ The invariant, after every step, against the server's ledger and the store:
 3. an operation keeps the key it was first recorded with;
 4. a stored final answer from the server equals the one the server keeps for the key;
 5. no secret (the bearer token) is ever in the store's bytes;
+6. what every caller was told (told.py): `succeeded`, the payment made once and named
+   in the answer; `failed`, nothing made under the key, now or later; `NotSent`,
+   nothing under the key ever reached the server: no key row, nothing in the ledger,
+   judged before the next request under the key reaches the server and at the end once
+   the server's recovery has run, before anything is sent again; a refusal
+   (`OperationMismatch`, a batch row refused) or a `StoreError`, nothing of it sent;
 
 and at the end of every history, once the faults stop and the server's recovery has
 run, `resume()` and then `reconcile()` settle every operation in agreement with the
-ledger: applied once and `succeeded`, or never applied and `not_sent`/`failed`.
+ledger: applied once and `succeeded`, or never applied and `not_sent`/`failed`
+(`Indeterminate` ends there, in agreement with the ledger).
 
 The assumptions it rests on (no generated history leaves them):
 
@@ -109,7 +115,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -137,12 +142,14 @@ from idemclient import (
 from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import DATE_RESOLUTION
 from idemclient._store import _owners
-from idemclient.batch import read_batch, submit
+from idemclient.batch import Report, read_batch, submit
 from idemclient.profiles import BUILTIN, Profile, named
 from idemclient.store import SQLiteStore
 from idemclient.testing import LedgerEntry, Phase, ReferenceServer
 
 from ..profiles.server_speakers import PATH as SPEAKER_PATHS
+from . import told as claims
+from .faults import FAULTS, REFUSALS, Between, inject
 from .world import (
     INTENT_WRITES,
     OUTCOME_WRITES,
@@ -162,44 +169,13 @@ LEASE = 30.0
 KEY_TTL = 24 * 3600.0
 DAY = 24 * 3600.0
 WAYS = ("client", "async", "wrap", "batch")
+#: The door each way's caller is told through.
+DOORS = {"client": "Client.post", "async": "AsyncClient.post", "wrap": "wrap", "batch": "batch"}
 #: Where a batch pays: `submit`'s own default, served as payouts under every profile.
 PAYOUTS = "/v1/payouts"
 BY_REFERENCE = "{path}?reference={reference}"
 BY_KEY = "{path}?idempotency_key={key}"
 
-#: Faults the server can be told to inject on its next request, by readable name.
-FAULTS = (
-    "429 retry-after 2s",
-    "503 retry-after 1s",
-    "503 retry-after date",
-    "503 retry-after past date",
-    "503 retry-after garbage",
-    "429 retry-after-ms 700",
-    "503 retry-after 3600s",
-    "500",
-    "501",
-    "520",
-    "524",
-    "301",
-    "307",
-    "401 auth refresh",
-    "400",
-    "409",
-    "apply then drop",
-    "held answer 60s",
-    "slow body",
-    "ext1 timeout",
-    "ext2 timeout",
-    "ext1 down",
-    "ext2 down",
-    "ext1 apply then timeout",
-    "ext2 apply then timeout x2",
-    "ext1 decline",
-    "ext2 decline",
-)
-#: Scripted refusals: the server refusing a request before admitting it (see
-#: `Setup.answers_from_the_key`).
-REFUSALS = ("400", "409")
 FINISHED = (State.SUCCEEDED, State.FAILED, State.NOT_SENT)
 #: Where the client's clock may jump (seconds from true time): fast or slow by seconds,
 #: half an hour, an hour, days, a month.
@@ -420,7 +396,7 @@ class PaymentsMachine(RuleBasedStateMachine):
                 also replays a stored success with (django-idempotency-key's 409), to
                 the next request it does not admit: as often as any rule, not one of
                 FAULTS' many (only this profile's machine has the rule)."""
-                self.refusals.append(status)
+                self.between.refusals.append(status)
 
             members["application_conflict"] = application_conflict
         title = "".join(part.title() for part in re.split(r"[-_.]", name))
@@ -451,10 +427,16 @@ class PaymentsMachine(RuleBasedStateMachine):
         #: every profile: a look-up cannot see a key admitted and not begun (see
         #: docs/reliability.md and test_histories.py)
         self.reconcile_waits = True
-        #: scripted refusals waiting for a request the server may refuse (REFUSALS)
-        self.refusals: list[int] = []
+        #: what lies between the clients and the server (faults.py)
+        self.between = Between(self.world, self.setup, self.server, TOKEN)
         self.counter = 0
         self.notes: list[str] = []
+        #: the tenant the server knows the clients by (their token names it)
+        self.client_name = TOKEN
+        #: every claim made to a caller (`told.Told`), in order
+        self.told: list[claims.Told] = []
+        #: the `not_sent` and `failed` claims not judged yet, by key (see told.py)
+        self.claims: dict[str, list[claims.Told]] = {}
         #: the server's ledger as the history ended (after `teardown`)
         self.final_ledger: tuple[LedgerEntry, ...] = ()
 
@@ -476,7 +458,13 @@ class PaymentsMachine(RuleBasedStateMachine):
         """Run one application process: a fresh client on the store file; it may die."""
         fate = fate or Fate(kill_at=kill_at, disk_full=disk_full)
         store = MortalStore(self.path, fate)
-        wire = Wire(self.server.transport, fate, self.slow_bodies, self._scripted_refusal)
+        wire = Wire(
+            self.server.transport,
+            fate,
+            self.slow_bodies,
+            before=self._at_the_server,
+            after=self.between.after,
+        )
         calls_before = set(_owners._live)
         try:
             return act(store, wire, **kw)
@@ -488,30 +476,30 @@ class PaymentsMachine(RuleBasedStateMachine):
             return death
         finally:
             store.close()
+            if fate.violation is not None:
+                raise fate.violation
 
-    def _scripted_refusal(self, request: httpx.Request) -> httpx.Response | None:
-        """The oldest waiting scripted refusal, as the answer to `request` (the server
-        does not see it), unless the server holds its key and answers from it
-        (`Setup.answers_from_the_key`): then None, and the refusal waits."""
-        if not self.refusals or request.method != "POST":
-            return None
-        if self.setup.answers_from_the_key:
+    @property
+    def refusals(self) -> list[int]:
+        """The scripted refusals waiting for a request the server may refuse."""
+        return self.between.refusals
+
+    def _at_the_server(self, request: httpx.Request) -> httpx.Response | None:
+        """Each request as it leaves for the server: what lies between answers it
+        instead (`Between.before`), or the claims kept for its key are judged before it
+        reaches the server (it may apply under that key: see told.py)."""
+        answer = self.between.before(request)
+        if answer is None and request.method == "POST":
             key = self.setup.key_in(request)
-            if key is not None and self.server.key_record(TOKEN, key) is not None:
-                return None
-        status = self.refusals.pop(0)
-        problem = {
-            "type": "https://idemclient.dev/problems/scripted",
-            "title": HTTPStatus(status).phrase,
-            "status": status,
-            "detail": "a scripted refusal: the request was not admitted",
-        }
-        return httpx.Response(
-            status,
-            headers={"content-type": "application/problem+json"},
-            content=json.dumps(problem).encode(),
-            request=request,
-        )
+            if key is not None:
+                claims.judge_key(self, key, why="as a request under it reaches the server")
+        return answer
+
+    def _tell(self, told: list[claims.Told], wire: Wire) -> None:
+        """Note what callers were told and judge it (see told.py)."""
+        for each in told:
+            self.told.append(each)
+            claims.judge_now(self, each, posted=wire.posted)
 
     def _wait_out_in_flight(self) -> None:
         """Before a `reconcile()`, under every profile, as docs/reliability.md asks
@@ -573,6 +561,14 @@ class PaymentsMachine(RuleBasedStateMachine):
         )
 
     def _issue(self, store: MortalStore, wire: Wire, *, op: Operation, way: str) -> object:
+        result = self._issued(store, wire, op=op, way=way)
+        if isinstance(result, Report):
+            self._tell(claims.told_by_report({op.reference: op}, result), wire)
+        else:
+            self._tell(claims.told_by_result(op, result, DOORS[way]), wire)
+        return result
+
+    def _issued(self, store: MortalStore, wire: Wire, *, op: Operation, way: str) -> object:
         kwargs: dict[str, Any] = {"json": op.body, "reference": op.reference}
         if op.by == "operation_id":
             kwargs["operation_id"] = op.operation_id
@@ -624,11 +620,27 @@ class PaymentsMachine(RuleBasedStateMachine):
                     async with self._async_client(store, wire) as client:
                         return await client.resume()
 
-                return asyncio.run(go())
-            with self._client(store, wire) as client:
-                return client.resume()
+                outcomes = asyncio.run(go())
+            else:
+                with self._client(store, wire) as client:
+                    outcomes = client.resume()
         except IdemError as error:
             return error
+        by_key = self._ops_by_key()
+        for outcome in outcomes:
+            op = by_key.get(outcome.key)
+            if op is not None:
+                self._tell(claims.told_by_result(op, outcome, "resume"), wire)
+        return outcomes
+
+    def _ops_by_key(self) -> dict[str, Operation]:
+        """The machine's operations by the key the store holds for each."""
+        found = {}
+        for op in self.ops:
+            record = self._record(op)
+            if record is not None:
+                found[record.key] = op
+        return found
 
     def _reconcile(self, store: MortalStore, wire: Wire, *, op: Operation) -> object:
         record = self._record(op)
@@ -637,9 +649,11 @@ class PaymentsMachine(RuleBasedStateMachine):
         try:
             with self._client(store, wire) as client:
                 lookup = self.setup.lookup(op.path, by_key=record.reference is None)
-                return client.reconcile(record.operation_id, lookup=lookup)
+                result: object = client.reconcile(record.operation_id, lookup=lookup)
         except IdemError as error:
-            return error
+            result = error
+        self._tell(claims.told_by_result(op, result, "reconcile"), wire)
+        return result
 
     # -- what the store and the server hold ------------------------------------------------
 
@@ -749,7 +763,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             # Under django-idempotency-key a 409 is also how the server replays a stored
             # success: to a key the caller gave, with no attempt of ours before, the
             # client cannot tell the two apart and leaves it to a look-up.
-            self.refusals.append(int(fault))
+            self.between.refusals.append(int(fault))
         else:
             inject(self.server, fault, self.slow_bodies)
 
@@ -912,46 +926,6 @@ class PaymentsMachine(RuleBasedStateMachine):
             self.dir.cleanup()
 
 
-def inject(server: ReferenceServer, fault: str, slow_bodies: list[int]) -> None:
-    """Tell the server to misbehave on its next matching request, as named in FAULTS."""
-    path = None  # whichever request comes next, payments or payouts
-    words = fault.split()
-    if fault == "apply then drop":
-        server.drop()
-    elif fault == "held answer 60s":
-        server.delay(60.0)
-    elif fault == "slow body":
-        slow_bodies[0] += 1
-    elif words[0] in ("ext1", "ext2"):
-        system = int(words[0][-1])
-        times = 2 if fault.endswith("x2") else 1
-        mode = "_".join(w for w in words[1:] if w != "x2")
-        server.external_fault(system, mode, times=times)
-    elif fault.startswith("401"):
-        server.answer(401, path=path, headers={"www-authenticate": 'Bearer realm="psp"'})
-    elif words[0] in ("301", "307"):
-        server.answer(int(words[0]), path=path, headers={"location": f"{BASE}/v1/elsewhere"})
-    elif "retry-after-ms" in fault:
-        server.answer(int(words[0]), path=path, retry_after_ms=int(words[-1]))
-    elif fault.endswith("past date"):
-        server.answer(int(words[0]), path=path, retry_after_date_in=-30.0)
-    elif fault.endswith(" date"):
-        server.answer(int(words[0]), path=path, retry_after_date_in=2.0)
-    elif fault.endswith("garbage"):
-        server.answer(int(words[0]), path=path, retry_after="soon, maybe")
-    elif "retry-after" in fault:
-        server.answer(int(words[0]), path=path, retry_after=float(words[-1].rstrip("s")))
-    else:
-        server.answer(int(words[0]), path=path)
-
-
-def _json(body: bytes | str | None) -> object:
-    try:
-        return json.loads(body or b"null")
-    except ValueError:
-        return body
-
-
 def check_step(machine: PaymentsMachine) -> None:
     """The invariant of every step (see the module's docstring)."""
     assert TOKEN.encode() not in store_bytes(machine.path), "the bearer token is in the store"
@@ -1004,13 +978,16 @@ def settle_everything(machine: PaymentsMachine) -> None:
     server = machine.server
     server.clear_faults()
     machine.slow_bodies[0] = 0
-    machine.refusals.clear()
+    machine.between.clear()
     # A server clock stepped back holds the leases it stamped before the step until it
     # catches up (up to its tolerance): recovery is late then, never wrong.
     machine.world.advance(SERVER_CLOCK_TOLERANCE)
     for _ in range(3):
         machine.world.advance(3 * LEASE + 120.0)
         server.recover()
+    # What callers were told "not sent" or "failed" is judged now, the server's recovery
+    # done, before the resume below sends anything under those keys (told.py).
+    claims.judge_all(machine, why="at the end of the history, the server recovered,")
     machine._process(None, frozenset(), machine._resume, way="client")
     for op in machine.ops:
         machine._process(None, frozenset(), machine._reconcile, op=op)
@@ -1038,15 +1015,20 @@ def settle_everything(machine: PaymentsMachine) -> None:
     check_step(machine)
     for op in machine.ops:
         record = machine._record(op)
-        resources = machine._resources(op)
-        if record is None:
-            continue
-        assert record.state in FINISHED, (
-            f"{op} still {record.state.value} after resume and reconcile: {record.evidence}"
-        )
-        if record.state is State.NOT_SENT:
-            assert not resources, f"{op} ends not_sent but was applied: {resources}"
-        if record.state is State.SUCCEEDED:
-            (entry,) = machine.setup.applied(resources)
-            assert (entry.ext1_applied, entry.ext2_applied) == (1, 1), entry
-            assert entry.journal == ("H1", "H2", "H3"), entry
+        if record is not None:
+            assert record.state in FINISHED, (
+                f"{op} still {record.state.value} after resume and reconcile: {record.evidence}"
+            )
+            _agrees_with_the_ledger(machine, op, record)
+
+
+def _agrees_with_the_ledger(machine: PaymentsMachine, op: Operation, record: Any) -> None:
+    """A settled operation agrees with the ledger: not sent, nothing applied; succeeded,
+    applied once, at both external systems, through every handler."""
+    resources = machine._resources(op)
+    if record.state is State.NOT_SENT:
+        assert not resources, f"{op} ends not_sent but was applied: {resources}"
+    if record.state is State.SUCCEEDED:
+        (entry,) = machine.setup.applied(resources)
+        assert (entry.ext1_applied, entry.ext2_applied) == (1, 1), entry
+        assert entry.journal == ("H1", "H2", "H3"), entry

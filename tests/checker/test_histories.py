@@ -720,3 +720,18 @@ def test_paypal_a_clock_stepped_forward_unseen_with_the_server_clock_half_an_hou
         state.never_twice_and_agreeing()
     finally:
         state.teardown()
+
+
+# Found once the checker held what callers were told to the ledger (adyen): the payment
+# declined, the outcome commit failed (a full disk), and the caller was told NotSent,
+# "nothing reached the server", for a request the server had processed and whose
+# refusal it keeps under the key. Indeterminate now.
+def test_adyen_a_refusal_the_store_could_not_record_is_not_told_not_sent() -> None:
+    state = PaymentsMachine.for_profile("adyen")()
+    state.server_fault(fault="ext1 decline")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=OUTCOME_WRITES)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()

@@ -104,6 +104,8 @@ class Fate:
     pause_at: int | None = None
     events: list[str] = field(default_factory=list)
     dead: bool = False
+    #: an invariant found broken inside the process (see `Wire`): raised once it ends
+    violation: AssertionError | None = None
     paused: threading.Event = field(default_factory=threading.Event)
     go_on: threading.Event = field(default_factory=threading.Event)
 
@@ -191,6 +193,7 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
         fate: Fate,
         slow_bodies: list[int],
         before: Callable[[httpx.Request], httpx.Response | None] | None = None,
+        after: Callable[[httpx.Request, httpx.Response], httpx.Response] | None = None,
     ) -> None:
         self._inner = inner
         self._fate = fate
@@ -199,7 +202,14 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
         #: is the server's instead (the machine's faults that depend on what the server
         #: holds for the request's key)
         self._before = before
+        #: called with each request the server answered and its answer, before the
+        #: answer starts back: what it returns goes back instead, and what it raises is
+        #: raised (something between the server and the client: a gateway's 5xx, a
+        #: read timeout, a connection reset, after the server has acted)
+        self._after = after
         self.sent = 0
+        #: the operations' requests (POSTs) among them
+        self.posted = 0
 
     def _out(self, request: httpx.Request) -> httpx.Response | None:
         if request.method == "HEAD":
@@ -210,7 +220,18 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
             return None
         self._fate.event(f"send {request.method} {request.url.path}")
         self.sent += 1
-        return None if self._before is None else self._before(request)
+        self.posted += request.method == "POST"
+        if self._before is None:
+            return None
+        try:
+            return self._before(request)
+        except AssertionError as violation:
+            # A claim found false as this request reaches the server: the process stops
+            # here, as if killed (so nothing of the failure reaches its store), and the
+            # machine raises the failure (`Fate.violation`).
+            self._fate.dead = True
+            self._fate.violation = violation
+            raise Death(f"stopped: {violation}") from violation
 
     def _back(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
         if request.method == "HEAD":
@@ -231,6 +252,7 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
         if response is None:
             response = self._inner.handle_request(request)
             response.read()
+            response = self._between(request, response)
         return self._back(request, response)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -238,7 +260,13 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
         if response is None:
             response = await self._inner.handle_async_request(request)
             await response.aread()
+            response = self._between(request, response)
         return self._back(request, response)
+
+    def _between(self, request: httpx.Request, response: httpx.Response) -> httpx.Response:
+        if self._after is None or request.method == "HEAD":
+            return response
+        return self._after(request, response)
 
 
 def store_bytes(path: str) -> bytes:
