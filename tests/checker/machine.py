@@ -149,7 +149,7 @@ from idemclient.testing import LedgerEntry, Phase, ReferenceServer
 
 from ..profiles.server_speakers import PATH as SPEAKER_PATHS
 from . import told as claims
-from .faults import FAULTS, REFUSALS, Between, inject
+from .faults import FAULTS, LOST, REFUSALS, THEN, Between, held_refusal_statuses, inject
 from .world import (
     INTENT_WRITES,
     OUTCOME_WRITES,
@@ -766,6 +766,21 @@ class PaymentsMachine(RuleBasedStateMachine):
             self.between.refusals.append(int(fault))
         else:
             inject(self.server, fault, self.slow_bodies)
+
+    @rule(how=st.sampled_from(LOST), then=st.sampled_from(THEN))
+    def answer_lost(self, how: str, then: str) -> None:
+        """The next request the server acts on (applies, replays, refuses) has its
+        answer lost on the way back (`how`), and then, maybe, nothing of the attempts
+        after it reaches the server (`then`): see faults.py."""
+        self.between.lost.append((how, then))
+
+    @rule(which=st.integers(min_value=0, max_value=3))
+    def edge_refuses_a_held_key(self, which: int) -> None:
+        """The next request under a key the server holds is refused before it reaches
+        the server: by its edge (403, 404), or where the server does not answer a held
+        key from it, with any refusal (faults.py)."""
+        statuses = held_refusal_statuses(self.setup)
+        self.between.held_refusals.append(statuses[which % len(statuses)])
 
     @rule(after=st.sampled_from(list(Phase)))
     def server_crashes_after(self, after: Phase) -> None:

@@ -735,3 +735,40 @@ def test_adyen_a_refusal_the_store_could_not_record_is_not_told_not_sent() -> No
         state.never_twice_and_agreeing()
     finally:
         state.teardown()
+
+
+# Found the same way (checkout): an external system down, the server answered 503 after
+# admitting the key and making the resource; the client read the 503 as never applied,
+# so the refusal that came next (a firewall's 403 to the held key) was taken as the
+# payment's final answer, "failed"; the server's recovery then made the payment.
+def test_checkout_a_refusal_after_a_503_is_not_told_failed() -> None:
+    state = PaymentsMachine.for_profile("checkout")()
+    state.edge_refuses_a_held_key(which=0)
+    state.server_fault(fault="ext1 down")
+    state.server_fault(fault="ext1 timeout")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+# The claims invariant's own history: an attempt applied, its answer lost (a read
+# timeout), then the network down for the attempts after it. "Not sent" here would be
+# wrong; it is judged before the end's resume sends anything under the key (before,
+# the resume made the operation succeeded and hid it).
+@pytest.mark.parametrize("how", ["read timeout", "connection reset", "502", "503", "520"])
+@pytest.mark.parametrize("then", ["network down", "503 retry-after 3600s"])
+def test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent(
+    how: str, then: str
+) -> None:
+    state = PaymentsMachine()
+    state.answer_lost(how=how, then=then)
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    try:
+        state.never_twice_and_agreeing()
+        (told,) = [t for t in state.told if t.op is op]
+        assert told.said == "indeterminate"
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
