@@ -41,7 +41,10 @@ The invariant, after every step, against the server's ledger and the store:
 and at the end of every history, once the faults stop and the server's recovery has
 run, `resume()` and then `reconcile()` settle every operation in agreement with the
 ledger: applied once and `succeeded`, or never applied and `not_sent`/`failed`
-(`Indeterminate` ends there, in agreement with the ledger).
+(`Indeterminate` ends there, in agreement with the ledger). Then liveness: the
+application issues again what it has no answer for (never recorded, or not sent), and
+every operation it issued ends `succeeded`, or `failed` for a reason the history
+explains (a scripted refusal, a decline), or was purged: nothing silently never paid.
 
 The assumptions it rests on (no generated history leaves them):
 
@@ -668,6 +671,13 @@ class PaymentsMachine(RuleBasedStateMachine):
     def _resources(self, op: Operation) -> list[LedgerEntry]:
         return [e for e in self.server.ledger() if e.reference == op.reference]
 
+    def explains_failure(self, op: Operation) -> bool:
+        """Whether the history explains `op` ending refused: a scripted refusal was
+        given to one of its requests, or an external system declined it."""
+        if op.reference in self.between.refused:
+            return True
+        return any(entry.status == "declined" for entry in self._resources(op))
+
     def final_resources(self, op: Operation) -> list[LedgerEntry]:
         """What the server had applied for `op` when the history ended."""
         return [e for e in self.final_ledger if e.reference == op.reference]
@@ -1035,6 +1045,30 @@ def settle_everything(machine: PaymentsMachine) -> None:
                 f"{op} still {record.state.value} after resume and reconcile: {record.evidence}"
             )
             _agrees_with_the_ledger(machine, op, record)
+    # Liveness: nothing is silently never paid. The application issues again, as it
+    # would, every operation it has no answer for (never recorded, or settled not sent);
+    # then every operation it issued is paid once, or refused for a reason the history
+    # explains (a scripted refusal, a decline), or was purged by the operator.
+    for op in machine.ops:
+        record = machine._record(op)
+        if not op.retired and (record is None or record.state is State.NOT_SENT):
+            machine._process(None, frozenset(), machine._issue, op=op, way=op.way)
+    check_step(machine)
+    for op in machine.ops:
+        if op.retired:
+            continue
+        record = machine._record(op)
+        assert record is not None, f"{op} was issued and is still not recorded: never paid"
+        assert record.state in (State.SUCCEEDED, State.FAILED), (
+            f"{op} issued again at the end and still {record.state.value}: never paid"
+            f" ({record.evidence})"
+        )
+        _agrees_with_the_ledger(machine, op, record)
+        if record.state is State.FAILED:
+            assert machine.explains_failure(op), (
+                f"{op} ends failed, and nothing in the history refused or declined it:"
+                f" never paid ({record.evidence})"
+            )
 
 
 def _agrees_with_the_ledger(machine: PaymentsMachine, op: Operation, record: Any) -> None:

@@ -772,3 +772,19 @@ def test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent(
     finally:
         state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+# Liveness's own history: two batches of one row each. With every row's key derived from
+# its line number (every one-row batch the same key), the second batch was refused
+# before anything was sent and its payment never made; the checker skipped operations
+# with no record and passed. Now the end issues again what has no answer and every
+# operation must be paid, or refused for a reason the history explains.
+def test_two_one_row_batches_are_both_paid() -> None:
+    state = PaymentsMachine()
+    first = state.issue_new(way="batch", by="identity", kill_at=None, disk_full=NOTHING)
+    second = state.issue_new(way="batch", by="identity", kill_at=None, disk_full=NOTHING)
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+    assert [len(state.final_resources(op)) for op in (first, second)] == [1, 1]
