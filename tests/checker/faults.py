@@ -17,8 +17,8 @@ Between the client and the server (`Between`, at the checker's wire, `world.Wire
   balancer in front of the server answers as readily as the server (403, 404), under
   every profile; and 400 or 409 where the server does not answer a held key from it;
 - the answer lost after the server acted on the request (`LOST`): a gateway's 5xx (500,
-  502, 503, 504, 520, 524) in its place, a read timeout, a connection reset, or the
-  server's own apply-then-drop; and then, maybe (`THEN`), the network down for the next
+  502, 504, 520, 524) in its place, a read timeout, a connection reset, or the server's
+  own apply-then-drop (never a 503: see `LOST`); and then, maybe (`THEN`), the network down for the next
   attempts (they fail to connect: nothing of them reaches the server), or the server
   asking for an hour's wait (503 with Retry-After 3600 s, nothing processed): the
   shapes in which a call ends having sent an attempt that was applied and nothing
@@ -74,11 +74,14 @@ FAULTS = (
 #: Scripted refusals: the server refusing a request before admitting it (see
 #: `Setup.answers_from_the_key`).
 REFUSALS = ("400", "409")
-#: How the answer to a request the server acted on is lost on its way back.
+#: How the answer to a request the server acted on is lost on its way back. Never as a
+#: 503: a 503 says that nothing was done (the client reads it so, and the reference
+#: server answers an outage after admission with a 202, never a 503), so a 503 after
+#: the server acted is outside what the client is asked to see (an assumption, in
+#: machine.py and docs/reliability.md).
 LOST = (
     "500",
     "502",
-    "503",
     "504",
     "520",
     "524",

@@ -74,7 +74,14 @@ The assumptions it rests on (no generated history leaves them):
   operator; it never calls twice (tests/server/test_honest_server.py);
 - a scripted refusal (`REFUSALS`) is the server refusing a request it did not admit:
   where the profile's server answers a key it holds from the key
-  (`Setup.answers_from_the_key`), it is given only to a key the server does not hold;
+  (`Setup.answers_from_the_key`), it is given only to a key the server does not hold
+  (there the client takes a refusal after an attempt that may have been applied as the
+  stored answer, by design); to a key it holds, only what something in front of the
+  server gives as readily (403, 404: `edge_refuses_a_held_key`);
+- a 503 says that nothing was done: it is never given after the server acted on the
+  request (`faults.LOST` has every other 5xx). The client reads a 503 as never applied,
+  and the reference server answers an outage after admission with a 202, so as not to
+  say otherwise;
 - the application reconciles only once the server holds no key in flight
   (`_wait_out_in_flight`): a look-up cannot see a key admitted and not begun;
 - where the profile's server does not guard a key in flight: `client_clock_jumps`
