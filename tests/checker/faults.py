@@ -13,16 +13,17 @@ Between the client and the server (`Between`, at the checker's wire, `world.Wire
   (`Setup.answers_from_the_key`), it is given only to a key the server does not hold
   (there a refusal after an attempt that may have been applied is the stored answer, by
   design);
-- a refusal to a key the server holds (`HELD_REFUSALS`): what a firewall, CDN or load
+- a refusal to a key the server holds (`held_refusal_statuses`): what a firewall, CDN or load
   balancer in front of the server answers as readily as the server (403, 404), under
   every profile; and 400 or 409 where the server does not answer a held key from it;
 - the answer lost after the server acted on the request (`LOST`): a gateway's 5xx (500,
   502, 504, 520, 524) in its place, a read timeout, a connection reset, or the server's
-  own apply-then-drop (never a 503: see `LOST`); and then, maybe (`THEN`), the network down for the next
-  attempts (they fail to connect: nothing of them reaches the server), or the server
-  asking for an hour's wait (503 with Retry-After 3600 s, nothing processed): the
-  shapes in which a call ends having sent an attempt that was applied and nothing
-  after it reached the server, where telling `NotSent` would be wrong.
+  own apply-then-drop (never a 503: see `LOST`); and then, maybe (`THEN`), the network
+  down for the next attempts (they fail to connect: nothing of them reaches the
+  server), or the server asking for an hour's wait (503 with Retry-After 3600 s,
+  nothing processed): the shapes in which a call ends having sent an attempt that was
+  applied and nothing after it reached the server, where telling `NotSent` would be
+  wrong.
 """
 
 from __future__ import annotations
