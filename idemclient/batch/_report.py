@@ -93,7 +93,8 @@ class ReportRow:
         already_done: bool | None = None,
     ) -> ReportRow:
         """The line of a row that came to `outcome`; `already_done` defaults to
-        whether the store answered it."""
+        whether the store answered it with a final answer (a row the store holds in
+        flight, being sent by another process, is not done)."""
         return cls(
             row=row,
             ref=ref,
@@ -104,7 +105,11 @@ class ReportRow:
             attempts=outcome.attempts,
             replayed=outcome.replayed and not outcome.from_store,
             reason=reason,
-            already_done=outcome.from_store if already_done is None else already_done,
+            already_done=(
+                outcome.from_store and outcome.state.finished
+                if already_done is None
+                else already_done
+            ),
         )
 
     @property
