@@ -193,9 +193,11 @@ def _check_origin(origin: str | None) -> None:
 
 def read_existing(settings: Settings, sent: Sent, url: httpx.URL) -> Op[Sent]:
     """`sent`, once the resource an "already done, here it is" answer names (GoCardless)
-    is read: fetched through the client (with its auth) from `url`, the operation's,
-    and settled by its status (`Existing`): applied, `succeeded` with the resource as
-    its response; refused, `failed`. A resource not final, or a fetch that fails,
+    is read: fetched through the client (with its auth) from `url`, the operation's.
+    The resource is the answer the request that made it would have had: `succeeded`,
+    with the resource as its response, whatever its status (the payment's life since,
+    for the application to read); `failed` only for a status the profile says a refused
+    creation leaves (see `Existing`). A creation still running, or a fetch that fails,
     leaves it `indeterminate` (maybe applied: never "not sent"), to resume later."""
     existing = settings.profile_at(url).existing
     error = sent.error
@@ -211,14 +213,7 @@ def read_existing(settings: Settings, sent: Sent, url: httpx.URL) -> Op[Sent]:
         verdict = _reconcile.Verdict("unknown", f"no answer ({type(exc).__name__}: {exc})")
         fetched_or_none: httpx.Response | None = None
     else:
-        rules = _reconcile.LookupRules(
-            statuses={
-                **dict.fromkeys(existing.succeeded, State.SUCCEEDED),
-                **dict.fromkeys(existing.failed, State.FAILED),
-            },
-            status_field=existing.status_field,
-        )
-        verdict = _reconcile.judge_resource(fetched, rules)
+        verdict = _reconcile.judge_created(fetched, existing)
         fetched_or_none = fetched
     if fetched_or_none is not None and verdict.settles:
         outcome: Outcome = yield Blocking(
@@ -231,8 +226,8 @@ def read_existing(settings: Settings, sent: Sent, url: httpx.URL) -> Op[Sent]:
         return Sent(outcome, response=fetched_or_none)
     why = (
         f"the server says it made {named} under key {before.key} already, and GET {where}"
-        f" says {verdict.why}: not a final answer. It is never sent as new: resume it"
-        " (or Client.reconcile) once the payment is final"
+        f" says {verdict.why}: not the answer to the request that made it. It is never"
+        " sent as new: resume it (or Client.reconcile) later"
     )
     logger.warning("operation %r: %s", before.operation_id, why)
     unsettled = dataclasses.replace(before, evidence=why)

@@ -17,6 +17,7 @@ import fnmatch
 import json
 import math
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,10 +146,21 @@ class Match:
         return True
 
 
+_SUCCEEDED_UNREAD = frozenset({"succeeded", "completed"})
+
+
 @dataclass(frozen=True, slots=True)
 class Existing:
     """ "Already done, here is the resource": the server made it under this key before
-    and names it instead of replaying (GoCardless)."""
+    and names it instead of replaying (GoCardless).
+
+    The operation's outcome is what the answer to the request that made it would have
+    been: the resource, made, so `succeeded`, with the resource fetched as its answer.
+    Its status is the payment's own life (pending, collected, failed days later...),
+    for the application to read; it does not undo the creation. Only a status the
+    profile names says otherwise: `failed` (the creating request was refused), or
+    `creating` (the creating request is still running: no answer yet, the operation
+    stays unsettled)."""
 
     match: Match
     #: where the resource's id is in the body (a dotted path; ``*`` for each list item)
@@ -158,10 +170,28 @@ class Existing:
     #: where the fetched resource keeps its status (in the body, or in the one object
     #: the body wraps it in: GoCardless's ``{"payments": {...}}``)
     status_field: str = "status"
-    #: the resource's statuses that say the payment was applied, or refused; any other
-    #: (pending, submitted...) is not final, and the operation stays unsettled
-    succeeded: frozenset[str] = frozenset({"succeeded", "completed"})
-    failed: frozenset[str] = frozenset({"failed", "declined"})
+    #: deprecated, no longer read: every status not in `failed` or `creating` is a
+    #: creation that succeeded
+    succeeded: frozenset[str] = _SUCCEEDED_UNREAD
+    #: statuses a resource has only when the request that made it was refused (the
+    #: server answered it with a refusal, and keeps the resource as a record of that):
+    #: the operation is `failed`, with the resource
+    failed: frozenset[str] = frozenset()
+    #: statuses that say the request that makes it is still running at the server (its
+    #: answer not decided yet): the operation stays unsettled, to resume later
+    creating: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.succeeded != _SUCCEEDED_UNREAD:
+            warnings.warn(
+                "Existing(succeeded=...) is no longer read: a resource the server names as"
+                " made under the key is a creation that succeeded, whatever its status,"
+                " unless its status is in failed= (refused) or creating= (still being made)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        for name in ("failed", "creating"):
+            object.__setattr__(self, name, frozenset(s.lower() for s in getattr(self, name)))
 
 
 #: A host a profile names: labels of a-z 0-9 -, and ``*`` only at the start, standing

@@ -64,6 +64,7 @@ from ._call import CLOCK_SKEW, LEASE_MARGIN, in_flight_until
 from ._clock import Clock
 from ._errors import Indeterminate
 from ._outcome import Outcome, State, from_record
+from ._profile import Existing
 from ._server_time import DATE_RESOLUTION, ServerTime, held_until, over_by_server, parse_date
 from ._store import (
     Claim,
@@ -393,6 +394,34 @@ def judge_resource(response: httpx.Response, rules: LookupRules) -> Verdict:
     return Verdict(
         "found", f"HTTP {code}: {_described(item, rules)}{ending}", state=state, item=item
     )
+
+
+def judge_created(response: httpx.Response, existing: Existing) -> Verdict:
+    """What the resource an "already done, here it is" answer named says of the request
+    that made it (see `Existing`): pure. The answer that request would have had is the
+    resource, made: found, `succeeded`, whatever its status (the payment's own life
+    since), unless its status is one the profile says only a refused creation leaves
+    (`failed`) or a creation still running has (`creating`: found, not final). A fetch
+    that gives no resource (not a 2xx, not a JSON object) is unknown: the resource was
+    named, so never "not found"."""
+    read = judge_resource(response, LookupRules(status_field=existing.status_field, statuses={}))
+    if read.finding != "found" or read.item is None:
+        return read
+    item = read.item
+    value = item.get(existing.status_field)
+    status = value.strip().lower() if isinstance(value, str) else None
+    name = item.get("id")
+    shown = f"payment {name}" if isinstance(name, str | int) else "the payment"
+    code = response.status_code
+    if status is not None and status in existing.failed:
+        why = f"{shown} with status {value!r}: the server refused the request that made it"
+        return Verdict("found", f"HTTP {code}: {why}", state=State.FAILED, item=item)
+    if status is not None and status in existing.creating:
+        why = f"{shown} with status {value!r}: the request that makes it is still running"
+        return Verdict("found", f"HTTP {code}: {why}", item=item)
+    since = "" if value is None else f" (its status since: {value!r})"
+    why = f"{shown}, made under this key: the request that made it succeeded{since}"
+    return Verdict("found", f"HTTP {code}: {why}", state=State.SUCCEEDED, item=item)
 
 
 def judge_found(response: httpx.Response, found: Callable[[httpx.Response], bool]) -> Verdict:

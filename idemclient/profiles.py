@@ -241,12 +241,14 @@ gocardless = Profile(
     existing=Existing(
         Match(_statuses(409), codes=frozenset({"idempotent_creation_conflict"})),
         id_path="error.errors.*.links.conflicting_resource_id",
-        # Collected (confirmed, paid out) is applied; failed, cancelled or refused by
-        # the customer is not; anything else (pending_submission, submitted, a
-        # charge-back) is for the resource's owner to read, not final here. The
-        # reference server's own words (succeeded, declined) read the same.
-        succeeded=frozenset({"confirmed", "paid_out", "succeeded"}),
-        failed=frozenset({"failed", "cancelled", "customer_approval_denied", "declined"}),
+        # A payment GoCardless names was created: its creation answered 201, whatever
+        # it has become since (pending_submission, its first status, up to paid_out,
+        # or failed, cancelled, charged back: its own life, read from the resource).
+        # The reference server speaking this dialect names in the same way a payment it
+        # declined (its creation answered 402) and one whose request it is still
+        # running (pending, authorized: no answer yet).
+        failed=frozenset({"declined"}),
+        creating=frozenset({"pending", "authorized"}),
     ),
     guards_in_flight=False,
     code_paths=("error.errors.*.reason",),
@@ -254,7 +256,7 @@ gocardless = Profile(
     hosts=("api.gocardless.com", "api-sandbox.gocardless.com"),
     assumptions=(
         "no replay: a key used before is answered 409 naming the resource, which is"
-        " fetched, and its status says what the payment came to; "
+        " fetched and is the creation's answer (its status, the payment's life since); "
         + _UNPUBLISHED_RETENTION
         + "; "
         + _UNGUARDED

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from idemclient import State
-from idemclient._reconcile import LookupRules, judge, judge_found
+from idemclient._reconcile import LookupRules, judge, judge_created, judge_found
+from idemclient.profiles import Existing, Match
 
 RELIABLE = LookupRules(reliable_404=True)
 
@@ -133,3 +134,47 @@ def test_a_page_of_several_without_this_rows_payment_is_not_a_mismatch() -> None
 def test_the_last_page_is_a_whole_answer() -> None:
     response = httpx.Response(200, json={"data": [], "has_more": False, "next_page": None})
     assert judge(response).finding == "not_found"
+
+
+# -- a resource named as made under the key ("already done, here it is") ----------------
+
+#: the generic reading: every status is the creation's success, none says otherwise
+CREATED = Existing(Match(frozenset({409})), id_path="id")
+#: a profile that names what a refused creation, and one still running, look like
+NAMED = Existing(
+    Match(frozenset({409})),
+    id_path="id",
+    failed=frozenset({"Declined"}),
+    creating=frozenset({"pending"}),
+)
+
+
+@pytest.mark.parametrize(
+    ("response", "existing", "finding", "state"),
+    [
+        # made: the creation succeeded, whatever the payment's life since
+        (answer(201, paid("pending_submission")), CREATED, "found", State.SUCCEEDED),
+        (answer(200, {"payments": paid("failed")}), CREATED, "found", State.SUCCEEDED),
+        (answer(200, paid("declined")), CREATED, "found", State.SUCCEEDED),
+        (answer(200, paid(None)), CREATED, "found", State.SUCCEEDED),  # no status at all
+        (answer(200, paid("paid_out")), NAMED, "found", State.SUCCEEDED),
+        # the profile's words for a refused creation (any case), and one still running
+        (answer(200, paid("declined")), NAMED, "found", State.FAILED),
+        (answer(200, {"payments": paid("PENDING")}), NAMED, "found", None),
+        # no resource to read: unknown, never "not found" (the server named it)
+        (answer(404, {"error": "not found"}), CREATED, "unknown", None),
+        (answer(503), CREATED, "unknown", None),
+        (answer(200, raw=b"<html>"), CREATED, "unknown", None),
+        (answer(200, []), CREATED, "unknown", None),
+    ],
+)
+def test_judge_created(
+    response: httpx.Response, existing: Existing, finding: str, state: State | None
+) -> None:
+    verdict = judge_created(response, existing)
+    assert (verdict.finding, verdict.state) == (finding, state), verdict.why
+
+
+def test_existing_succeeded_is_no_longer_read_and_says_so() -> None:
+    with pytest.warns(DeprecationWarning, match="no longer read"):
+        Existing(Match(frozenset({409})), id_path="id", succeeded=frozenset({"confirmed"}))

@@ -1,7 +1,8 @@
-"""GoCardless's "already done, here it is": a resource was made under the key, but
-whether its payment was applied, declined or is still running is read from the
-resource. A fetch that fails says nothing of it: the operation stays maybe applied
-(`indeterminate`), never "not sent" and never "succeeded"."""
+"""GoCardless's "already done, here it is": a resource was made under the key, and is
+the answer the request that made it would have had (`succeeded`, the payment's status
+since for the application to read), unless its status says that request was refused or
+is still running. A fetch that fails says nothing of it: the operation stays maybe
+applied (`indeterminate`), never "not sent" and never "succeeded"."""
 
 from __future__ import annotations
 
@@ -73,14 +74,20 @@ async def test_a_failed_fetch_leaves_the_operation_maybe_applied_async(
 @pytest.mark.parametrize(
     ("resource", "state"),
     [
+        # Made under the key: its creation answered 201, whatever the payment's life
+        # has been since (first status, collected, failed or cancelled days later).
+        ({"payments": {"id": "PM123", "status": "pending_submission"}}, State.SUCCEEDED),
+        ({"payments": {"id": "PM123", "status": "submitted"}}, State.SUCCEEDED),
         ({"payments": {"id": "PM123", "status": "paid_out"}}, State.SUCCEEDED),
         ({"payments": {"id": "PM123", "status": "confirmed"}}, State.SUCCEEDED),
-        ({"payments": {"id": "PM123", "status": "failed"}}, State.FAILED),
-        ({"payments": {"id": "PM123", "status": "cancelled"}}, State.FAILED),
+        ({"payments": {"id": "PM123", "status": "failed"}}, State.SUCCEEDED),
+        ({"payments": {"id": "PM123", "status": "cancelled"}}, State.SUCCEEDED),
+        ({"payments": {"id": "PM123"}}, State.SUCCEEDED),  # no status at all
+        # The reference server's words: a creation it refused (answered 402)...
         ({"id": "PM123", "status": "declined"}, State.FAILED),  # not wrapped
-        ({"payments": {"id": "PM123", "status": "pending_submission"}}, None),
-        ({"payments": {"id": "PM123", "status": "submitted"}}, None),
-        ({"payments": {"id": "PM123"}}, None),  # no status at all
+        # ...and one it is still running (no answer yet).
+        ({"payments": {"id": "PM123", "status": "pending"}}, None),
+        ({"payments": {"id": "PM123", "status": "authorized"}}, None),
     ],
 )
 @pytest.mark.anyio
@@ -98,7 +105,7 @@ async def test_the_resource_s_status_is_what_the_operation_came_to(
         profile="gocardless",
     ) as client:
         if state is None:
-            with pytest.raises(Indeterminate, match="not a final answer"):
+            with pytest.raises(Indeterminate, match="still running"):
                 await client.post("/payments", json={"amount": 100}, operation_id="op")
         else:
             outcome = await client.post("/payments", json={"amount": 100}, operation_id="op")
