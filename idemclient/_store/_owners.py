@@ -16,7 +16,7 @@ import secrets
 import socket
 import threading
 
-__all__ = ["gone_in_words", "new_owner", "owner_is_dead", "release_owner"]
+__all__ = ["gone_in_words", "new_owner", "of_this_process", "owner_is_dead", "release_owner"]
 
 _state_lock = threading.Lock()
 _process: tuple[int, str] | None = None
@@ -49,6 +49,16 @@ def _this_process() -> tuple[int, str]:
         _process = (pid, secrets.token_hex(6))
         _live.clear()  # a forked child runs none of its parent's calls
     return _process
+
+
+def of_this_process(owner: str) -> bool:
+    """Whether `owner` names a call of this very process (alive or ended)."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, rest = rest.partition(":")
+    token, _, _ = rest.partition(":")
+    with _state_lock:
+        pid, ours = _this_process()
+    return host == _HOST and pid_text == str(pid) and token == ours
 
 
 def owner_is_dead(owner: str) -> bool:

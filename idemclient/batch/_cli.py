@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import signal
 import sys
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -32,7 +35,7 @@ from .._cli_store import STORE_HELP, StoreLocation, describe_missing
 from .._client import Client
 from .._clock import SystemClock
 from .._errors import BatchInvalid, StoreError
-from .._hooks import Hooks
+from .._hooks import AttemptEvent, Hooks
 from .._hosts import normal_host, provider_at
 from .._keys import DEFAULT_NAMESPACE
 from .._ops_cli import (
@@ -41,7 +44,6 @@ from .._ops_cli import (
     RELIABLE_404_HELP,
     SERVER_CLOCK_OPTION,
     STATUS_HELP,
-    VERBOSE_OPTION,
     parse_statuses,
     retry_line,
 )
@@ -59,6 +61,7 @@ from ._reachable import unreachable
 from ._report import ExitCode, Report, ReportRow, check_report_path
 from ._rows import Batch, read_batch
 from ._run import make_run, run_sync
+from ._signals import held, signal_of, stopping_on_signals
 
 __all__ = ["batch"]
 
@@ -390,7 +393,13 @@ def _profile(
 )
 @SERVER_CLOCK_OPTION
 @JSON_OPTION
-@VERBOSE_OPTION
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="A line on stderr as each attempt of a row is handed to the server, and for each"
+    " retry (a look-up's too); with --dry-run, each row's key and body.",
+)
 def submit_command(
     file: Path,
     url: str,
@@ -550,6 +559,39 @@ def _submit(
         )
         _show_preview(shown, as_json=as_json, verbose=verbose)
         sys.exit(int(ExitCode.OK))
+    with stopping_on_signals():
+        _submit_run(
+            parsed,
+            url=url,
+            token=token,
+            store=store,
+            policy=policy,
+            profile=profile,
+            retry_budget=retry_budget,
+            server_clock=server_clock,
+            verbose=verbose,
+            options=options,
+            report=report,
+            as_json=as_json,
+        )
+
+
+def _submit_run(
+    parsed: Batch,
+    *,
+    url: str,
+    token: str,
+    store: Path | str,
+    policy: RetryPolicy,
+    profile: Profile,
+    retry_budget: int,
+    server_clock: bool,
+    verbose: bool,
+    options: dict[str, Any],
+    report: str | None,
+    as_json: bool,
+) -> NoReturn:
+    """The run of a batch read and checked: started, watched, reported."""
     progress = ProgressView(len(parsed.rows))
     try:
         client, run = _start(
@@ -566,26 +608,29 @@ def _submit(
             progress=progress,
             options=options,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         # The start-up check may wait on the server for seconds: what was asked is told.
-        progress.close()
-        _finish(_not_started(parsed, url), report, as_json=as_json)
+        with held():
+            progress.close()
+            stopped = dataclasses.replace(_not_started(parsed, url), signal=signal_of(interrupt))
+            _finish(stopped, report, as_json=as_json)
     with client:
         result = _run_interruptibly(run, client.http, progress)
-    if isinstance(result, BaseException):
+    with held():  # what the run came to is written whole
         progress.close()
-        if isinstance(result, BatchInvalid):
-            refused = run.report(refused=result)
-            if report:  # each row, with why it was refused
-                _write(refused, report)
-            if as_json:  # the same document as any run's: `refused` true, exit code 2
-                click.echo(json.dumps(refused.document()["batch"], indent=2, ensure_ascii=False))
-            _fail(str(result), ExitCode.BAD_INPUT)
-        if isinstance(result, StoreError):
-            _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
-        raise result
-    progress.close()
-    _finish(result, report, as_json=as_json)
+        if isinstance(result, BaseException):
+            if isinstance(result, BatchInvalid):
+                refused = run.report(refused=result)
+                if report:  # each row, with why it was refused
+                    _write(refused, report)
+                if as_json:  # the same document as any run's: `refused` true, exit code 2
+                    document = refused.document()["batch"]
+                    click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+                _fail(str(result), ExitCode.BAD_INPUT)
+            if isinstance(result, StoreError):
+                _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
+            raise result
+        _finish(result, report, as_json=as_json)
 
 
 def _start(
@@ -612,7 +657,10 @@ def _start(
             budget=RetryBudget(retry_budget),
             base_url=url,
             headers={"Authorization": f"Bearer {token}"},
-            hooks=Hooks(on_retry=lambda event: progress.say(retry_line(event)))
+            hooks=Hooks(
+                on_retry=lambda event: progress.say(retry_line(event)),
+                on_attempt=lambda event: progress.say(_attempt_line(event)),
+            )
             if verbose
             else None,
             server_clock=server_clock,
@@ -663,16 +711,39 @@ def _not_started(parsed: Batch, url: str) -> Report:
 
 
 def _finish(result: Report, report: str | None, *, as_json: bool) -> NoReturn:
-    """Write the report (first: it is what stays), say the summary, exit."""
-    if result.interrupted:
-        click.echo("interrupted: no new row was started", err=True)
+    """Write the report (first: it is what stays), say the summary, exit. Said on a
+    terminal that may be gone (SIGHUP): the report is written whatever happens to it."""
     if report:
         _write(result, report)
-    if as_json:
-        click.echo(json.dumps(result.document()["batch"], indent=2, ensure_ascii=False))
-    else:
-        click.echo(_coloured(result.summary(), result.exit_code))
+    with _terminal_may_be_gone():
+        if result.interrupted:
+            click.echo("interrupted: no new row was started", err=True)
+        if as_json:
+            click.echo(json.dumps(result.document()["batch"], indent=2, ensure_ascii=False))
+        else:
+            click.echo(_coloured(result.summary(), result.exit_code))
     sys.exit(int(result.exit_code))
+
+
+@contextlib.contextmanager
+def _terminal_may_be_gone() -> Iterator[None]:
+    """Writes to stdout and stderr that fail (the terminal went away with an SSH
+    session, a reader closed the pipe) are dropped, and so is what is left to write
+    there: the exit code stays the command's, not a broken pipe's."""
+    try:
+        yield
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
+def _attempt_line(event: AttemptEvent) -> str:
+    """An attempt handed to the transport, for `--verbose` (no URL: it may carry what
+    the operator would not have printed)."""
+    return f"attempt: {event.operation_id} attempt {event.attempt} (timeout {event.timeout:g}s)"
 
 
 def _coloured(summary: str, code: ExitCode) -> str:
@@ -748,8 +819,12 @@ def _show_preview(shown: Preview, *, as_json: bool, verbose: bool) -> None:
 def _run_interruptibly(
     run: Any, http: httpx.Client, progress: ProgressView
 ) -> Report | BaseException:
-    """The run's report (or its error), from a thread of its own. Ctrl-C stops it: rows
-    in flight get `_GRACE` seconds, then the report shows them as the store has them."""
+    """The run's report (or its error), from a thread of its own. A first Ctrl-C (or
+    SIGTERM, SIGHUP) stops it: no new row, and the rows in flight get `_GRACE` seconds
+    to finish their attempt. A second one, or the grace's end, stops waiting: the rows
+    still in flight are written in the store as they stand (`_Run.abandon`: an attempt
+    handed to the transport counts, maybe applied), and the report shows every row as
+    the store has it."""
     outcome: list[Report | BaseException] = []
     finished = threading.Event()
 
@@ -764,26 +839,45 @@ def _run_interruptibly(
     # Waited for on an event, not with Thread.join: a join cut short by Ctrl-C can leave
     # the thread looking finished while it runs (CPython before 3.13).
     threading.Thread(target=work, name="idemclient-batch-run", daemon=True).start()
+    signum: int | None = None
     try:
         finished.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        signum = signal_of(interrupt)
         run.stop()
-        progress.say("interrupting: no new row is started; rows in flight finish their attempt")
-        with contextlib.suppress(KeyboardInterrupt):
+        progress.say(
+            f"interrupting ({signal.Signals(signum).name}): no new row is started; rows in"
+            f" flight finish their attempt, for {_GRACE:g}s at most (Ctrl-C again to stop"
+            " waiting for them)"
+        )
+        with contextlib.suppress(KeyboardInterrupt):  # told again: stop waiting
             finished.wait(_GRACE)
-    if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
-        return outcome[0]
-    report: Report = run.report(interrupted=True)
-    return report
+    with held():  # what the run came to is written whole
+        if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
+            result = outcome[0]
+        else:
+            if not finished.is_set():
+                cut = run.abandon()
+                if cut:
+                    progress.say(
+                        f"stopped: {cut} row(s) were in flight; each is recorded as sent,"
+                        " maybe applied: the same command run again settles them"
+                    )
+            result = run.report(interrupted=True)
+        if signum is not None and isinstance(result, Report) and result.interrupted:
+            result = dataclasses.replace(result, signal=signum)
+        return result
 
 
 def _write(result: Report, path: str) -> None:
     try:
         result.write(path)
     except OSError as exc:
-        click.echo(f"error: the report was not written to {path}: {exc.strerror}", err=True)
+        with _terminal_may_be_gone():
+            click.echo(f"error: the report was not written to {path}: {exc.strerror}", err=True)
         return
-    click.echo(f"report written to {path}", err=True)
+    with _terminal_may_be_gone():
+        click.echo(f"report written to {path}", err=True)
 
 
 def _check_reachable(client: Client, url: str) -> None:

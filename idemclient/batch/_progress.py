@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from ._run import BatchProgress
 
@@ -102,10 +102,12 @@ class ProgressView:
         # Rows tell their progress, and retries their lines (--verbose), from the
         # sending threads: one writer at a time, so no line is cut into another.
         self._lock = threading.RLock()
+        #: the stream failed (see `_unless_gone`)
+        self._gone = False
 
     def update(self, progress: BatchProgress) -> None:
         with self._lock:
-            self._update(progress)
+            self._unless_gone(self._update, progress)
 
     def _update(self, progress: BatchProgress) -> None:
         if self._last is not None and self._last.phase != progress.phase:
@@ -146,7 +148,7 @@ class ProgressView:
     def say(self, text: str) -> None:
         """A line of its own, above the progress line (which is drawn again)."""
         with self._lock:
-            self._say(text)
+            self._unless_gone(self._say, text)
 
     def _say(self, text: str) -> None:
         if self._on_line:
@@ -158,6 +160,21 @@ class ProgressView:
 
     def close(self) -> None:
         """End the line (the last counts drawn), so what follows starts on its own."""
+        with self._lock:
+            self._unless_gone(self._close)
+
+    def _unless_gone(self, write: Callable[..., None], *args: Any) -> None:
+        """`write(*args)`, unless the stream has failed: the terminal went away (an SSH
+        session dropped: SIGHUP), or the pipe's reader closed it. Then nothing more is
+        written; the run goes on, and its report is still written."""
+        if self._gone:
+            return
+        try:
+            write(*args)
+        except OSError:
+            self._gone = True
+
+    def _close(self) -> None:
         if self._tty and self._last is not None:
             self._draw(self._last)
         if self._on_line:

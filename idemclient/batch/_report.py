@@ -18,6 +18,7 @@ import io
 import json
 import os
 import secrets
+import signal
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
@@ -46,9 +47,21 @@ class ExitCode(enum.IntEnum):
     #: retention, without a look-up by reference): `idemclient ops reconcile` each one
     #: (its reason says how), and none is left to run again
     RECONCILE = 5
+    #: stopped by SIGHUP (the terminal went away: an SSH session dropped): run the
+    #: same command again to finish
+    HANGUP = 129
     #: interrupted (Ctrl-C): run the same command again to finish
     INTERRUPTED = 130
+    #: stopped by SIGTERM (a service manager, `kill`): run the same command again
+    TERMINATED = 143
 
+
+#: The exit code of a run stopped by a signal (128 and its number, as a shell says).
+_BY_SIGNAL = {
+    int(signal.SIGHUP): ExitCode.HANGUP,
+    int(signal.SIGINT): ExitCode.INTERRUPTED,
+    int(signal.SIGTERM): ExitCode.TERMINATED,
+}
 
 #: Statuses about the credentials, not the row: fix the token, then run again.
 _CREDENTIALS = frozenset({401, 407})
@@ -144,8 +157,9 @@ REPORT_COLUMNS = tuple(f.name for f in fields(ReportRow))
 class Report:
     """A batch run's outcome. `batch` names it in the summary (its scope, or its file);
     `metadata` goes into a JSON report; `notes` are sentences added to the summary;
-    `interrupted`: the run was stopped before every row was done; `refused`: the batch
-    was refused before anything was sent (the rows' reasons say why)."""
+    `interrupted`: the run was stopped before every row was done, by `signal` (the
+    signal's number; None: Ctrl-C, or a caller's `stop()`); `refused`: the batch was
+    refused before anything was sent (the rows' reasons say why)."""
 
     batch: str
     rows: tuple[ReportRow, ...]
@@ -153,6 +167,7 @@ class Report:
     notes: tuple[str, ...] = ()
     interrupted: bool = False
     refused: bool = False
+    signal: int | None = None
 
     def counts(self) -> Counter[str]:
         counts: Counter[str] = Counter(row.state for row in self.rows)
@@ -180,7 +195,7 @@ class Report:
     @property
     def exit_code(self) -> ExitCode:
         if self.interrupted:
-            return ExitCode.INTERRUPTED
+            return _BY_SIGNAL.get(self.signal or 0, ExitCode.INTERRUPTED)
         if self.refused or self.credentials_refused:
             return ExitCode.BAD_INPUT
         # A row a rerun cannot settle is not a reason to run again: it would loop.
@@ -207,11 +222,18 @@ class Report:
             earlier = counts.get(f"{name}_already_done", 0)
             # Done before this run: nothing was sent for them now (not a replay).
             parts.append(f"{part} ({earlier} already done)" if earlier else part)
+        # Every row is counted: one another process is sending, or left as the store has
+        # it, is said too.
+        for state in (State.IN_FLIGHT, State.PENDING, State.CHALLENGED):
+            if counts.get(state.value, 0):
+                parts.append(f"{counts[state.value]} {state.words}")
         refused = self.credentials_refused
         maybe = self.credentials_refused_maybe_applied
         advice = {
             ExitCode.OK: "every row is done",
             ExitCode.INTERRUPTED: "interrupted: run the same command again to finish",
+            ExitCode.TERMINATED: "stopped (SIGTERM): run the same command again to finish",
+            ExitCode.HANGUP: "stopped (SIGHUP): run the same command again to finish",
             ExitCode.BAD_INPUT: (
                 "refused before anything was sent: see why for each row concerned (in the"
                 " errors, and the report's reasons)"
@@ -250,6 +272,7 @@ class Report:
             "batch": {
                 **self.metadata,
                 "interrupted": self.interrupted,
+                "signal": None if self.signal is None else signal.Signals(self.signal).name,
                 "refused": self.refused,
                 "exit_code": int(self.exit_code),
                 "counts": {name: counts.get(name, 0) for name in _COUNTED},

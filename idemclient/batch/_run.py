@@ -77,6 +77,7 @@ from .._server_time import DATE_RESOLUTION, ServerTime
 from .._store import Intent, NotFound, OperationRecord, Store, StoredResponse
 from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
+from ._abandon import Abandoned, InFlight
 from ._advice import Commands, rerun_settles
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
@@ -341,6 +342,8 @@ class _Run:
         self.concurrency = concurrency
         self.stopping = threading.Event()
         self.tracker = _Tracker(len(batch.rows), on_progress, self.stopping)
+        #: the attempts the transport holds, for a run cut short for good (`abandon`)
+        self.in_flight = InFlight(clock)
         self.looking = _Looking(on_progress)
         self._notify = notify or (lambda text: logger.info("%s", text))
         #: told each look-up retry (the command's --verbose), beside its log record
@@ -373,6 +376,18 @@ class _Run:
     def stop(self) -> None:
         """Start no new row, and stop each row at its next retry (Ctrl-C)."""
         self.stopping.set()
+
+    def abandon(self) -> int:
+        """The run is cut short for good (its process ends): no attempt starts, and each
+        row this process holds is written as it stands (`_abandon`); how many were in
+        flight."""
+        self.stop()
+        held = [
+            (item.outgoing.operation_id if item.outgoing else item.identity.operation_id)
+            for item in self.rows
+            if self.results[item.index] is None
+        ]
+        return self.in_flight.abandon(self.store, held)
 
     def _tally(self, name: str, by: int = 1) -> None:
         """Add to one of the counts: rows are answered by several threads at once."""
@@ -1080,12 +1095,12 @@ class _Run:
             return
         # A new row's intent is made again here, as it was registered.
         outgoing = item.outgoing or self._intent(item)
-        hooks = self.tracker.hooks(outgoing.key)
+        hooks = self.in_flight.hooks(outgoing.operation_id, self.tracker.hooks(outgoing.key))
         try:
             sent = yield from send_registered(self.http, outgoing, hooks=hooks)
             # "Already done, here it is" (GoCardless): the resource says what it came to.
             sent = yield from read_existing(settings_of(self.http), sent, httpx.URL(outgoing.url))
-        except _Stopped:
+        except (_Stopped, Abandoned):
             yield Blocking(self.stopped, (item,))
             return
         if sent.response is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,35 @@ def test_a_report_path_that_cannot_be_written_is_refused_first(
     with pytest.raises(ValueError, match=why):
         check_report_path(target, not_these=(tmp_path / "input.csv",))
     assert (tmp_path / "input.csv").read_text() == "ref\n"
+
+
+def test_the_summary_counts_every_row_whatever_its_state() -> None:
+    # A row another process is sending (in flight), and one left as recorded (pending),
+    # are counted too: the parts of the summary add up to its rows.
+    rows = (
+        line("E1"),
+        line("E2", state="in_flight", status=None),
+        line("E3", state="pending", status=None),
+        line("E4", state="indeterminate", status=None),
+    )
+    summary = Report("b", rows, interrupted=True).summary()
+    assert "4 rows" in summary
+    parts = re.findall(
+        r"(\d+) (succeeded|indeterminate|not sent|failed|in flight|pending)", summary
+    )
+    assert sum(int(n) for n, _ in parts) == 4, summary
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(None, 130), (signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+)
+def test_a_run_stopped_by_a_signal_exits_128_and_its_number(
+    tmp_path: Path, signum: int | None, code: int
+) -> None:
+    report = Report("b", (line(),), interrupted=True, signal=signum)
+    assert report.exit_code == code
+    report.write(tmp_path / "r.json")
+    document = json.loads((tmp_path / "r.json").read_text())["batch"]
+    assert document["exit_code"] == code
+    assert document["signal"] == (None if signum is None else signal.Signals(signum).name)

@@ -1,0 +1,75 @@
+"""The signals that stop `batch submit`: Ctrl-C (SIGINT), SIGTERM (a service manager,
+`kill`) and SIGHUP (the terminal went away: an SSH session dropped).
+
+Each is taken as Ctrl-C is: raised in the main thread as a `KeyboardInterrupt` that
+says which it was (`Stop`), so that the run stops cleanly, writes its summary and its
+report, and exits with 128 and the signal's number (130, 143, 129). A signal the
+command was started with ignored stays ignored: `nohup` (SIGHUP) and a shell's
+background job (SIGINT) mean "go on". While the command writes what the run came to
+(the store's records of rows cut short, the report), further signals wait
+(`held`): a third Ctrl-C must not leave half of it written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from types import FrameType
+
+__all__ = ["Stop", "held", "signal_of", "stopping_on_signals"]
+
+#: Besides SIGINT, which Python raises as `KeyboardInterrupt` already.
+_STOPPING = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stop(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def signal_of(interrupt: BaseException) -> int:
+    """The signal an interrupt came from (SIGINT for a plain `KeyboardInterrupt`)."""
+    return interrupt.signum if isinstance(interrupt, Stop) else int(signal.SIGINT)
+
+
+def _raise(signum: int, _frame: FrameType | None) -> None:
+    raise Stop(signum)
+
+
+@contextlib.contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP stop the command as Ctrl-C does (unless the
+    command was started with them ignored)."""
+    previous = {}
+    try:
+        for signum in _STOPPING:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _raise)
+    except ValueError:  # not the main thread: signals are not ours to take
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGHUP are ignored (what the run came to is
+    being written); as they were after."""
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, *_STOPPING):
+            previous[signum] = signal.signal(signum, signal.SIG_IGN)
+    except ValueError:
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
