@@ -25,9 +25,11 @@ from .support import command, exactly_once, key_of, payroll, references, run
 
 ROWS = 16
 AT_ONCE = 8
-#: Each row's first answer is held this long: the rows in flight are still in flight
-#: when the signals come, and answered within the command's grace (5 s) after one.
+#: Each row's first answer is held this long: the rows in flight are answered within
+#: the command's grace (5 s) after one signal...
 HELD = 3.0
+#: ... and are still in flight when a second one comes, however loaded the machine.
+HELD_LONG = 20.0
 
 #: `python -m idemclient` with Ctrl-C at its default, as a terminal's foreground job has
 #: it (a test run in the background ignores SIGINT, and its children inherit that).
@@ -43,9 +45,9 @@ def work(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def start(live: LiveServer, work: Path) -> subprocess.Popen[str]:
+def start(live: LiveServer, work: Path, held: float = HELD) -> subprocess.Popen[str]:
     for reference in references(ROWS):
-        live.server.delay(HELD, key=key_of(reference))
+        live.server.delay(held, key=key_of(reference))
     argv = command(
         live.url, work / "payroll.csv", work / "batches.db", "-v",
         "--concurrency", str(AT_ONCE), "--timeout", "30", report=work / "r.json",
@@ -87,7 +89,7 @@ def counted(summary: str) -> dict[str, int]:
 def test_told_twice_every_row_is_counted_and_an_attempt_in_flight_is_maybe_applied(
     live: LiveServer, work: Path, stop: signal.Signals
 ) -> None:
-    process = start(live, work)
+    process = start(live, work, HELD_LONG)
     assert process.stderr is not None
     told: list[str] = []
     read_until(process.stderr, told, lambda lines: len(in_flight(lines)) == AT_ONCE)
@@ -146,9 +148,14 @@ def test_sigterm_or_sighup_stops_the_run_with_a_summary_and_a_report(
     assert counted(out)["rows"] == ROWS
     assert f"stopped ({stop.name})" in out
     document = json.loads((work / "r.json").read_text())
-    states = {row["ref"]: row["state"] for row in document["rows"]}
-    assert sorted(states.values()) == ["not_sent"] * (ROWS - AT_ONCE) + ["succeeded"] * AT_ONCE
     assert document["batch"]["signal"] == stop.name
+    flying = in_flight(told)
+    for row in document["rows"]:
+        if f"batch/payout/{row['ref']}" in flying:
+            # Answered within the grace; on a machine too loaded for that, left as sent.
+            assert row["state"] in ("succeeded", "indeterminate"), row
+        else:
+            assert row["state"] == "not_sent", row
 
 
 def test_sighup_with_the_terminal_gone_still_writes_the_report(
@@ -167,7 +174,8 @@ def test_sighup_with_the_terminal_gone_still_writes_the_report(
     document = json.loads((work / "r.json").read_text())
     assert document["batch"]["interrupted"] is True
     assert len(document["rows"]) == ROWS
-    assert {row["state"] for row in document["rows"]} == {"succeeded", "not_sent"}
+    assert {row["state"] for row in document["rows"]} <= {"succeeded", "indeterminate", "not_sent"}
+    assert sum(row["state"] == "not_sent" for row in document["rows"]) == ROWS - AT_ONCE
     again = run(command(live.url, work / "payroll.csv", work / "batches.db"))
     assert again.returncode == 0, again.stdout + again.stderr
     exactly_once(live, references(ROWS))
