@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +62,7 @@ from ._reachable import unreachable
 from ._report import ExitCode, Report, ReportRow, check_report_path
 from ._rows import Batch, read_batch
 from ._run import make_run, run_sync
-from ._signals import held, signal_of, stopping_on_signals
+from ._signals import Told, held, signal_of, stopping_on_signals, told_by_signals
 
 __all__ = ["batch"]
 
@@ -569,6 +570,7 @@ def _submit(
             profile=profile,
             retry_budget=retry_budget,
             server_clock=server_clock,
+            profile_by_host=profile_by_host,
             verbose=verbose,
             options=options,
             report=report,
@@ -586,6 +588,7 @@ def _submit_run(
     profile: Profile,
     retry_budget: int,
     server_clock: bool,
+    profile_by_host: bool,
     verbose: bool,
     options: dict[str, Any],
     report: str | None,
@@ -614,9 +617,10 @@ def _submit_run(
             progress.close()
             stopped = dataclasses.replace(_not_started(parsed, url), signal=signal_of(interrupt))
             _finish(stopped, report, as_json=as_json)
-    with client:
-        result = _run_interruptibly(run, client.http, progress)
-    with held():  # what the run came to is written whole
+    # From here on a signal is noted, never raised: what the run came to is written whole.
+    with told_by_signals() as told:
+        with client:
+            result = _run_interruptibly(run, client.http, progress, told)
         progress.close()
         if isinstance(result, BaseException):
             if isinstance(result, BatchInvalid):
@@ -817,14 +821,14 @@ def _show_preview(shown: Preview, *, as_json: bool, verbose: bool) -> None:
 
 
 def _run_interruptibly(
-    run: Any, http: httpx.Client, progress: ProgressView
+    run: Any, http: httpx.Client, progress: ProgressView, told: Told
 ) -> Report | BaseException:
     """The run's report (or its error), from a thread of its own. A first Ctrl-C (or
     SIGTERM, SIGHUP) stops it: no new row, and the rows in flight get `_GRACE` seconds
     to finish their attempt. A second one, or the grace's end, stops waiting: the rows
     still in flight are written in the store as they stand (`_Run.abandon`: an attempt
     handed to the transport counts, maybe applied), and the report shows every row as
-    the store has it."""
+    the store has it. Signals are noted (`told`), never raised here."""
     outcome: list[Report | BaseException] = []
     finished = threading.Event()
 
@@ -835,38 +839,42 @@ def _run_interruptibly(
             outcome.append(exc)
         finally:
             finished.set()
+            told.wake.set()
 
-    # Waited for on an event, not with Thread.join: a join cut short by Ctrl-C can leave
-    # the thread looking finished while it runs (CPython before 3.13).
     threading.Thread(target=work, name="idemclient-batch-run", daemon=True).start()
-    signum: int | None = None
-    try:
-        finished.wait()
-    except KeyboardInterrupt as interrupt:
-        signum = signal_of(interrupt)
+    told.wake.wait()
+    signum: int | None = told.signals[0] if told.signals else None
+    if signum is not None:
         run.stop()
         progress.say(
             f"interrupting ({signal.Signals(signum).name}): no new row is started; rows in"
             f" flight finish their attempt, for {_GRACE:g}s at most (Ctrl-C again to stop"
             " waiting for them)"
         )
-        with contextlib.suppress(KeyboardInterrupt):  # told again: stop waiting
-            finished.wait(_GRACE)
-    with held():  # what the run came to is written whole
-        if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
-            result = outcome[0]
-        else:
-            if not finished.is_set():
-                cut = run.abandon()
-                if cut:
-                    progress.say(
-                        f"stopped: {cut} row(s) were in flight; each is recorded as sent,"
-                        " maybe applied: the same command run again settles them"
-                    )
-            result = run.report(interrupted=True)
-        if signum is not None and isinstance(result, Report) and result.interrupted:
-            result = dataclasses.replace(result, signal=signum)
-        return result
+        deadline = time.monotonic() + _GRACE
+        # Until the run ends, a second signal, or the grace is over.
+        while not finished.is_set() and len(told.signals) < 2:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            told.wake.clear()
+            if finished.is_set() or len(told.signals) >= 2:
+                break
+            told.wake.wait(left)
+    if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
+        result = outcome[0]
+    else:
+        if not finished.is_set():
+            cut = run.abandon()
+            if cut:
+                progress.say(
+                    f"stopped: {cut} row(s) were in flight; each is recorded as sent,"
+                    " maybe applied: the same command run again settles them"
+                )
+        result = run.report(interrupted=True)
+    if signum is not None and isinstance(result, Report) and result.interrupted:
+        result = dataclasses.replace(result, signal=signum)
+    return result
 
 
 def _write(result: Report, path: str) -> None:

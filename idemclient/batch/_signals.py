@@ -1,23 +1,29 @@
 """The signals that stop `batch submit`: Ctrl-C (SIGINT), SIGTERM (a service manager,
 `kill`) and SIGHUP (the terminal went away: an SSH session dropped).
 
-Each is taken as Ctrl-C is: raised in the main thread as a `KeyboardInterrupt` that
-says which it was (`Stop`), so that the run stops cleanly, writes its summary and its
-report, and exits with 128 and the signal's number (130, 143, 129). A signal the
-command was started with ignored stays ignored: `nohup` (SIGHUP) and a shell's
-background job (SIGINT) mean "go on". While the command writes what the run came to
-(the store's records of rows cut short, the report), further signals wait
-(`held`): a third Ctrl-C must not leave half of it written.
+Each is taken as Ctrl-C is, and the command exits with 128 and the signal's number
+(130, 143, 129) once it has written its summary and its report. A signal the command
+was started with ignored stays ignored: `nohup` (SIGHUP) and a shell's background job
+(SIGINT) mean "go on".
+
+Until the run starts, a signal is raised in the main thread as a `KeyboardInterrupt`
+that says which it was (`Stop`): it cuts short what the command is waiting on (the
+start-up check of the server). Once the run has started, signals are only noted
+(`Told`): the main thread waits for the run's end or the next signal, and no
+exception can come between the steps that write what the run came to (the store's
+records of rows cut short, the report): a third Ctrl-C must not leave half of it
+written. So is it while the not-started report is written (`held`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["Stop", "held", "signal_of", "stopping_on_signals"]
+__all__ = ["Stop", "Told", "held", "signal_of", "stopping_on_signals", "told_by_signals"]
 
 #: Besides SIGINT, which Python raises as `KeyboardInterrupt` already.
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
@@ -70,6 +76,38 @@ def held() -> Iterator[None]:
         pass
     try:
         yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class Told:
+    """The signals received since the run started, in order; `wake` is set by each,
+    and by whoever else wants the main thread to look again (the run's end)."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self.wake = threading.Event()
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        self.signals.append(signum)
+        self.wake.set()
+
+
+@contextlib.contextmanager
+def told_by_signals() -> Iterator[Told]:
+    """While inside, SIGINT, SIGTERM and SIGHUP (those not ignored at start) are noted,
+    never raised; as they were after."""
+    told = Told()
+    previous = {}
+    try:
+        for signum in (signal.SIGINT, *_STOPPING):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, told)
+    except ValueError:
+        pass
+    try:
+        yield told
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
