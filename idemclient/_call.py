@@ -912,8 +912,10 @@ class Call:
         self._doubted = unexplained
         # An unexplained replay counts as a send too, the time it was learnt: a look-up's
         # "none" waits from there (the row's last write, which stands in otherwise, may
-        # be ahead of the clock by a step it went back).
-        if found.maybe_applied:
+        # be ahead of the clock by a step it went back). Not an answer naming the
+        # resource made under the key: that request ran nothing (the one that made it
+        # was sent before, and its send is kept already).
+        if found.maybe_applied and found.kind is not AttemptKind.EXISTING:
             self._sent_now()
         self.maybe_applied = self.maybe_applied or found.maybe_applied
         self.last_kind = found.kind
@@ -1105,7 +1107,13 @@ class Call:
         """Where this call has got to, for the store. `settling`: the last write."""
         if settling:
             self.settled = True
-            if self.attempts_here and self.maybe_applied:
+            # No hold after the server named the resource it made under this key: it
+            # answers that key with it from then on, never runs a request under it again.
+            if (
+                self.attempts_here
+                and self.maybe_applied
+                and self.last_kind is not AttemptKind.EXISTING
+            ):
                 self.hold_in_flight()
         return Progress(
             attempts=self.total_attempts,

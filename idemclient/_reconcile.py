@@ -786,6 +786,10 @@ def settle_found(
     already is its outcome; one another caller holds raises `Indeterminate`."""
     taken = take(store, clock, operation_id)
     if isinstance(taken, Outcome):
+        # Settled by another caller meanwhile: its answer, as the store keeps it.
+        record = store.get(operation_id)
+        if record is not None and record.response is not None:
+            return from_record(record, response=stored_response(record.response, response.request))
         return taken
     # Found, final: nothing of `in_flight_for` is asked (only "not found" waits for it).
     return apply(store, clock, taken, verdict, where=where, response=response, in_flight_for=0.0)

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -595,3 +599,87 @@ def test_wait_for_timing_out_as_the_intent_commits_leaves_it_not_sent(
     assert (record.state, record.maybe_applied, record.lease_owner) == (State.NOT_SENT, False, None)
     assert shop.wire.handed == 0
     check_truthful(shop, "again", f"{profile}: wait_for at the intent's commit")
+
+
+# -- another process, a second process on the same store, time passing ----------------------
+
+CHILD = Path(__file__).with_name("ctrl_c_child.py")
+
+
+@pytest.mark.parametrize("profile", ["paypal", "gocardless"])
+def test_a_process_stopped_by_ctrl_c_at_the_commit_leaves_it_payable_by_the_next(
+    shops: Callable[[str], Shop], profile: str
+) -> None:
+    # A real SIGINT to a real process, once its intent is committed: the process ends
+    # on KeyboardInterrupt, and the next process (a new client on the store) pays at
+    # once, nothing having been sent; and later, as at once.
+    shop = shops(profile)
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(shop.path), profile, PATH[profile]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "committed"
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode != 0, err
+    assert "KeyboardInterrupt" in err, err
+    assert "sent" not in out
+    record = shop.record()
+    assert (record.state, record.maybe_applied, record.attempts) == (State.NOT_SENT, False, 0)
+    assert record.lease_owner is None
+    shop.clock.advance(3600.0)  # time passing changes nothing: never sent, never held
+    with shop.client(store=shop.path) as client:
+        before = shop.clock.time()
+        assert shop.post(client).state is State.SUCCEEDED
+        assert shop.clock.time() == before  # sent at once: no wait, no hold
+    assert shop.payments() == 1
+
+
+def test_a_second_process_waits_for_the_interrupted_one_then_pays_once(
+    shops: Callable[[str], Shop],
+) -> None:
+    # Process A commits its intent and is stopped before it sends; process B, on the
+    # same store, finds A's live lease meanwhile (nothing sent), then pays at once
+    # once A's interruption has given the lease back.
+    shop = shops("paypal")
+    committed, go_on = threading.Event(), threading.Event()
+
+    def pause_then_interrupt(name: str) -> None:
+        committed.set()
+        assert go_on.wait(10)
+        raise KeyboardInterrupt
+
+    shop.store.armed, shop.store.name, shop.store.when = True, "begin", "after"
+    shop.store.cut = pause_then_interrupt
+    stopped: list[BaseException] = []
+
+    def process_a() -> None:
+        with shop.client() as client:
+            try:
+                shop.post(client)
+            except BaseException as exc:
+                stopped.append(exc)
+
+    a = threading.Thread(target=process_a)
+    a.start()
+    try:
+        assert committed.wait(10)
+        with Client(store=shop.path, **shop.options(clock=ManualClock())) as b:
+            with pytest.raises(Indeterminate, match="another caller"):
+                shop.post(b)  # A holds it: B waits within its deadline, sends nothing
+            assert shop.wire.handed == 0
+            go_on.set()
+            a.join(10)
+            assert not a.is_alive()
+            assert [type(e) for e in stopped] == [KeyboardInterrupt]
+            outcome = shop.post(b)
+    finally:
+        go_on.set()
+        a.join(10)
+    assert (outcome.state, outcome.attempts) == (State.SUCCEEDED, 1)
+    assert shop.wire.handed == 1
+    assert shop.payments() == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,52 @@ def test_a_named_resource_that_cannot_be_read_stays_maybe_applied(tmp_path: Path
     assert record is not None
     assert (record.state, record.maybe_applied) == (State.INDETERMINATE, True)
     assert server.posts == 2
+
+
+def test_two_processes_meeting_the_conflict_settle_it_once(tmp_path: Path) -> None:
+    # Process A meets the conflict and fetches the payment; its fetch is slow. Process
+    # B, on the same store, re-issues meanwhile: it meets the conflict too, fetches and
+    # settles. A's fetch then comes back to a finished operation: both succeeded, the
+    # same payment, one in the ledger.
+    clock, server, path = ManualClock(), GoCardless(), tmp_path / "shop.db"
+    _lost_then_held(path, clock, server)
+    fetching, go_on = threading.Event(), threading.Event()
+    answer = server.__call__
+
+    def slow_first_fetch(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and not fetching.is_set():
+            fetching.set()
+            assert go_on.wait(10), "the test never let the first fetch go on"
+        return answer(request)
+
+    got: list[Any] = []
+
+    def process_a() -> None:
+        with Client(
+            store=path,
+            clock=clock,
+            transport=httpx.MockTransport(slow_first_fetch),
+            base_url=BASE,
+            profile="gocardless",
+            headers={"Authorization": "Bearer live_token"},
+        ) as client:
+            try:
+                got.append(client.post("/payments", json=BODY, operation_id="pay-1"))
+            except BaseException as exc:
+                got.append(exc)
+
+    a = threading.Thread(target=process_a)
+    a.start()
+    try:
+        assert fetching.wait(10)
+        with _client(path, clock, server) as b:
+            by_b = b.post("/payments", json=BODY, operation_id="pay-1")
+    finally:
+        go_on.set()
+        a.join(10)
+    (by_a,) = got
+    for outcome in (by_a, by_b):
+        assert getattr(outcome, "state", None) is State.SUCCEEDED, outcome
+        assert outcome.json()["payments"]["id"] == "PM00000001"
+    assert len(server.payments) == 1
+    assert server.posts == 3  # the lost one, and each process's conflict
