@@ -37,12 +37,14 @@ class RowIdentity:
     #: the operation's name (payout)
     operation: str
     key: str
+    #: after the operation id: a corrected content's own (see `_corrections`), or none
+    variant: str = ""
 
     @property
     def operation_id(self) -> str:
         """The row's operation id in the store: made when asked, not kept (a run holds
         a hundred thousand identities)."""
-        return f"{OPERATION_ID_PREFIX}{self.operation}/{self.reference}"
+        return f"{OPERATION_ID_PREFIX}{self.operation}/{self.reference}{self.variant}"
 
 
 def scoped(scope: str | None, reference: str) -> str:

@@ -35,6 +35,7 @@ none.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -52,6 +53,10 @@ from ._identity import RowIdentity, is_batch_operation
 
 if TYPE_CHECKING:
     from ._advice import Commands
+    from ._corrections import Correction
+
+    #: The judge of a known row's other content (`_corrections.correcting`).
+    Correct = Callable[[RowIdentity, OperationRecord, Mapping[str, Any]], Correction | str | None]
 from ._sender import target_of
 
 __all__ = [
@@ -158,6 +163,11 @@ class RowPlan:
     why: str = ""
     #: what to do about it, said once for every row it concerns
     advice: str = ""
+    #: sent as another identity than the row's own (a corrected content's, with a key
+    #: of its own: `_corrections`)
+    identity: RowIdentity | None = None
+    #: the row was refused or never sent, and its content corrected since: in words
+    corrected: str = ""
 
 
 #: Most rows of a new file: one plan shared by all of them.
@@ -362,6 +372,7 @@ def plan_row(
     other_credentials: Callable[[OperationRecord], bool] = lambda _record: False,
     profile: str = "generic",
     commands: Commands | None = None,
+    correct: Correct | None = None,
 ) -> RowPlan:
     """What to do with one row (see the module docstring). `request_of()` makes the
     request this run would send for it (only needed, and so only made, when the store
@@ -370,7 +381,8 @@ def plan_row(
     (`legacy_candidates`); `look_up` says whether look-ups are on;
     `other_credentials(record)` whether the record says it was sent with other
     credentials than this run's (`_sender.Sender.other`); `commands`: the run's, for the
-    commands a refusal prints (`_advice`)."""
+    commands a refusal prints (`_advice`); `correct`: the judge of a known row's other
+    content, where it may be a correction of a row never applied (`_corrections`)."""
     if known is None and not legacy:
         return _NEW_LOOKED_UP if look_up else _NEW
     request = request_of()
@@ -394,6 +406,32 @@ def plan_row(
             ),
         )
     same = same_content(record, request)
+    fix = (
+        None if same is not False or correct is None else correct(identity, record, request.payload)
+    )
+    if isinstance(fix, str):
+        return RowPlan(Step.REFUSED, record, why=f"was submitted before with other content: {fix}")
+    if fix is not None:
+        if fix.reopen:  # the same key, pointed at the corrected content
+            return RowPlan(
+                Step.REOPEN, record, look_up=look_up, why="its content corrected", corrected=fix.why
+            )
+        assert fix.identity is not None
+        if fix.record is None:
+            return RowPlan(Step.NEW, look_up=look_up, identity=fix.identity, corrected=fix.why)
+        # Its correction was recorded by an earlier run: as that record stands.
+        plan = plan_row(
+            fix.identity,
+            request_of,
+            known=fix.record,
+            now=now,
+            retention=retention,
+            look_up=look_up,
+            other_credentials=other_credentials,
+            profile=profile,
+            commands=commands,
+        )
+        return dataclasses.replace(plan, identity=fix.identity, corrected=fix.why)
     if same is not True:
         recorded = recorded_payload(record, request.key_field)
         if recorded is None:

@@ -150,6 +150,47 @@ def resource_id(content: bytes | None) -> str | None:
     return str(value) if value is not None else None
 
 
+#: Where an error body says why, in the dialects payment APIs speak: problem+json
+#: (`detail`, `title`), Stripe's and others' `error.message`, DRF's `detail`, PayPal's
+#: `message` and its `details[].description`, `errors[].message`.
+_WHY = (
+    ("detail",),
+    ("message",),
+    ("error", "message"),
+    ("error",),
+    ("errors", 0, "message"),
+    ("errors", 0, "detail"),
+    ("details", 0, "description"),
+    ("details", 0, "issue"),
+    ("error_description",),
+    ("title",),
+)
+#: A refusal's reason is cut to this many characters in the report.
+MAX_REFUSAL = 300
+
+
+def refusal_of(content: bytes | None) -> str | None:
+    """What a refusal's JSON body says is wrong, in one line (None when it says
+    nothing readable): for the report's reason, beside the status."""
+    if not content:
+        return None
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return None
+    for path in _WHY:
+        value: Any = body
+        for step in path:
+            if isinstance(step, int):
+                value = value[step] if isinstance(value, list) and len(value) > step else None
+            else:
+                value = value.get(step) if isinstance(value, dict) else None
+        if isinstance(value, str) and value.strip():
+            said = " ".join(value.split())
+            return said if len(said) <= MAX_REFUSAL else said[: MAX_REFUSAL - 1] + "…"
+    return None
+
+
 REPORT_COLUMNS = tuple(f.name for f in fields(ReportRow))
 
 

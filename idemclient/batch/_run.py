@@ -79,6 +79,7 @@ from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._abandon import Abandoned, InFlight
 from ._advice import Commands, rerun_settles
+from ._corrections import CORRECTED_MARK, correcting
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
 from ._lookup import (
@@ -105,7 +106,7 @@ from ._plan import (
     recorded_payload,
 )
 from ._remembered import BELIEVED_FOR, believed, reading
-from ._report import Report, ReportRow, resource_id
+from ._report import Report, ReportRow, refusal_of, resource_id
 from ._rows import Batch, PayoutRow
 from ._sender import Sender, credentials_of, target_of
 
@@ -292,6 +293,8 @@ class _Counts:
     found: int = 0
     found_unsettled: int = 0
     reopened: int = 0
+    #: refused or never sent before, their content corrected in the file since: sent
+    corrected: int = 0
     budget: int = 0
     not_started: int = 0
     looked_up: int = 0
@@ -360,6 +363,8 @@ class _Run:
         self._fingerprint: Callable[[bytes], str] | None = None
         self._sender = Sender(None)
         self._lock = threading.Lock()  # the counts the sending threads change
+        #: the judge of a known row's other content: a correction? (`_corrections`)
+        self._correct = correcting(self.resolved.profile, self._corrections_of)
         #: the commands the run prints for its rows, whole (`_advice`)
         self.commands = Commands.of(
             store=store.path,
@@ -444,12 +449,14 @@ class _Run:
                 other_credentials=lambda record: sender.other(record.url),
                 profile=self.resolved.profile.name,
                 commands=self.commands,
+                correct=self._correct,
             )
             if plan.step is Step.REFUSED:
                 problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
                 if plan.advice and (0, plan.advice) not in problems:
                     problems.insert(0, (0, plan.advice))
-            self.rows.append(_Row(index, row, identity, plan))
+            # A corrected content sent under a key of its own is that identity's.
+            self.rows.append(_Row(index, row, plan.identity or identity, plan))
         twinned = [] if target.new_payments else self._twins()
         if problems or twinned:
             if any("other content" in why for _, why in problems):
@@ -491,6 +498,12 @@ class _Run:
             if stored:
                 problems.append((number, twin_problem(item.identity, stored)))
         return problems
+
+    def _corrections_of(self, identity: RowIdentity) -> list[OperationRecord]:
+        """The corrections of a row the store holds (`_corrections`)."""
+        mark = f"{identity.operation_id}{CORRECTED_MARK}"
+        found = self.store.find(references=[identity.reference])
+        return [record for record in found if record.operation_id.startswith(mark)]
 
     def request_of(self, row: PayoutRow, identity: RowIdentity) -> Request:
         """The request this run sends for a row the store does not hold as it is."""
@@ -1070,7 +1083,7 @@ class _Run:
             now=self.clock.time(),
         )
         if reopened is not None:
-            item.reopened = item.plan.why
+            item.reopened = "" if item.plan.corrected else item.plan.why
             return reopened
         # Changed since it was planned (another process): what is stored now decides.
         current = self.store.get(record.operation_id)
@@ -1117,6 +1130,7 @@ class _Run:
             counts = self.counts
             counts.budget += budget
             counts.reopened += bool(item.reopened)
+            counts.corrected += bool(item.plan.corrected)
             if waiting:
                 assert outcome.not_before is not None
                 counts.waited += 1
@@ -1142,6 +1156,8 @@ class _Run:
             reason = _reason(outcome, budget=budget)
         if item.reopened:
             reason = f"sent again under its key to this run's URL ({item.reopened}); {reason}"
+        if item.plan.corrected:
+            reason = f"{item.plan.corrected}; {reason}"
         line = ReportRow.of(item.row.number, item.identity.reference, outcome, reason)
         if reconcile:
             line = dataclasses.replace(line, reconcile=True)
@@ -1235,6 +1251,12 @@ class _Run:
                 f"{counts.reopened} never applied at an earlier URL, path or token, sent"
                 " again under their keys"
             )
+        if counts.corrected:
+            notes.append(
+                f"{counts.corrected} refused or never sent in an earlier run, and corrected"
+                " in the file since, sent again with their corrected content (under a new"
+                " key where the server may keep the refusal under the old one)"
+            )
         if counts.not_started:
             notes.append(f"{counts.not_started} not started after the server refused the token")
         if counts.budget:
@@ -1259,6 +1281,7 @@ class _Run:
             "looked_up": counts.looked_up,
             "found_by_lookup": counts.found,
             "reopened": counts.reopened,
+            "corrected": counts.corrected,
             "stopped_by_retry_budget": counts.budget,
             "lookups_cut_short": None if self.cut_short is None else self._cut_short_why(),
         }
@@ -1430,7 +1453,8 @@ def _recorded_line(
     elif not reason:
         reason = {
             State.SUCCEEDED: "already done: answered from the store (done in an earlier run)",
-            State.FAILED: f"refused in an earlier run ({record.evidence})",
+            State.FAILED: f"refused in an earlier run ({record.evidence}"
+            f"{_said(None if response is None else response.body)})",
         }.get(state, f"{state.words} in the store, being sent elsewhere: run again")
     return _line(
         item,
@@ -1493,6 +1517,13 @@ def _item_id(verdict: Verdict) -> str | None:
     return None if value is None else str(value)
 
 
+def _said(content: bytes | None) -> str:
+    """What the server's answer says was wrong, after a colon (nothing if it says
+    nothing readable)."""
+    refusal = refusal_of(content)
+    return f": {refusal}" if refusal else ""
+
+
 def _also(outcome: Outcome) -> str:
     """The outcome's evidence, after what was said already (nothing when it has none)."""
     return f"; {outcome.evidence}" if outcome.evidence else ""
@@ -1516,6 +1547,9 @@ def _reason(outcome: Outcome, *, budget: bool) -> str:
         return "sent now"
     if state is State.FAILED:
         earlier = " in an earlier run" if outcome.from_store else ""
+        said = _said(outcome.response.content if outcome.response is not None else None)
+        if said:  # the server's own words on what was wrong
+            return f"refused by the server{earlier} ({outcome.evidence or 'refused'}{said})"
         return f"refused by the server{earlier}{_evidence(outcome)}"
     if outcome.last_status in _REFUSED_CREDENTIALS:
         return (
