@@ -442,8 +442,9 @@ def submit_command(
     """Submit FILE (CSV with a header) row by row; run it again after any failure.
 
     A row is its reference (within --batch-ref, if given): a reference the store knows
-    is never sent under another key, nor with other content. Before a row the store
-    does not know is first sent, its reference is looked up on the server.
+    is never sent with other content, unless nothing of it can have been applied (a
+    row refused for its content, or never sent, then corrected in the file). Before a
+    row the store does not know is first sent, its reference is looked up on the server.
 
     Exit codes: 0 every row succeeded; 2 bad input (the file, an option, the token, a
     look-up that does not work): fix it, nothing was sent for the rows concerned; 3

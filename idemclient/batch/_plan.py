@@ -4,7 +4,9 @@ For every row the store is asked what it knows (by the row's operation id, and f
 rows recorded by earlier versions, by its reference), and `plan_row` decides:
 
 - the store knows nothing of it: NEW, registered then sent with the row's key;
-- the row, with other content: REFUSED, showing the old and the new values;
+- the row, with other content: REFUSED, showing the old and the new values; unless
+  nothing of it can have been applied (`_corrections`): REOPEN under its key, or NEW
+  under a key of its own (a refusal the server may keep under the old one);
 - the row, finished (succeeded, or failed for the payment's sake) where this run sends
   it: DONE, its answer. Where is the origin (scheme, host, port) and the credentials
   (see `_sender`; unknown for rows of earlier versions, which are compared by origin);
