@@ -25,10 +25,11 @@ their own effects, see `_flow`).
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -53,6 +54,7 @@ __all__ = [
     "Blocking",
     "Close",
     "Each",
+    "Feed",
     "Fingerprints",
     "Http",
     "Op",
@@ -105,12 +107,23 @@ class Pause:
     seconds: float
 
 
+class Feed(Protocol):
+    """Jobs made a chunk at a time, when the last is taken: a million rows are never
+    all in memory. `next_chunk` may block (it reads the store): async, it is called in
+    a worker thread."""
+
+    def next_chunk(self) -> list[Any]:
+        """The next jobs; an empty list when there are no more."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Each:
     """Run the step `work(job)` for every job, `count` at a time (threads, or tasks),
-    until done, or `stop` is set, or `also_stop()` is true; the first error is raised."""
+    until done, or `stop` is set, or `also_stop()` is true; the first error is raised.
+    `jobs`: a sequence, or a `Feed` that makes them a chunk at a time."""
 
-    jobs: Sequence[Any]
+    jobs: Sequence[Any] | Feed
     work: Callable[[Any], Op[None]]
     count: int
     stop: threading.Event
@@ -155,11 +168,31 @@ async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:
         return await effect.response.aclose()
     if isinstance(effect, Pause):
         return await effect.clock.asleep(effect.seconds)
-    jobs: Iterator[Any] = iter(effect.jobs)
+    source = effect.jobs
+    if isinstance(source, Sequence):
+        jobs: Iterator[Any] = iter(source)
+        more: Callable[[], list[Any]] | None = None
+    else:
+        jobs, more = iter(()), source.next_chunk
+    taking = anyio.Lock()
+
+    async def take() -> Any:
+        nonlocal jobs, more
+        job = next(jobs, _NONE)
+        while job is _NONE and more is not None:
+            async with taking:  # one worker asks for the next chunk, the others wait
+                job = next(jobs, _NONE)
+                if job is _NONE and more is not None:
+                    chunk = await anyio.to_thread.run_sync(more)
+                    if not chunk:
+                        more = None
+                    jobs = iter(chunk)
+                    job = next(jobs, _NONE)
+        return job
 
     async def worker() -> None:
         while not (effect.stop.is_set() or effect.also_stop()):
-            job = next(jobs, _NONE)
+            job = await take()
             if job is _NONE:
                 return
             await arun(effect.work(job), client)
@@ -173,12 +206,17 @@ async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:
 _NONE = object()
 
 
-def pool(count: int, jobs: Sequence[T], work: Callable[[T], None], each: Each) -> None:
+def pool(count: int, jobs: Sequence[T] | Feed, work: Callable[[T], None], each: Each) -> None:
     """Run `work` on every job with `count` threads pulling from one queue, until done,
     `each.stop` is set or `each.also_stop()` is true; an error in a thread is re-raised
-    here."""
+    here. A `Feed`'s next chunk is made by the thread that finds the last one taken."""
     stop, also_stop = each.stop, each.also_stop
-    iterator: Iterator[T] = iter(jobs)
+    if isinstance(jobs, Sequence):
+        iterator: Iterator[T] = iter(jobs)
+        threads_wanted = min(count, max(1, len(jobs)))
+    else:
+        iterator = itertools.chain.from_iterable(iter(jobs.next_chunk, []))
+        threads_wanted = count
     lock = threading.Lock()
     failures: list[BaseException] = []
 
@@ -198,7 +236,7 @@ def pool(count: int, jobs: Sequence[T], work: Callable[[T], None], each: Each) -
 
     threads = [
         threading.Thread(target=worker, name=f"idemclient-batch-{n}", daemon=True)
-        for n in range(min(count, max(1, len(jobs))))
+        for n in range(threads_wanted)
     ]
     for thread in threads:
         thread.start()
