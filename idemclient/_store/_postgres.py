@@ -6,7 +6,7 @@ taken by one conditional `UPDATE` (a dead local owner is taken over at once), mi
 refused, secrets never written, response bodies capped, unfinished operations found
 through a partial index, and only finished ones reaped. Times are the client's injected
 clock, as in SQLite, never the database's. What is its own is here: the pool, the
-schema, the commit level per transaction, registration in one statement, and the
+schema, the commit level per transaction, registration in one statement a chunk, and the
 outbox's `record_pending`.
 
 Durability maps onto `synchronous_commit`, per transaction: a commit that must survive
@@ -26,6 +26,7 @@ module until a PostgreSQL store is asked for (see `_open`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, ClassVar
@@ -57,6 +58,16 @@ from ._statements import INSERT_COLUMNS, Statements
 __all__ = ["DEFAULT_SCHEMA", "PostgresStore"]
 
 DEFAULT_SCHEMA = "idemclient"
+
+
+#: Intents inserted at once by a registration (one statement each, in one transaction).
+_REGISTER_CHUNK = 5_000
+
+
+def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 class PostgresStore(SQLStore):
@@ -160,12 +171,15 @@ class PostgresStore(SQLStore):
             return conn.execute(self._sql.admit, values).rowcount == 1
 
     def register(self, intents: Iterable[Intent], *, now: float) -> int:
-        intents = list(intents)
-        if not intents:
+        chunks = _chunks(intents, _REGISTER_CHUNK)
+        first = next(chunks, None)
+        if first is None:
             return 0
         durable = self.durability is not Durability.BUFFERED
         with self._transaction(durable=durable) as conn:
-            return self._register(conn, intents, now=now)
+            # In chunks, inside one transaction: all rows or none, and a batch of a
+            # million rows is never held whole a second time.
+            return self._register(conn, itertools.chain([first], chunks), now=now)
 
     def record_pending(self, conn: Conn, intents: Iterable[Intent], *, now: float) -> int:
         """Record operations as pending inside the caller's own transaction on `conn`.
@@ -179,12 +193,9 @@ class PostgresStore(SQLStore):
 
         The durability of the commit is the caller's (their `synchronous_commit`).
         """
-        intents = list(intents)
         self._check_outbox_connection(conn)
-        if not intents:
-            return 0
         with pg_errors(self._where, self._quoted):
-            return self._register(conn, intents, now=now)
+            return self._register(conn, _chunks(intents, _REGISTER_CHUNK), now=now)
 
     def close(self) -> None:
         with self._close_lock:
@@ -226,9 +237,23 @@ class PostgresStore(SQLStore):
 
     # -- inside a transaction --------------------------------------------------------
 
-    def _register(self, conn: Conn, intents: list[Intent], *, now: float) -> int:
-        """Insert `intents` as pending on `conn` (inside a transaction): all of them are
-        new or the same requests as before, or `OperationMismatch` is raised."""
+    def _register(self, conn: Conn, chunks: Iterable[list[Intent]], *, now: float) -> int:
+        """Insert the intents of `chunks` as pending on `conn` (inside a transaction):
+        all of them are new or the same requests as before, or `OperationMismatch` is
+        raised (after every chunk, so that every conflict is named)."""
+        created = 0
+        conflicts: list[tuple[str, str, str]] = []
+        for intents in chunks:
+            added, found = self._register_chunk(conn, intents, now=now)
+            created += added
+            conflicts += found
+        if conflicts:
+            raise refused(conflicts)
+        return created
+
+    def _register_chunk(
+        self, conn: Conn, intents: list[Intent], *, now: float
+    ) -> tuple[int, list[tuple[str, str, str]]]:
         rows = [
             admission_values(
                 i, self._stored_headers(i), State.PENDING, None, None, now, cipher=self._cipher
@@ -237,7 +262,7 @@ class PostgresStore(SQLStore):
         ]
         columns = list(zip(*rows, strict=True))
         with conn.cursor(row_factory=tuple_row) as cur:
-            # One statement for the whole set, whatever its size.
+            # One statement for the chunk, whatever its size.
             created = cur.execute(
                 f"INSERT INTO {self._table} ({INSERT_COLUMNS})"
                 " SELECT id, key, method, url, headers::jsonb, body, fingerprint, reference,"
@@ -253,15 +278,12 @@ class PostgresStore(SQLStore):
                 [list(column) for column in columns],
             ).rowcount
             if created == len(intents):
-                return created
+                return created, []
             # Some existed already: each must be the same request, or the whole
             # registration fails (the caller's transaction rolls back). Every conflict
             # is named. (On a cursor of our own: the caller's connection may make
             # rows of another shape.)
-            conflicts = self._conflicts(cur, intents)
-        if conflicts:
-            raise refused(conflicts)
-        return created
+            return created, self._conflicts(cur, intents)
 
     def _check_outbox_connection(self, conn: object) -> None:
         where = self._where

@@ -20,7 +20,7 @@ backend turns its driver's errors into ours inside those context managers.
 What a backend does its own way stays there: opening and closing (SQLite's file, WAL
 and fsync levels; PostgreSQL's pool, schema and `synchronous_commit`), admission
 (SQLite commits queued intents in groups), and `register` (SQLite in chunks inside
-one transaction; PostgreSQL in one statement, also inside the application's own
+one transaction; PostgreSQL in one statement a chunk, also inside the application's own
 transaction for the outbox).
 """
 

@@ -289,6 +289,23 @@ def test_register_records_all_rows_in_one_transaction(store: Store) -> None:
     assert store.counts()[State.PENDING] == 50
 
 
+def test_a_registration_of_many_chunks_is_one_transaction(store: Store) -> None:
+    many = 12_000  # several of the store's chunks, streamed to it
+    intents = (make_intent(f"op-{n}", f"key-{n}") for n in range(many))
+    assert store.register(intents, now=NOW) == many
+    changed = (
+        make_intent("op-11999", "key-11999", body=b"{}")
+        if n == many
+        else make_intent(f"new-{n}", f"new-key-{n}")
+        for n in range(many + 1)
+    )
+    with pytest.raises(OperationMismatch) as caught:
+        store.register(changed, now=NOW)  # the last of them conflicts
+    assert [operation for operation, _ in caught.value.conflicts] == ["op-11999"]
+    assert store.get("new-0") is None  # none of the earlier chunks was kept
+    assert store.counts()[State.PENDING] == many
+
+
 def test_registered_operations_keep_their_order_and_content(store: Store) -> None:
     intents = [make_intent(f"op-{n:02}", f"key-{n}", body=b"%d" % n) for n in (3, 1, 2)]
     store.register(intents, now=NOW)
