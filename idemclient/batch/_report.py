@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import enum
-import io
 import json
 import os
 import secrets
 import signal
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .._outcome import Outcome, State
 
@@ -195,43 +195,86 @@ REPORT_COLUMNS = tuple(f.name for f in fields(ReportRow))
 
 
 @dataclass(frozen=True, slots=True)
+class _Tally:
+    """What the summary and the exit code read of a report's rows, counted in one pass
+    over them (the rows of a large batch are read back from disk: see `_lines`)."""
+
+    counts: Counter[str]
+    credentials_refused: int
+    credentials_refused_maybe_applied: int
+    to_reconcile: int
+    #: the states of the rows a rerun can settle (every row but those to reconcile)
+    states: frozenset[str]
+
+    @classmethod
+    def of(cls, rows: Iterable[ReportRow]) -> _Tally:
+        counts: Counter[str] = Counter()
+        refused = refused_maybe = reconcile = 0
+        states: set[str] = set()
+        for row in rows:
+            counts[row.state] += 1
+            counts["replayed"] += row.replayed
+            counts["already_done"] += row.already_done
+            if row.already_done and row.state in _EARLIER:
+                counts[f"{row.state}_already_done"] += 1
+            if row.credentials_refused:
+                if row.maybe_applied:
+                    refused_maybe += 1
+                else:
+                    refused += 1
+            if row.reconcile:
+                reconcile += 1
+            else:
+                states.add(row.state)
+        counts["reconcile"] = reconcile
+        for state in _EARLIER:
+            counts[f"{state}_already_done"] += 0
+        return cls(counts, refused, refused_maybe, reconcile, frozenset(states))
+
+
+#: States whose rows the summary says were done before this run.
+_EARLIER = (State.SUCCEEDED.value, State.FAILED.value)
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """A batch run's outcome. `batch` names it in the summary (its scope, or its file);
     `metadata` goes into a JSON report; `notes` are sentences added to the summary;
     `interrupted`: the run was stopped before every row was done, by `signal` (the
     signal's number; None: Ctrl-C, or a caller's `stop()`); `refused`: the batch was
-    refused before anything was sent (the rows' reasons say why)."""
+    refused before anything was sent (the rows' reasons say why). `rows` may be read
+    from disk a page at a time (the command's, for a large batch): they are read once
+    for the counts, and once more each time the report is written."""
 
     batch: str
-    rows: tuple[ReportRow, ...]
+    rows: Sequence[ReportRow]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     interrupted: bool = False
     refused: bool = False
     signal: int | None = None
+    _tally: _Tally | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _tallied(self) -> _Tally:
+        if self._tally is None:
+            object.__setattr__(self, "_tally", _Tally.of(self.rows))
+        assert self._tally is not None
+        return self._tally
 
     def counts(self) -> Counter[str]:
-        counts: Counter[str] = Counter(row.state for row in self.rows)
-        counts["replayed"] = sum(row.replayed for row in self.rows)
-        counts["already_done"] = sum(row.already_done for row in self.rows)
-        counts["reconcile"] = self.to_reconcile
-        for state in (State.SUCCEEDED, State.FAILED):
-            counts[f"{state.value}_already_done"] = sum(
-                row.already_done for row in self.rows if row.state == state.value
-            )
-        return counts
+        return Counter(self._tallied().counts)
 
     @property
     def credentials_refused(self) -> int:
         """Rows the server refused the credentials for, and of which nothing can have
         been applied: the same command with the right token sends them."""
-        return sum(row.credentials_refused and not row.maybe_applied for row in self.rows)
+        return self._tallied().credentials_refused
 
     @property
     def credentials_refused_maybe_applied(self) -> int:
         """Rows the server refused the credentials for after an attempt that may have
         been applied (a lost answer, then a 401): unsettled, to be run again."""
-        return sum(row.credentials_refused and row.maybe_applied for row in self.rows)
+        return self._tallied().credentials_refused_maybe_applied
 
     @property
     def exit_code(self) -> ExitCode:
@@ -240,7 +283,7 @@ class Report:
         if self.refused or self.credentials_refused:
             return ExitCode.BAD_INPUT
         # A row a rerun cannot settle is not a reason to run again: it would loop.
-        states = {row.state for row in self.rows if not row.reconcile}
+        states = self._tallied().states
         if states & _UNSETTLED:
             return ExitCode.RUN_AGAIN
         if self.to_reconcile:
@@ -253,7 +296,7 @@ class Report:
     def to_reconcile(self) -> int:
         """Rows that may have been applied and that only `idemclient ops reconcile`
         settles (their reason says how): a rerun leaves them as they are."""
-        return sum(row.reconcile for row in self.rows)
+        return self._tallied().to_reconcile
 
     def summary(self) -> str:
         counts = self.counts()
@@ -306,39 +349,59 @@ class Report:
         notes = "".join(f" {note}." for note in self.notes)
         return f"batch {self.batch}: " + ", ".join(parts) + f".{notes} {advice}."
 
-    def document(self) -> dict[str, Any]:
-        """The JSON report: metadata, summary and rows."""
+    def materialized(self) -> Report:
+        """This report with its rows in memory (a tuple), to outlive the run that made
+        it."""
+        if isinstance(self.rows, tuple):
+            return self
+        return dataclasses.replace(self, rows=tuple(self.rows))
+
+    def batch_document(self) -> dict[str, Any]:
+        """The JSON report's `batch`: metadata, exit code, counts and summary."""
         counts = self.counts()
         return {
-            "batch": {
-                **self.metadata,
-                "interrupted": self.interrupted,
-                "signal": None if self.signal is None else signal.Signals(self.signal).name,
-                "refused": self.refused,
-                "exit_code": int(self.exit_code),
-                "counts": {name: counts.get(name, 0) for name in _COUNTED},
-                "summary": self.summary(),
-            },
-            "rows": [asdict(row) for row in self.rows],
+            **self.metadata,
+            "interrupted": self.interrupted,
+            "signal": None if self.signal is None else signal.Signals(self.signal).name,
+            "refused": self.refused,
+            "exit_code": int(self.exit_code),
+            "counts": {name: counts.get(name, 0) for name in _COUNTED},
+            "summary": self.summary(),
         }
+
+    def document(self) -> dict[str, Any]:
+        """The JSON report: metadata, summary and rows."""
+        return {"batch": self.batch_document(), "rows": [asdict(row) for row in self.rows]}
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the report as CSV or JSON, chosen by the file's extension, atomically:
-        the file is whole, or as it was."""
+        the file is whole, or as it was. Written a row at a time: a large batch's
+        report is never held whole in memory."""
         target = Path(path)
         suffix = target.suffix.lower()
         if suffix == ".json":
-            text = json.dumps(self.document(), indent=2) + "\n"
+            _replace(target, self._write_json)
         elif suffix == ".csv":
-            out = io.StringIO(newline="")
-            writer = csv.DictWriter(out, fieldnames=REPORT_COLUMNS)
-            writer.writeheader()
-            for row in self.rows:
-                writer.writerow({name: _cell(value) for name, value in asdict(row).items()})
-            text = out.getvalue()
+            _replace(target, self._write_csv)
         else:
             raise ValueError(f"report {target}: use a .csv or .json file name")
-        _replace(target, text)
+
+    def _write_csv(self, out: TextIO) -> None:
+        writer = csv.DictWriter(out, fieldnames=REPORT_COLUMNS)
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({name: _cell(value) for name, value in asdict(row).items()})
+
+    def _write_json(self, out: TextIO) -> None:
+        """`json.dumps(self.document(), indent=2)`, byte for byte, a row at a time."""
+        batch = json.dumps(self.batch_document(), indent=2).replace("\n", "\n  ")
+        out.write('{\n  "batch": ' + batch + ',\n  "rows": [')
+        first = True
+        for row in self.rows:
+            shown = json.dumps(asdict(row), indent=2).replace("\n", "\n    ")
+            out.write(("\n    " if first else ",\n    ") + shown)
+            first = False
+        out.write("]\n}\n" if first else "\n  ]\n}\n")
 
 
 _COUNTED = (
@@ -363,15 +426,15 @@ def _cell(value: object) -> object:
     return value
 
 
-def _replace(target: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `target`, then rename it over `target`.
+def _replace(target: Path, write: Callable[[TextIO], None]) -> None:
+    """Write a file beside `target` with `write`, then rename it over `target`.
 
     The file is created with mode 0666 less the umask, as any file a program writes for
     people to read (`mkstemp` makes 0600, which the rename would keep)."""
     handle, temporary = _temporary_beside(target)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
+            write(out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, target)

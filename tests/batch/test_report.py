@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from idemclient.batch import ExitCode, Report, ReportRow
+from idemclient.batch._lines import Lines, Stored
 from idemclient.batch._report import check_report_path
 
 
@@ -213,3 +214,41 @@ def test_a_run_stopped_by_a_signal_exits_128_and_its_number(
     document = json.loads((tmp_path / "r.json").read_text())["batch"]
     assert document["exit_code"] == code
     assert document["signal"] == (None if signum is None else signal.Signals(signum).name)
+
+
+def many(n: int) -> list[ReportRow]:
+    return [
+        ReportRow(i + 1, f"E{i}", f"k{i}", "succeeded" if i % 3 else "failed", 201, f"po_{i}",
+                  1, i % 2 == 0, f"=reason {i}", already_done=i % 5 == 0)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_a_report_written_a_row_at_a_time_is_the_document_itself(tmp_path: Path, n: int) -> None:
+    report = Report(batch="b", rows=tuple(many(n)), metadata={"source": "b.csv"}, notes=("x",))
+    report.write(tmp_path / "r.json")
+    assert (tmp_path / "r.json").read_text() == json.dumps(report.document(), indent=2) + "\n"
+
+
+def test_a_report_read_from_disk_writes_and_counts_as_one_held_in_memory(
+    tmp_path: Path,
+) -> None:
+    rows = many(2_345)  # more than one page of lines
+    lines = Lines()
+    for index in reversed(range(len(rows))):  # as rows finish, in any order
+        lines.put(index, rows[index])
+    stored = Report(batch="b", rows=Stored(lines, len(rows)), metadata={"source": "b.csv"})
+    held = Report(batch="b", rows=tuple(rows), metadata={"source": "b.csv"})
+    assert list(stored.rows) == rows
+    assert (stored.rows[0], stored.rows[-1], stored.rows[10:12]) == (rows[0], rows[-1], rows[10:12])
+    assert stored.counts() == held.counts()
+    assert (stored.exit_code, stored.summary()) == (held.exit_code, held.summary())
+    for name in ("r.csv", "r.json"):
+        stored.write(tmp_path / f"stored-{name}")
+        held.write(tmp_path / f"held-{name}")
+        assert (tmp_path / f"stored-{name}").read_bytes() == (
+            tmp_path / f"held-{name}"
+        ).read_bytes()
+    assert stored.materialized().rows == tuple(rows)
+    lines.close()
