@@ -229,7 +229,9 @@ class _Using:
             if store._closed:
                 raise StoreUnavailable(store._path, "is closed")
             synchronous = "FULL" if self.durable else "NORMAL"
-            if synchronous != store._synchronous:
+            # Inside a transaction this thread holds (a read while registering), the
+            # level is the transaction's: SQLite changes it only between transactions.
+            if synchronous != store._synchronous and not store._conn.in_transaction:
                 try:
                     store._conn.execute(f"PRAGMA synchronous = {synchronous}")
                 except sqlite3.Error as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -550,7 +551,7 @@ def _submit(
         "new_payments": new_payments,
     }
     if dry_run:
-        shown = _dry_run(
+        _dry_run(
             parsed,
             url=url,
             token=token,
@@ -558,8 +559,8 @@ def _submit(
             policy=policy,
             profile=profile,
             options=options,
+            show=functools.partial(_show_preview, as_json=as_json, verbose=verbose),
         )
-        _show_preview(shown, as_json=as_json, verbose=verbose)
         sys.exit(int(ExitCode.OK))
     with stopping_on_signals():
         _submit_run(
@@ -622,14 +623,16 @@ def _submit_run(
     with told_by_signals() as told:
         with client:
             result = _run_interruptibly(run, client.http, progress, told)
+            # Each row, with why it was refused: as the store has it, so while it is open.
+            refused = run.report(refused=result) if isinstance(result, BatchInvalid) else None
         progress.close()
         if isinstance(result, BaseException):
             if isinstance(result, BatchInvalid):
-                refused = run.report(refused=result)
+                assert refused is not None
                 if report:  # each row, with why it was refused
                     _write(refused, report)
                 if as_json:  # the same document as any run's: `refused` true, exit code 2
-                    document = refused.document()["batch"]
+                    document = refused.batch_document()
                     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
                 _fail(str(result), ExitCode.BAD_INPUT)
             if isinstance(result, StoreError):
@@ -724,7 +727,7 @@ def _finish(result: Report, report: str | None, *, as_json: bool) -> NoReturn:
         if result.interrupted:
             click.echo("interrupted: no new row was started", err=True)
         if as_json:
-            click.echo(json.dumps(result.document()["batch"], indent=2, ensure_ascii=False))
+            click.echo(json.dumps(result.batch_document(), indent=2, ensure_ascii=False))
         else:
             click.echo(_coloured(result.summary(), result.exit_code))
     sys.exit(int(result.exit_code))
@@ -765,9 +768,11 @@ def _dry_run(
     policy: RetryPolicy,
     profile: Profile,
     options: dict[str, Any],
-) -> Preview:
-    """`--dry-run`: the plan of every row, from the file and the store alone. A store
-    that does not exist yet is not created: the plan is made on an empty one."""
+    show: Callable[[Preview], None],
+) -> None:
+    """`--dry-run`: the plan of every row, from the file and the store alone, shown by
+    `show` (a row at a time, while the store is open). A store that does not exist yet
+    is not created: the plan is made on an empty one."""
     with contextlib.ExitStack() as stack:
         if describe_missing(store) is not None:
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -781,7 +786,7 @@ def _dry_run(
             httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
         )
         try:
-            return preview(
+            shown = preview(
                 parsed,
                 store=opened,
                 clock=SystemClock(),
@@ -790,6 +795,7 @@ def _dry_run(
                 profile=profile,
                 **options,
             )
+            show(shown)
         except BatchInvalid as exc:
             _fail(f"{exc}\n(dry run: nothing was looked up, recorded or sent)", ExitCode.BAD_INPUT)
         except (ValueError, StoreError) as exc:
@@ -800,9 +806,8 @@ _STEP_COLOURS = {"new": "cyan", "known": "yellow", "done": "green", "reopen": "y
 
 
 def _show_preview(shown: Preview, *, as_json: bool, verbose: bool) -> None:
-    if as_json:
-        document = shown.document(bodies=verbose)  # the bodies only with -v, as in text
-        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    if as_json:  # the bodies only with -v, as in text; a row at a time
+        shown.write_json(sys.stdout, bodies=verbose)
         return
     for row in shown.rows:
         step = click.style(f"{row.step:<9}", fg=_STEP_COLOURS.get(row.step, "magenta"))

@@ -4,14 +4,17 @@ store alone.
 Only the first phase of a run (`_run`, plan) is done: the file is read and checked, and
 the store is asked what it knows of each row. Nothing is looked up on the server,
 registered in the store or sent. A batch the run would refuse is refused the same way
-(`BatchInvalid`).
+(`BatchInvalid`). The rows are shown a chunk at a time, planned again as they are
+shown: a preview of a million rows holds one chunk of them.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Unpack
+from typing import Any, TextIO, Unpack
 
 import httpx
 
@@ -22,7 +25,7 @@ from .._store import Store
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._plan import Step
 from ._rows import Batch
-from ._run import SubmitOptions, run_on
+from ._run import SubmitOptions, _Row, _Run, run_on
 from ._sender import target_of
 
 __all__ = ["Preview", "PreviewRow", "preview"]
@@ -58,40 +61,69 @@ class PreviewRow:
     body: str | None
 
 
-@dataclass(frozen=True, slots=True)
 class Preview:
-    rows: tuple[PreviewRow, ...]
+    """What a run would do with each row: `rows` (planned again each time they are
+    read, a chunk at a time), and the counts of the plan."""
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self.total = len(run.batch.rows)
+        steps = run.steps
+        self._counts: Counter[str] = Counter({s.value: steps.get(s.value, 0) for s in _WHAT})
+        self.looked_up = steps.get("looked up", 0)
+
+    @property
+    def rows(self) -> Iterator[PreviewRow]:
+        for item in self._run.each_planned():
+            yield _shown(self._run, item)
 
     def counts(self) -> Counter[str]:
-        return Counter(row.step for row in self.rows)
+        return Counter(self._counts)
 
     def summary(self) -> str:
-        counts = self.counts()
-        sent = sum(1 for row in self.rows if row.method is not None)
-        looked_up = sum(1 for row in self.rows if row.look_up)
+        counts = self._counts
+        sent = counts[Step.NEW.value] + counts[Step.REOPEN.value] + counts[Step.KNOWN.value]
         parts = ", ".join(f"{counts.get(s.value, 0)} {s.value}" for s in _WHAT)
+        looked_up = self.looked_up
         lookups = (
             f", {looked_up} looked up first (a payment found is not sent)" if looked_up else ""
         )
         return (
-            f"dry run: {len(self.rows)} rows ({parts}); {sent} would be sent{lookups}."
+            f"dry run: {self.total} rows ({parts}); {sent} would be sent{lookups}."
             " Nothing was looked up, recorded or sent."
         )
+
+    def head(self, *, bodies: bool = True) -> dict[str, Any]:
+        """The preview's JSON but its rows."""
+        return {
+            "dry_run": True,
+            "bodies": bodies,
+            "counts": {step.value: self._counts.get(step.value, 0) for step in _WHAT},
+            "summary": self.summary(),
+        }
 
     def document(self, *, bodies: bool = True) -> dict[str, Any]:
         """The preview as JSON. `bodies=False`: each row's request body (account
         numbers, names, amounts) is null, as the text shows it only with --verbose."""
-        rows = [asdict(row) for row in self.rows]
-        if not bodies:
-            for row in rows:
-                row["body"] = None
-        return {
-            "dry_run": True,
-            "bodies": bodies,
-            "counts": {step.value: self.counts().get(step.value, 0) for step in _WHAT},
-            "summary": self.summary(),
-            "rows": rows,
-        }
+        return {**self.head(bodies=bodies), "rows": [_row(r, bodies) for r in self.rows]}
+
+    def write_json(self, out: TextIO, *, bodies: bool = True) -> None:
+        """`json.dumps(self.document(bodies=bodies), indent=2)`, a row at a time."""
+        head = json.dumps(self.head(bodies=bodies), indent=2, ensure_ascii=False)
+        out.write(head[:-2] + ',\n  "rows": [')
+        first = True
+        for row in self.rows:
+            shown = json.dumps(_row(row, bodies), indent=2, ensure_ascii=False)
+            out.write(("\n    " if first else ",\n    ") + shown.replace("\n", "\n    "))
+            first = False
+        out.write("]\n}\n" if first else "\n  ]\n}\n")
+
+
+def _row(row: PreviewRow, bodies: bool) -> dict[str, Any]:
+    shown = asdict(row)
+    if not bodies:
+        shown["body"] = None
+    return shown
 
 
 def preview(
@@ -105,35 +137,38 @@ def preview(
     **options: Unpack[SubmitOptions],
 ) -> Preview:
     """What a run of `batch` would do, row by row, reading `store` only; `http` only
-    builds requests (its base URL and credentials), it sends none."""
+    builds requests (its base URL and credentials), it sends none. The preview reads
+    the store as it is read: use it while the store is open."""
     run = run_on(
         batch, store=store, clock=clock, policy=policy, http=http, profile=profile, **options
     )
-    run.plan()
-    shown = []
-    for item in run.rows:
-        plan, identity = item.plan, item.identity
-        record = plan.record
-        method = url = body = None
-        if plan.step in (Step.NEW, Step.REOPEN):
-            request = run.request_of(item.row, identity)
-            method, url, body = "POST", request.url, request.body.decode("utf-8", "replace")
-        elif plan.step is Step.KNOWN and record is not None:
-            method, url = record.method, target_of(record.url)
-            body = record.body.decode("utf-8", "replace")
-        shown.append(
-            PreviewRow(
-                row=item.row.number,
-                reference=identity.reference,
-                step=plan.step.value,
-                action=_WHAT[plan.step] + (f" ({plan.why})" if plan.why else ""),
-                key=record.key if record is not None else identity.key,
-                stored_state=record.state.value if record is not None else None,
-                stored_attempts=record.attempts if record is not None else 0,
-                look_up=plan.look_up,
-                method=method,
-                url=url,
-                body=body,
-            )
-        )
-    return Preview(tuple(shown))
+    try:
+        run.plan()
+    finally:
+        run.close()  # its report lines: a preview has none
+    return Preview(run)
+
+
+def _shown(run: _Run, item: _Row) -> PreviewRow:
+    plan, identity = item.plan, item.identity
+    record = plan.record
+    method = url = body = None
+    if plan.step in (Step.NEW, Step.REOPEN):
+        request = run.request_of(item.row, identity)
+        method, url, body = "POST", request.url, request.body.decode("utf-8", "replace")
+    elif plan.step is Step.KNOWN and record is not None:
+        method, url = record.method, target_of(record.url)
+        body = record.body.decode("utf-8", "replace")
+    return PreviewRow(
+        row=item.row.number,
+        reference=identity.reference,
+        step=plan.step.value,
+        action=_WHAT[plan.step] + (f" ({plan.why})" if plan.why else ""),
+        key=record.key if record is not None else identity.key,
+        stored_state=record.state.value if record is not None else None,
+        stored_attempts=record.attempts if record is not None else 0,
+        look_up=plan.look_up,
+        method=method,
+        url=url,
+        body=body,
+    )

@@ -34,16 +34,18 @@ write the report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import enum
 import functools
 import inspect
 import logging
 import math
 import threading
 import uuid
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
@@ -59,6 +61,7 @@ from .._operations import (
     Blocking,
     Close,
     Each,
+    Feed,
     Op,
     arun,
     fingerprints,
@@ -82,6 +85,7 @@ from ._advice import Commands, rerun_settles
 from ._corrections import CORRECTED_MARK, correcting
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
+from ._lines import Lines, Stored
 from ._lookup import (
     DEFAULT_LOOKUP,
     Asked,
@@ -232,6 +236,12 @@ class _Looking:
             self.not_found += verdict.finding == "not_found"
             self._tell()
 
+    def passed(self) -> None:
+        """A row to look up that needs it no more (the store knows better now)."""
+        with self._lock:
+            self.done += 1
+            self._tell()
+
     def waiting(self, now: bool) -> None:
         """A look-up waits to be asked again (`now`), or is asked again."""
         with self._lock:
@@ -308,6 +318,48 @@ class _Counts:
     wait_until: float = 0.0
 
 
+#: Rows are planned, looked up, recorded and sent a chunk at a time: a run holds one
+#: chunk of rows at a time (and one report line a row, on disk: `_lines`), however
+#: long the file.
+CHUNK = 1_000
+
+
+class _At(enum.IntEnum):
+    """Where a row is in the run: one byte a row (`_Run.status`), what the run keeps of
+    it between its phases. The rest (its identity, what the store knows of it) is made
+    again from the file and the store, a chunk at a time, when a phase needs it."""
+
+    #: not planned yet (a run stopped while planning)
+    UNPLANNED = 0
+    #: its report line is written
+    DONE = 1
+    #: refused: the batch is refused
+    REFUSED = 2
+    #: to be looked up on the server before anything is sent
+    ASK = 3
+    #: to be looked up, and an earlier run kept a "nothing found" for it: judged once
+    #: the server's time is known (`_remembered`)
+    KEPT = 4
+    #: new to the store: registered, then sent under its key
+    NEW = 5
+    #: known to the store: sent under its recorded key
+    KNOWN = 6
+    #: never applied at another URL or with other credentials: pointed at this run's,
+    #: then sent under its key
+    REOPEN = 7
+    #: pointed at this run's URL: sent under its key (its record says why)
+    REOPENED = 8
+    #: refused or never sent before, its content corrected since, and new to the store
+    #: under an identity of its own (`_corrections`): registered, then sent under it
+    CORRECTION = 9
+
+
+_SENDING = frozenset({_At.NEW, _At.KNOWN, _At.REOPENED, _At.CORRECTION})
+#: Rows sent as the store holds them now (planned again to know it).
+_KNOWN = (_At.KNOWN, _At.REOPENED, _At.CORRECTION)
+_NEW_PLAN = RowPlan(Step.NEW)
+
+
 class _Run:
     """One run of a batch through a client; see the module docstring."""
 
@@ -347,13 +399,28 @@ class _Run:
         self.tracker = _Tracker(len(batch.rows), on_progress, self.stopping)
         #: the attempts the transport holds, for a run cut short for good (`abandon`)
         self.in_flight = InFlight(clock)
+        #: the operations this run's threads hold now (being sent, or settled by a
+        #: look-up): what an abandoned run writes as it stands (`abandon`)
+        self._holding: set[str] = set()
         self.looking = _Looking(on_progress)
         self._notify = notify or (lambda text: logger.info("%s", text))
         #: told each look-up retry (the command's --verbose), beside its log record
         self.on_lookup_retry: Callable[[str], None] | None = None
-        self.results: list[ReportRow | None] = [None] * len(batch.rows)
-        self.rows: list[_Row] = []
+        #: where each row is (`_At`), and the report's lines, out of memory (`_lines`)
+        self.status = bytearray(len(batch.rows))
+        self.lines = Lines()
         self.counts = _Counts()
+        #: what refuses the batch, met as the look-ups are answered (row number, why)
+        self._problems: list[tuple[int, str]] = []
+        self._advices: dict[str, None] = {}  # said once each, in the order met
+        #: a look-up that does not work; one the server answered "later" (the longest
+        #: wait asked for)
+        self._lasting: Asked | None = None
+        self._later: Asked | None = None
+        #: when the run planned: every later phase plans a chunk again as of then
+        self._planned_at = 0.0
+        #: what the plan found, by step, for a dry run's summary
+        self.steps: Counter[str] = Counter()
         self.started = _utc_now()
         self.metadata = dict(metadata or {})
         self._template: Intent | None = None
@@ -375,8 +442,7 @@ class _Run:
         )
         #: a look-up the server answered "later" (or not at all): nothing is sent
         self.cut_short: Asked | None = None
-        #: rows to look up whose "nothing found" an earlier run kept (`kept_askings`)
-        self._held: list[tuple[_Row, NotFound]] = []
+        self._cut_short_said: str | None = None
 
     def stop(self) -> None:
         """Start no new row, and stop each row at its next retry (Ctrl-C)."""
@@ -387,48 +453,49 @@ class _Run:
         row this process holds is written as it stands (`_abandon`); how many were in
         flight."""
         self.stop()
-        held = [
-            (item.outgoing.operation_id if item.outgoing else item.identity.operation_id)
-            for item in self.rows
-            if self.results[item.index] is None
-        ]
+        with self._lock:
+            held = list(self._holding)
         return self.in_flight.abandon(self.store, held)
 
-    def _tally(self, name: str, by: int = 1) -> None:
-        """Add to one of the counts: rows are answered by several threads at once."""
-        with self._lock:
-            setattr(self.counts, name, getattr(self.counts, name) + by)
+    def close(self) -> None:
+        """Let the report's lines go (once the report is written, or read)."""
+        self.lines.close()
 
-    # -- 1. plan ---------------------------------------------------------------------
+    # -- a chunk at a time -----------------------------------------------------------
 
-    def plan(self) -> None:
-        batch, target = self.batch, self.target
-        now = self.clock.time()
-        request = self.http.build_request(
-            "POST", target.path, headers={"Content-Type": "application/json"}
-        )
-        template = intent_for(request, b"")
-        self._template = template
-        url = httpx.URL(template.url)
-        self._sender = sender = Sender(credentials_of(request, self.http.auth))
-        self._marked = sender.mark(str(url))
-        self._fingerprint = fingerprints("POST", url, content_type=JSON_BODY)
+    def _chunks(self, codes: Collection[_At] | None = None) -> Iterator[tuple[int, int]]:
+        """The rows a chunk at a time, as (start, stop): those with a row at one of
+        `codes`, if given."""
+        total = len(self.status)
+        wanted = None if codes is None else [bytes([code]) for code in codes]
+        for start in range(0, total, CHUNK):
+            stop = min(total, start + CHUNK)
+            if wanted is None or any(code in self.status[start:stop] for code in wanted):
+                yield start, stop
+
+    def _planned(self, start: int, stop: int, codes: Collection[_At] | None = None) -> list[_Row]:
+        """Rows `start` to `stop` (those at one of `codes`, if given), each with what the
+        store knows of it now, planned as of when the run planned (`plan_row`)."""
+        batch, target, sender = self.batch, self.target, self._sender
+        status = self.status
+        indexes = [i for i in range(start, stop) if codes is None or status[i] in codes]
+        chunk = batch.rows[start:stop]  # one read, where the rows are on disk
+        rows = [chunk[i - start] for i in indexes]
         identities = [
             identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
-            for row in batch.rows
+            for row in rows
         ]
-        # Streamed: the store asks in chunks, and no list of every row's ids is made.
         known = self.store.find(
-            operation_ids=(i.operation_id for i in identities),
-            references=(i.bare for i in identities),
+            operation_ids=[i.operation_id for i in identities],
+            references=[i.bare for i in identities],
         )
         by_id = {record.operation_id: record for record in known}
         by_reference: dict[str, list[OperationRecord]] = defaultdict(list)
         for record in known:
             if record.reference is not None:
                 by_reference[record.reference].append(record)
-        problems: list[tuple[int, str]] = []
-        for index, (row, identity) in enumerate(zip(batch.rows, identities, strict=True)):
+        items = []
+        for index, row, identity in zip(indexes, rows, identities, strict=True):
             plan = plan_row(
                 identity,
                 functools.partial(self.request_of, row, identity),
@@ -443,7 +510,7 @@ class _Run:
                     operation=target.operation,
                     namespace=target.namespace,
                 ),
-                now=now,
+                now=self._planned_at,
                 retention=self.retention,
                 look_up=target.lookup is not None,
                 other_credentials=lambda record: sender.other(record.url),
@@ -451,28 +518,81 @@ class _Run:
                 commands=self.commands,
                 correct=self._correct,
             )
-            if plan.step is Step.REFUSED:
-                problems.append((row.number, f"reference {identity.reference!r} {plan.why}"))
-                if plan.advice and (0, plan.advice) not in problems:
-                    problems.insert(0, (0, plan.advice))
             # A corrected content sent under a key of its own is that identity's.
-            self.rows.append(_Row(index, row, plan.identity or identity, plan))
-        twinned = [] if target.new_payments else self._twins()
+            items.append(_Row(index, row, plan.identity or identity, plan))
+        return items
+
+    def each_planned(self) -> Iterator[_Row]:
+        """Every row, planned as the store has it now, a chunk at a time (a dry run's
+        rows)."""
+        for start, stop in self._chunks():
+            yield from self._planned(start, stop)
+
+    def _new_row(self, index: int, row: PayoutRow) -> _Row:
+        """A row the store did not know when the run planned (`index`, `row`): its
+        identity alone."""
+        batch, target = self.batch, self.target
+        identity = identify(
+            row, scope=batch.scope, operation=target.operation, namespace=target.namespace
+        )
+        return _Row(index, row, identity, _NEW_PLAN)
+
+    def _tally(self, name: str, by: int = 1) -> None:
+        """Add to one of the counts: rows are answered by several threads at once."""
+        with self._lock:
+            setattr(self.counts, name, getattr(self.counts, name) + by)
+
+    # -- 1. plan ---------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """Decide every row (a chunk at a time): a known reference with other content, a
+        row that may have been applied elsewhere, or a twin refuses the batch
+        (`BatchInvalid`, nothing recorded or sent); a row done is reported now."""
+        batch, target = self.batch, self.target
+        now = self.clock.time()
+        request = self.http.build_request(
+            "POST", target.path, headers={"Content-Type": "application/json"}
+        )
+        template = intent_for(request, b"")
+        self._template = template
+        url = httpx.URL(template.url)
+        self._sender = Sender(credentials_of(request, self.http.auth))
+        self._marked = self._sender.mark(str(url))
+        self._fingerprint = fingerprints("POST", url, content_type=JSON_BODY)
+        self._planned_at = now
+        problems: list[tuple[int, str]] = []
+        twinned: list[tuple[int, str]] = []
+        for start, stop in self._chunks():
+            items = self._planned(start, stop)
+            for item in items:
+                plan, identity = item.plan, item.identity
+                self.steps[plan.step.value] += 1
+                self.steps["looked up"] += plan.look_up
+                if plan.step is Step.REFUSED:
+                    problems.append(
+                        (item.row.number, f"reference {identity.reference!r} {plan.why}")
+                    )
+                    if plan.advice and (0, plan.advice) not in problems:
+                        problems.insert(0, (0, plan.advice))
+                    self.status[item.index] = _At.REFUSED
+                elif plan.step is Step.DONE:
+                    assert plan.record is not None
+                    self._done(item, _recorded_line(item, plan.record))
+                else:
+                    self.status[item.index] = _at(plan)
+            if not target.new_payments:
+                twinned += self._twins(items)
         if problems or twinned:
             if any("other content" in why for _, why in problems):
                 problems.insert(0, (0, SCOPE_ADVICE))
             if twinned:
                 problems[:0] = [(0, TWIN_ADVICE), *twinned]
             raise BatchInvalid(batch.source, sorted(problems, key=lambda p: p[0]))
-        for item in self.rows:
-            if item.plan.step is Step.DONE:
-                assert item.plan.record is not None
-                self._done(item, _recorded_line(item, item.plan.record))
 
-    def _twins(self) -> list[tuple[int, str]]:
-        """The new rows whose very content the store holds under another reference
-        (`_duplicates`): one pass over the store's references, for all of them."""
-        new = [item for item in self.rows if item.plan.step is Step.NEW]
+    def _twins(self, items: Sequence[_Row]) -> list[tuple[int, str]]:
+        """Of `items`, the new rows whose very content the store holds under another
+        reference (`_duplicates`): one pass over the store's references for them."""
+        new = [item for item in items if item.plan.step is Step.NEW]
         if not new:
             return []
         wanted = (value for item in new for value in tails_of(item.row))
@@ -496,6 +616,7 @@ class _Run:
             # As the store has them now (one purged meanwhile is no twin any more).
             stored = [records[t.operation_id] for t in listed if t.operation_id in records]
             if stored:
+                self.status[item.index] = _At.REFUSED
                 problems.append((number, twin_problem(item.identity, stored)))
         return problems
 
@@ -518,60 +639,102 @@ class _Run:
 
     # -- 2. look up ------------------------------------------------------------------
 
-    def askings(self) -> list[_Row]:
-        """The rows to look up first: rows the store does not know, and old or unsure
-        records. Those whose "nothing found" an earlier run kept wait for
-        `kept_askings`, to be judged once the server's time is known (`_remembered`):
-        where it is not known yet and nothing else is to be asked, one of them is
-        asked first, and its answer tells it."""
+    def start_looking(self) -> bool:
+        """Whether any row is to be looked up; if so, say so, and forget the kept
+        "nothing found" answers too old to believe."""
         lookup = self.target.lookup
-        if lookup is None:
-            return []
-        wanted = [item for item in self.rows if item.plan.look_up]
-        self.counts.looked_up = len(wanted)
-        if not wanted:
-            return []
-        now = self.clock.time()
-        self.store.forget_not_found(asked_before=now - BELIEVED_FOR)
-        kept = self._kept([item for item in wanted if _rememberable(item)])
-        first: list[_Row] = []
-        for item in wanted:
-            found = kept.get(_looked_up_as(item)[0])
-            if found is None:
-                first.append(item)
-            else:
-                self._held.append((item, found))
-        if self._held and not first and self._server_time(*self._held[0]) is None:
-            first.append(self._held.pop(0)[0])
+        count = self.status.count(_At.ASK)
+        self.counts.looked_up = count
+        if lookup is None or not count:
+            return False
+        self.store.forget_not_found(asked_before=self.clock.time() - BELIEVED_FOR)
         template = lookup.template.replace("{reference}", "<reference>")
-        held = len(self._held)
         self._notify(
-            f"looking up {len(wanted)} row(s) before sending (new to the store, never"
-            " sent, maybe applied, finished elsewhere, or recorded past the key"
-            f" retention): GET {template}"
-            + (
-                f"; {held} of them asked by an earlier run, whose answers are kept and"
-                " believed while they are young"
-                if held
-                else ""
-            )
+            f"looking up {count} row(s) before sending (new to the store, never sent, maybe"
+            " applied, finished elsewhere, or recorded past the key retention): GET"
+            f" {template}"
         )
-        self.looking.start(len(wanted))
-        return first
+        self.looking.start(count)
+        return True
 
-    def kept_askings(self) -> list[_Row]:
-        """The rows `askings` held back: each whose kept "nothing found" is believed
-        (`_remembered.believed`) is answered by it now; the others, to ask."""
-        now = self.clock.time()
-        to_ask: list[_Row] = []
-        for item, kept in self._held:
-            if self._believed(item, kept, now):
-                self.counts.remembered += 1
-                self.answered(item)
+    def askings(self) -> Feed:
+        """The rows to look up, a chunk at a time; those whose "nothing found" an
+        earlier run kept wait (`_At.KEPT`) for `kept_askings`, to be judged once the
+        server's time is known (`_remembered`)."""
+        return _Rows(self, (_At.ASK,), self._to_ask)
+
+    def _to_ask(self, start: int, stop: int) -> list[_Row]:
+        items = [item for item in self._planned(start, stop, (_At.ASK,)) if self._still_asked(item)]
+        kept = self._kept([item for item in items if _rememberable(item)])
+        to_ask = []
+        for item in items:
+            if _looked_up_as(item)[0] in kept:
+                self.status[item.index] = _At.KEPT
             else:
                 to_ask.append(item)
-        self._held = []
         return to_ask
+
+    def time_probe(self) -> list[_Row]:
+        """One row whose kept answer waits, to ask first when the client does not know
+        the server's time yet (no look-up was answered so far): its answer tells it,
+        and the others are judged by it. None otherwise."""
+        at = self.status.find(_At.KEPT)
+        if at < 0:
+            return []
+        items = self._planned(at, at + 1, (_At.KEPT,))
+        if not items or self._knows_server_time(items[0]):
+            return []
+        self.status[at] = _At.ASK
+        return items
+
+    def kept_askings(self) -> Feed:
+        """The rows `askings` held back, a chunk at a time: each whose kept "nothing
+        found" is believed (`_remembered.believed`) is answered by it now; the others
+        are to ask."""
+        return _Rows(self, (_At.KEPT,), self._kept_to_ask)
+
+    def _kept_to_ask(self, start: int, stop: int) -> list[_Row]:
+        items = [
+            item for item in self._planned(start, stop, (_At.KEPT,)) if self._still_asked(item)
+        ]
+        kept = self._kept(items)
+        now = self.clock.time()
+        to_ask = []
+        for item in items:
+            found = kept.get(_looked_up_as(item)[0])
+            if found is not None and _rememberable(item) and self._believed(item, found, now):
+                self._tally("remembered")
+                self.answered(item)
+            else:
+                self.status[item.index] = _At.ASK
+                to_ask.append(item)
+        return to_ask
+
+    def _still_asked(self, item: _Row) -> bool:
+        """Whether a row to look up is still one: planned again as the store has it
+        now, another process may have finished it, or recorded it otherwise."""
+        plan = item.plan
+        if plan.look_up:
+            return True
+        self.looking.passed()
+        if plan.step is Step.DONE:
+            assert plan.record is not None
+            self._done(item, _recorded_line(item, plan.record))
+        elif plan.step is Step.REFUSED:
+            self._problem(item, f"reference {item.identity.reference!r} {plan.why}", plan.advice)
+        else:
+            self.status[item.index] = _at(plan)
+        return False
+
+    def _knows_server_time(self, item: _Row) -> bool:
+        """Whether the client knows the look-up's server's time (an answer of it told
+        it): a server that sends no `Date` leaves it unknown, and costs a probe a run."""
+        url = httpx.URL(self._lookup_url(self.asking(item).url))
+        try:
+            settings = settings_of(self.http)
+        except TypeError:  # not a wrapped client: judged by this clock alone
+            return True
+        return settings.server_times is None or settings.server_time(url, stamped=0.0) is not None
 
     def _server_time(self, item: _Row, kept: NotFound) -> ServerTime | None:
         """The server's time now, if the client knows it, to judge `kept` by."""
@@ -583,6 +746,8 @@ class _Run:
 
     def _kept(self, items: Sequence[_Row]) -> dict[str, NotFound]:
         """What the store keeps of the look-ups of `items` that found nothing."""
+        if not items:
+            return {}
         ids = [_looked_up_as(item)[0] for item in items]
         return {kept.operation_id: kept for kept in self.store.not_found(ids)}
 
@@ -657,37 +822,74 @@ class _Run:
         recorded as the row's outcome now (`_record_found`, `_settle_known`); a
         "nothing found" for a row never applied is kept; a row that may have been
         applied is settled by it, under the server's in-flight hold. What refuses the
-        batch (other content, a look-up that does not work) is `take_answers`'."""
+        batch (other content, a look-up that does not work) is noted for
+        `take_answers`."""
         asked = item.asked
         assert asked is not None
         verdict = asked.verdict
         self.looking.answered(verdict)
-        if asked.trouble is not None or verdict.finding in ("mismatch", "ambiguous"):
+        if asked.trouble is not None:
+            self._troubled(asked)
+            return
+        if verdict.finding in ("mismatch", "ambiguous"):
+            self._problem(item, _conflict(self, item, asked), SCOPE_ADVICE)
             return
         step = item.plan.step
         if step is Step.ELSEWHERE:
             if verdict.finding == "found":
                 self._found_elsewhere(item)
-            return  # not found: refused (`take_answers`)
+            else:
+                self._problem(
+                    item,
+                    f"reference {item.identity.reference!r} {item.plan.why}, and a look-up"
+                    f" here does not find it (GET {shown_url(asked.url)}: {verdict.why})",
+                    item.plan.advice,
+                )
+            return
         if step is Step.NEW:
             if verdict.finding == "found":
                 self._record_found(item)
-            elif not asked.remembered:
-                self._remember(item)
+            else:
+                if not asked.remembered:
+                    self._remember(item)
+                self.status[item.index] = _new(item.plan)
             return
         record = item.plan.record
         assert record is not None
         if verdict.finding == "not_found" and _rememberable(item):
             if not asked.remembered:
                 self._remember(item)
-            return  # sent as it is (reopened first, if it is to be: `record`)
-        if step is Step.REOPEN:
-            reopened = self._reopen(item)
-            if reopened is None:
-                return
-            record = reopened
-        if self._settle_known(item, verdict, record):
-            item.outgoing = _recorded_intent(record)
+            # Sent as it is (pointed at this run's URL first, if it is to be: `record`).
+            self.status[item.index] = _At.REOPEN if step is Step.REOPEN else _At.KNOWN
+            return
+        with self._holds(record.operation_id):
+            reopened = None
+            if step is Step.REOPEN:
+                reopened = self._reopen(item)
+                if reopened is None:
+                    return
+                record = reopened
+            if self._settle_known(item, verdict, record):
+                self.status[item.index] = _At.REOPENED if reopened else _At.KNOWN
+
+    def _problem(self, item: _Row, why: str, advice: str = "") -> None:
+        """A row that refuses the batch: why, and what to do (said once)."""
+        with self._lock:
+            self.status[item.index] = _At.REFUSED
+            self._problems.append((item.row.number, why))
+            if advice:
+                self._advices[advice] = None
+
+    def _troubled(self, asked: Asked) -> None:
+        """A look-up that did not work (`Trouble`): the first that will not work by
+        waiting, else the one the server asked the longest wait for."""
+        with self._lock:
+            if asked.trouble is not Trouble.LATER:
+                self._lasting = self._lasting or asked
+            elif self._later is None or (asked.server_wait or 0.0) > (
+                self._later.server_wait or 0.0
+            ):
+                self._later = asked
 
     def _remember(self, item: _Row) -> None:
         """Keep a row's look-up that found nothing (`Store.remember_not_found`)."""
@@ -713,48 +915,22 @@ class _Run:
     def take_answers(self) -> None:
         """Refuse the batch when a look-up did not work or found other content; a
         look-up the server answered "later" cuts the run short instead (`cut_short`):
-        nothing is recorded or sent, and the run is to be made again later."""
-        failed = [item.asked for item in self.rows if item.asked and item.asked.trouble]
-        lasting = [asked for asked in failed if asked.trouble is not Trouble.LATER]
-        if lasting:
+        nothing is sent, and the run is to be made again later."""
+        if self._lasting is not None:
             raise BatchInvalid(
-                self.batch.source, [(0, _not_working(lasting[0]) + self._found_so_far())]
+                self.batch.source, [(0, _not_working(self._lasting) + self._found_so_far())]
             )
-        if failed:
-            # The longest wait any answer asked for says when to run again.
-            self.cut_short = max(failed, key=lambda asked: asked.server_wait or 0.0)
+        if self._later is not None:
+            self.cut_short = self._later
             return
-        problems = []
-        elsewhere = []
-        advices: dict[str, None] = {}  # each said once, in the order met
-        for item in self.rows:
-            asked = item.asked
-            if asked is None:
-                continue
-            if asked.verdict.finding in ("mismatch", "ambiguous"):
-                problems.append((item.row.number, _conflict(self, item, asked)))
-            elif item.plan.step is Step.ELSEWHERE and asked.verdict.finding == "not_found":
-                advices[item.plan.advice] = None
-                elsewhere.append(
-                    (
-                        item.row.number,
-                        f"reference {item.identity.reference!r} {item.plan.why}, and a"
-                        f" look-up here does not find it (GET {shown_url(asked.url)}:"
-                        f" {asked.verdict.why})",
-                    )
-                )
-        if problems or elsewhere:
-            if problems:
-                problems.insert(0, (0, SCOPE_ADVICE))
-            if elsewhere:
-                problems += [(0, advice) for advice in advices] + elsewhere
+        if self._problems:
+            problems = [(0, advice) for advice in self._advices] + self._problems
             recorded = self._found_so_far()
             if recorded:
                 problems.append((0, recorded.strip(" ()")))
             raise BatchInvalid(self.batch.source, sorted(problems, key=lambda p: p[0]))
-        found = sum(1 for i in self.rows if i.asked and i.asked.verdict.finding == "found")
         if self.counts.looked_up:
-            kept = self.counts.remembered
+            found, kept = self.looking.found, self.counts.remembered
             self._notify(
                 f"looked up {self.counts.looked_up} row(s): {found} found on the server"
                 f" (recorded, not sent), {self.counts.looked_up - found} not found"
@@ -763,39 +939,53 @@ class _Run:
 
     # -- 3. record -------------------------------------------------------------------
 
-    def record(self) -> list[_Row]:
-        """Register the new rows (in one transaction) and point the rows never applied
-        at another URL at this run's; the rows to send. What the look-ups found is
-        recorded already, as each came (`answered`)."""
-        to_send: list[_Row] = []
-        new: list[_Row] = []
-        for item in self.rows:
-            step = item.plan.step
-            if step in (Step.DONE, Step.REFUSED, Step.ELSEWHERE):
-                continue
-            if self.results[item.index] is not None:
-                continue  # answered by its look-up (found, or being sent elsewhere)
-            if item.outgoing is not None:  # settled by its look-up: sent under its key
-                to_send.append(item)
-                continue
-            if step is Step.NEW:
-                new.append(item)
-                continue
-            record = item.plan.record
-            assert record is not None
-            if step is Step.REOPEN:
-                # Never applied: pointed at this run's URL first.
-                reopened = self._reopen(item)
-                if reopened is None:
+    def record(self) -> None:
+        """Point the rows never applied at another URL at this run's, and register the
+        new rows, in one transaction (a chunk at a time inside it). What the look-ups
+        found is recorded already, as each came (`answered`)."""
+        for start, stop in self._chunks((_At.REOPEN,)):
+            for item in self._planned(start, stop, (_At.REOPEN,)):
+                if item.plan.step is not Step.REOPEN:  # reopened meanwhile, by another
+                    self.status[item.index] = _At.KNOWN
                     continue
-                record = reopened
-            item.outgoing = _recorded_intent(record)
-            to_send.append(item)
-        if new:
-            self._register(new)
-            to_send.extend(new)
-        to_send.sort(key=lambda item: item.index)
-        return to_send
+                if self._reopen(item) is not None:
+                    self.status[item.index] = _At.REOPENED
+        if _At.NEW in self.status or _At.CORRECTION in self.status:
+            self._register()
+
+    def _register(self) -> None:
+        def intents() -> Iterator[Intent]:
+            for start, stop in self._chunks((_At.NEW, _At.CORRECTION)):
+                chunk = self.batch.rows[start:stop]
+                # A correction is planned again for its identity (`_corrections`): read
+                # inside the registration's transaction.
+                corrections = (
+                    {item.index: item for item in self._planned(start, stop, (_At.CORRECTION,))}
+                    if bytes([_At.CORRECTION]) in self.status[start:stop]
+                    else {}
+                )
+                for index in range(start, stop):
+                    if self.status[index] == _At.NEW:
+                        yield self._intent(self._new_row(index, chunk[index - start]))
+                    elif index in corrections:
+                        yield self._intent(corrections[index])
+
+        try:
+            self.store.register(intents(), now=self.clock.time())
+        except OperationMismatch as exc:
+            named = {operation_id for operation_id, _why in exc.conflicts}
+            numbers = {}
+            for start, stop in self._chunks((_At.NEW, _At.CORRECTION)):
+                for item in self._planned(start, stop, (_At.NEW, _At.CORRECTION)):
+                    if item.identity.operation_id in named:
+                        numbers[item.identity.operation_id] = item.row.number
+            raise BatchInvalid(
+                self.batch.source,
+                [
+                    (numbers.get(operation_id, 0), f"changed in the store while planning: {why}")
+                    for operation_id, why in exc.conflicts
+                ],
+            ) from exc
 
     def _intent(self, item: _Row) -> Intent:
         """A new row's intent, exactly as the transport will find it when it is sent."""
@@ -813,19 +1003,6 @@ class _Run:
             reference=item.identity.reference,
             profile=self.resolved.profile.name,
         )
-
-    def _register(self, rows: Sequence[_Row]) -> None:
-        try:
-            self.store.register((self._intent(item) for item in rows), now=self.clock.time())
-        except OperationMismatch as exc:
-            by_id = {item.identity.operation_id: item.row.number for item in rows}
-            raise BatchInvalid(
-                self.batch.source,
-                [
-                    (by_id.get(operation_id, 0), f"changed in the store while planning: {why}")
-                    for operation_id, why in exc.conflicts
-                ],
-            ) from exc
 
     def _record_found(self, item: _Row) -> None:
         """A row the store did not know, found on the server: recorded settled in one
@@ -1079,7 +1256,11 @@ class _Run:
         )
         reopened = self.store.reopen(
             intent,
-            evidence=f"reopened for {intent.url} under the same key: {item.plan.why}",
+            evidence=(
+                f"reopened for {intent.url}{_CORRECTED}{item.plan.corrected}"
+                if item.plan.corrected
+                else f"reopened for {intent.url}{_REOPENED}{item.plan.why}"
+            ),
             now=self.clock.time(),
         )
         if reopened is not None:
@@ -1099,6 +1280,41 @@ class _Run:
 
     # -- 4. send ---------------------------------------------------------------------
 
+    def sendings(self) -> Feed:
+        """The rows to send, a chunk at a time, in the file's order: a new row as it
+        was registered, a known one as the store holds it now."""
+        return _Rows(self, _SENDING, self._to_send)
+
+    def _to_send(self, start: int, stop: int) -> list[_Row]:
+        known = _KNOWN
+        planned = (
+            {item.index: item for item in self._planned(start, stop, known)}
+            if any(bytes([code]) in self.status[start:stop] for code in known)
+            else {}
+        )
+        jobs = []
+        chunk = self.batch.rows[start:stop]
+        for index in range(start, stop):
+            code = self.status[index]
+            if code == _At.NEW:
+                jobs.append(self._new_row(index, chunk[index - start]))
+            elif code in known:
+                item = planned[index]
+                record = item.plan.record
+                if record is None or item.plan.step is Step.REFUSED:
+                    self._done(item, _changed_line(item, record))
+                    continue
+                item.outgoing = _recorded_intent(record)
+                if code == _At.REOPENED:
+                    # Why it was pointed at this run's URL, as its record says.
+                    why, corrected = _reopened_why(record)
+                    if corrected:
+                        item.plan = dataclasses.replace(item.plan, corrected=why)
+                    else:
+                        item.reopened = why
+                jobs.append(item)
+        return jobs
+
     def send(self, item: _Row) -> Op[None]:
         """Send one row with its key (a step, see `_operations`), and report it."""
         if self.stopping.is_set():
@@ -1109,17 +1325,31 @@ class _Run:
         # A new row's intent is made again here, as it was registered.
         outgoing = item.outgoing or self._intent(item)
         hooks = self.in_flight.hooks(outgoing.operation_id, self.tracker.hooks(outgoing.key))
+        with self._holds(outgoing.operation_id):
+            try:
+                sent = yield from send_registered(self.http, outgoing, hooks=hooks)
+                # "Already done, here it is" (GoCardless): the resource says what it came to.
+                sent = yield from read_existing(
+                    settings_of(self.http), sent, httpx.URL(outgoing.url)
+                )
+            except (_Stopped, Abandoned):
+                yield Blocking(self.stopped, (item,))
+                return
+            if sent.response is not None:
+                yield Close(sent.response)
+            assert sent.outcome is not None
+            self.sent(item, sent.outcome, sent.error)
+
+    @contextlib.contextmanager
+    def _holds(self, operation_id: str) -> Iterator[None]:
+        """While a thread of the run may hold `operation_id`'s lease (see `abandon`)."""
+        with self._lock:
+            self._holding.add(operation_id)
         try:
-            sent = yield from send_registered(self.http, outgoing, hooks=hooks)
-            # "Already done, here it is" (GoCardless): the resource says what it came to.
-            sent = yield from read_existing(settings_of(self.http), sent, httpx.URL(outgoing.url))
-        except (_Stopped, Abandoned):
-            yield Blocking(self.stopped, (item,))
-            return
-        if sent.response is not None:
-            yield Close(sent.response)
-        assert sent.outcome is not None
-        self.sent(item, sent.outcome, sent.error)
+            yield
+        finally:
+            with self._lock:
+                self._holding.discard(operation_id)
 
     def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
         budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
@@ -1203,7 +1433,8 @@ class _Run:
         )
 
     def _done(self, item: _Row, line: ReportRow) -> None:
-        self.results[item.index] = line
+        self.lines.put(item.index, line)
+        self.status[item.index] = _At.DONE
         self.tracker.finished(line.key, line)
 
     # -- the report ------------------------------------------------------------------
@@ -1213,16 +1444,30 @@ class _Run:
         them (an interrupted run), or as not sent when it does not know them. A batch
         `refused` shows each row it names as not sent, with the reason."""
         why = {} if refused is None else _reasons(refused)
-        lines: list[ReportRow] = []
-        for index, row in enumerate(self.batch.rows):
-            line = self.results[index]
-            if line is None and row.number in why:
-                line = self._refused(index, row, why[row.number])
-            elif line is None and refused is not None:
-                line = self._not_sent_for_others(index, row)
-            elif line is None:
-                line = self._not_done(index, row)
-            lines.append(line)
+        done = bytes([_At.DONE])
+        for start, stop in self._chunks():
+            if self.status[start:stop] == done * (stop - start):
+                continue
+            # As the store has them now (a chunk at a time): their line, not kept.
+            undone = [code for code in _At if code not in (_At.DONE, _At.UNPLANNED)]
+            items = {item.index: item for item in self._planned(start, stop, undone)}
+            chunk = self.batch.rows[start:stop]
+            for index in range(start, stop):
+                if self.status[index] == _At.DONE:
+                    continue
+                row, item = chunk[index - start], items.get(index)
+                if item is None:  # stopped while planning
+                    line = ReportRow(
+                        row.number, row.reference, "", State.NOT_SENT.value, None, None, 0,
+                        False, "not sent: interrupted before it was recorded",
+                    )  # fmt: skip
+                elif row.number in why:
+                    line = self._refused(item, why[row.number])
+                elif refused is not None:
+                    line = self._not_sent_for_others(item)
+                else:
+                    line = self._not_done(item)
+                self.lines.put(index, line)
         counts = self.counts
         notes = []
         if self.cut_short is not None:
@@ -1287,24 +1532,19 @@ class _Run:
         }
         return Report(
             batch=self.batch.scope or _name(self.batch.source),
-            rows=tuple(lines),
+            rows=Stored(self.lines, len(self.batch.rows)),
             metadata=metadata,
             notes=tuple(notes),
             interrupted=interrupted,
             refused=refused is not None,
         )
 
-    def _refused(self, index: int, row: PayoutRow, why: str) -> ReportRow:
+    def _refused(self, item: _Row, why: str) -> ReportRow:
         """A row the batch was refused for: not sent. Unsettled, it is as the store has
         it (maybe applied stays indeterminate); finished, it is not done here (a row
         paid at a sandbox is not paid here, one paid with other content is not this
         one): not sent."""
         reason = f"refused, not sent: {why}"
-        item = self.rows[index] if index < len(self.rows) else None
-        if item is None:
-            return ReportRow(
-                row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False, reason
-            )  # fmt: skip
         record = item.plan.record
         if record is not None and not record.state.finished:
             return _recorded_line(item, record, reason=reason, replayed=False)
@@ -1319,31 +1559,19 @@ class _Run:
             attempts=0 if record is None else record.attempts,
         )
 
-    def _not_sent_for_others(self, index: int, row: PayoutRow) -> ReportRow:
-        """A row of a batch refused for other rows: as the store had it when planned
-        (nothing was sent; a row done before stays done)."""
-        item = self.rows[index] if index < len(self.rows) else None
+    def _not_sent_for_others(self, item: _Row) -> ReportRow:
+        """A row of a batch refused for other rows: as the store has it (nothing was
+        sent; a row done before stays done)."""
         reason = "not sent: the batch was refused (see why in the errors); nothing was sent"
-        if item is None:
-            return ReportRow(
-                row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False, reason
-            )  # fmt: skip
         record = item.plan.record
         if item.plan.step is Step.DONE:
             return _recorded_line(item, record)
         return _recorded_line(item, record, key=item.identity.key, reason=reason, replayed=False)
 
-    def _not_done(self, index: int, row: PayoutRow) -> ReportRow:
-        item = self.rows[index] if index < len(self.rows) else None
-        if item is None:  # stopped while planning
-            return ReportRow(
-                row.number, row.reference, "", State.NOT_SENT.value, None, None, 0, False,
-                "not sent: interrupted before it was recorded",
-            )  # fmt: skip
-        operation_id = (
-            item.outgoing.operation_id if item.outgoing is not None else item.identity.operation_id
-        )
-        record = self.store.get(operation_id)
+    def _not_done(self, item: _Row) -> ReportRow:
+        """A row the run did not finish (interrupted, or cut short): as the store has
+        it."""
+        record = item.plan.record
         maybe = record is not None and (record.maybe_applied or record.state is State.IN_FLIGHT)
         if self.cut_short is not None:
             reason = f"not sent: {self._cut_short_why()}"
@@ -1354,13 +1582,19 @@ class _Run:
         return _recorded_line(
             item,
             record,
-            key=item.outgoing.key if item.outgoing is not None else item.identity.key,
+            key=item.identity.key if record is None else record.key,
             reason=reason,
             replayed=False,
         )
 
     def _cut_short_why(self) -> str:
-        """Why nothing was sent when the server answered a look-up "later"."""
+        """Why nothing was sent when the server answered a look-up "later": said once,
+        the same for every row and the summary."""
+        if self._cut_short_said is None:
+            self._cut_short_said = self._cut_short_words()
+        return self._cut_short_said
+
+    def _cut_short_words(self) -> str:
         asked = self.cut_short
         assert asked is not None
         got = (
@@ -1387,6 +1621,70 @@ class _Run:
     def _patience(self) -> float:
         """The longest wait for the server a row's retries take on."""
         return min(self.policy.deadline, self.policy.max_retry_after)
+
+
+class _Rows:
+    """A run's rows at one of `codes`, a chunk at a time (a `Feed`): `ready(start,
+    stop)` makes the jobs of the rows `start` to `stop` (planned as the store has them
+    now), an empty chunk skipped."""
+
+    def __init__(
+        self,
+        run: _Run,
+        codes: Collection[_At],
+        ready: Callable[[int, int], list[_Row]],
+    ) -> None:
+        self._chunks = run._chunks(codes)
+        self._ready = ready
+
+    def next_chunk(self) -> list[_Row]:
+        for start, stop in self._chunks:
+            jobs = self._ready(start, stop)
+            if jobs:
+                return jobs
+        return []
+
+
+def _at(plan: RowPlan) -> _At:
+    """Where a row planned so starts (a row done or refused is dealt with at once)."""
+    if plan.look_up:
+        return _At.ASK
+    if plan.step is Step.NEW:
+        return _new(plan)
+    return {Step.KNOWN: _At.KNOWN, Step.REOPEN: _At.REOPEN}[plan.step]
+
+
+def _new(plan: RowPlan) -> _At:
+    """Where a row new to the store goes: registered under its own identity, or under
+    its corrected content's (`_corrections`)."""
+    return _At.CORRECTION if plan.identity is not None else _At.NEW
+
+
+def _reopened_why(record: OperationRecord) -> tuple[str, bool]:
+    """Why a record was pointed at this run's URL, as `_Run._reopen` wrote it, and
+    whether that was its corrected content (`_corrections`)."""
+    evidence = record.evidence
+    if _CORRECTED in evidence:
+        return evidence.partition(_CORRECTED)[2], True
+    return evidence.partition(_REOPENED)[2], False
+
+
+#: What the evidence of a record pointed at this run's URL says, before why: at
+#: another URL or with other credentials, or with its corrected content.
+_REOPENED = " under the same key: "
+_CORRECTED = " with its corrected content, under the same key: "
+
+
+def _changed_line(item: _Row, record: OperationRecord | None) -> ReportRow:
+    """A known row the store holds otherwise than when the run planned it (another
+    process purged or moved it): not sent by this run."""
+    return _recorded_line(
+        item,
+        record,
+        key=item.identity.key if record is None else record.key,
+        reason="not sent: changed in the store while this run went; run the same command again",
+        replayed=False,
+    )
 
 
 # -- report lines ----------------------------------------------------------------------
@@ -1673,7 +1971,8 @@ _HEADERS = (("content-type", "application/json"),)
 
 def _phases(run: _Run) -> Op[Report]:
     """Every phase of `run`, as one step (see `_operations`): in this thread and a few
-    worker threads for `submit`, awaiting for `asubmit`."""
+    worker threads for `submit`, awaiting for `asubmit`. The rows go through each
+    phase a chunk at a time (`Feed`)."""
     yield Blocking(run.plan)
     stop_asking = threading.Event()
 
@@ -1688,20 +1987,23 @@ def _phases(run: _Run) -> Op[Report]:
         if not works(item.asked.verdict):
             stop_asking.set()  # the look-up does not work: stop asking
         yield Blocking(run.answered, (item,))
+        item.asked = None  # kept as it came: its answer is not held
 
-    first = yield Blocking(run.askings)
-    yield Each(first, ask, run.concurrency, run.stopping, stop_asking.is_set)
-    if not (run.stopping.is_set() or stop_asking.is_set()):
-        # Kept answers are judged once the server's time is known (its answers tell it).
-        then = yield Blocking(run.kept_askings)
-        yield Each(then, ask, run.concurrency, run.stopping, stop_asking.is_set)
+    if (yield Blocking(run.start_looking)):
+        yield Each(run.askings(), ask, run.concurrency, run.stopping, stop_asking.is_set)
+        if not (run.stopping.is_set() or stop_asking.is_set()):
+            # Kept answers are judged once the server's time is known (its answers
+            # tell it): where nothing was asked yet, one row is asked first.
+            first = yield Blocking(run.time_probe)
+            yield Each(first, ask, run.concurrency, run.stopping, stop_asking.is_set)
+            yield Each(run.kept_askings(), ask, run.concurrency, run.stopping, stop_asking.is_set)
     if run.stopping.is_set():
         interrupted: Report = yield Blocking(run.report, kwargs={"interrupted": True})
         return interrupted
     run.take_answers()
     if run.cut_short is None:
-        to_send = yield Blocking(run.record)
-        yield Each(to_send, run.send, run.concurrency, run.stopping)
+        yield Blocking(run.record)
+        yield Each(run.sendings(), run.send, run.concurrency, run.stopping)
     report: Report = yield Blocking(run.report, kwargs={"interrupted": run.stopping.is_set()})
     return report
 
@@ -1882,7 +2184,10 @@ def submit(
         reference_field=reference_field,
         new_payments=new_payments,
     )
-    return run_sync(run, client.http)
+    try:
+        return run_sync(run, client.http).materialized()
+    finally:
+        run.close()
 
 
 async def asubmit(batch: Batch, client: AsyncClient, **options: Unpack[SubmitOptions]) -> Report:
@@ -1891,7 +2196,12 @@ async def asubmit(batch: Batch, client: AsyncClient, **options: Unpack[SubmitOpt
     if unknown:
         # As a misspelt keyword of `submit` is: refused, never sent with a default.
         raise TypeError(f"asubmit() got an unexpected keyword argument {unknown[0]!r}")
-    return await arun(_phases(make_run(batch, client, **options)), client.http)
+    run = make_run(batch, client, **options)
+    try:
+        report: Report = await arun(_phases(run), client.http)
+        return report.materialized()
+    finally:
+        run.close()
 
 
 # What `help()` and `inspect.signature` show: `submit`'s options, for an `AsyncClient`.

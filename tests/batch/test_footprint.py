@@ -1,7 +1,8 @@
-"""What a run holds for each row once it has registered them: a hundred thousand rows are
-held as a hundred thousand small records, not as requests, bodies or copies of the
-row's ids (the batch's peak memory, docs/performance.md). Structure, never a size or a
-time: what is held, not how much it weighs on this machine."""
+"""What a run holds for each row between its phases: one byte (where the row is), its
+report line on disk, and a chunk of rows at a time, never a request, a body, a record
+or a copy of the row's ids per row (the batch's peak memory, docs/performance.md).
+Structure, never a size or a time: what is held, not how much it weighs on this
+machine."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 from idemclient import Client, ManualClock
 from idemclient.batch import Batch
 from idemclient.batch import _sender as sender_module
-from idemclient.batch._identity import RowIdentity
-from idemclient.batch._run import _Row, make_run
+from idemclient.batch._identity import RowIdentity, identify
+from idemclient.batch._run import CHUNK, _Row, _Run, make_run
 from idemclient.store import SQLiteStore
 
 
@@ -29,7 +30,7 @@ def make_batch(n: int) -> Batch:
     )
 
 
-def registered(tmp_path: Path, rows: int) -> tuple[list[_Row], SQLiteStore]:
+def registered(tmp_path: Path, rows: int) -> tuple[_Run, SQLiteStore]:
     """A run of `rows` new rows, planned and registered; nothing sent."""
     store = SQLiteStore(tmp_path / "ops.db")
     nothing = httpx.MockTransport(lambda _request: pytest.fail("nothing is sent"))
@@ -42,26 +43,56 @@ def registered(tmp_path: Path, rows: int) -> tuple[list[_Row], SQLiteStore]:
     ) as client:
         run = make_run(make_batch(rows), client, lookup=None)
         run.plan()
-        to_send = run.record()
-    assert [item.index for item in to_send] == list(range(rows))
-    return run.rows, store
+        run.record()
+    return run, store
 
 
-def test_a_registered_row_holds_no_request_body_or_intent(tmp_path: Path) -> None:
-    rows, store = registered(tmp_path, 40)
-    for item in rows:
-        # Its intent is made again when it is sent, as it was registered.
+def operation_ids(run: _Run) -> list[str]:
+    batch = run.batch
+    return [
+        identify(
+            row, scope=batch.scope, operation="payout", namespace=run.target.namespace
+        ).operation_id
+        for row in batch.rows
+    ]
+
+
+def test_a_run_holds_a_byte_a_row_between_its_phases(tmp_path: Path) -> None:
+    rows = 2 * CHUNK + 500  # more than one chunk
+    run, store = registered(tmp_path, rows)
+    assert bytes(run.status) == bytes([5]) * rows  # every row new, registered: to send
+    # Nothing else it keeps grows with the rows: no list, set or mapping of them.
+    sizes = {
+        name: len(value)
+        for name in dir(run)
+        if not name.startswith("__")
+        and name not in ("batch", "status")
+        and isinstance(value := getattr(run, name), list | tuple | set | dict | bytearray)
+    }
+    assert all(size < CHUNK for size in sizes.values()), sizes
+    # What the store holds is each row's request all the same.
+    record = store.get(operation_ids(run)[0])
+    assert record is not None
+    assert b'"reference":"2026-11/E0000"' in record.body
+    assert len(store.find(operation_ids=operation_ids(run))) == rows
+
+
+def test_the_rows_a_run_sends_are_made_a_chunk_at_a_time(tmp_path: Path) -> None:
+    rows = CHUNK + 10
+    run, _store = registered(tmp_path, rows)
+    feed = run.sendings()
+    first = feed.next_chunk()
+    assert len(first) == CHUNK  # one chunk, not every row
+    for item in first:
+        # A new row's intent is made again when it is sent, as it was registered.
         assert item.outgoing is None
         assert item.asked is None
         held = [getattr(item, name) for name in _Row.__slots__]
         held += [getattr(item.identity, name) for name in RowIdentity.__slots__]
         assert not any(isinstance(value, bytes | httpx.Request) for value in held)
-    # Every new row shares one plan.
-    assert len({id(item.plan) for item in rows}) == 1
-    # What the store holds is the row's request all the same.
-    record = store.get(rows[0].identity.operation_id)
-    assert record is not None
-    assert b'"reference":"2026-11/E0000"' in record.body
+    assert len({id(item.plan) for item in first}) == 1  # every new row shares one plan
+    assert len(feed.next_chunk()) == 10
+    assert feed.next_chunk() == []
 
 
 @pytest.mark.parametrize("kind", [_Row, RowIdentity])
@@ -82,10 +113,8 @@ def test_the_credentials_digest_and_url_are_made_once_per_run(
         return mark(self, url)
 
     monkeypatch.setattr(sender_module.Sender, "mark", counted)
-    rows, store = registered(tmp_path, 25)
+    run, store = registered(tmp_path, 25)
     assert len(marked) == 1
-    urls = {
-        record.url for record in store.find(operation_ids=[r.identity.operation_id for r in rows])
-    }
+    urls = {record.url for record in store.find(operation_ids=operation_ids(run))}
     (url,) = urls
     assert "#" in url  # every row recorded with the credentials' mark

@@ -3,12 +3,17 @@ process against the reference server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 
+from idemclient import ManualClock, RetryPolicy
+from idemclient.batch import Batch
+from idemclient.batch._preview import preview
 from idemclient.store import SQLiteStore
 from idemclient.testing import LiveServer
 
@@ -123,3 +128,24 @@ def test_verbose_shows_the_retry_lines(live: LiveServer, work: Path) -> None:
         re.M,
     ), loud.stderr
     assert "\x1b[" not in loud.stderr + loud.stdout  # a pipe: no colour
+
+
+def test_a_dry_runs_json_written_a_row_at_a_time_is_its_document(tmp_path: Path) -> None:
+    batch = Batch.from_records(
+        [
+            {"ref": f"E{i:05d}", "amount": 100 + i, "currency": "GBP", "value_date": "2026-11-30"}
+            for i in range(2_500)  # more than one chunk
+        ]
+    )
+    with (
+        SQLiteStore(tmp_path / "s.db") as store,
+        httpx.Client(base_url="http://psp.test", headers={"Authorization": "Bearer t"}) as http,
+    ):
+        shown = preview(batch, store=store, clock=ManualClock(), policy=RetryPolicy(), http=http)
+        for bodies in (True, False):
+            out = io.StringIO()
+            shown.write_json(out, bodies=bodies)
+            document = shown.document(bodies=bodies)
+            assert out.getvalue() == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        assert len(document["rows"]) == 2_500
+        assert shown.counts()["new"] == 2_500
