@@ -61,9 +61,10 @@ from ._preview import Preview, preview
 from ._progress import ProgressView
 from ._reachable import unreachable
 from ._report import ExitCode, Report, ReportRow, check_report_path
-from ._rows import Batch, read_batch
+from ._rows import Batch
 from ._run import make_run, run_sync
 from ._signals import Told, held, signal_of, stopping_on_signals, told_by_signals
+from ._staged import stage_batch
 
 __all__ = ["batch"]
 
@@ -534,7 +535,8 @@ def _submit(
         except ValueError as exc:
             _fail(f"{exc}; nothing was sent", ExitCode.BAD_INPUT)
     try:
-        parsed = read_batch(file, batch_reference=batch_ref, **read_options)
+        # Kept on disk, read back a chunk at a time: a million rows are never held.
+        parsed = stage_batch(file, batch_reference=batch_ref, **read_options)
     except BatchInvalid as exc:
         _fail(str(exc), ExitCode.BAD_INPUT)
     except OSError as exc:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from .._errors import BatchInvalid
 from ._currencies import MINOR_UNITS
@@ -85,7 +85,9 @@ class Batch:
 
     source: str
     reference: str | None
-    rows: tuple[PayoutRow, ...]
+    #: a tuple; from the command, rows kept on disk and read back a chunk at a time
+    #: (`_staged`)
+    rows: Sequence[PayoutRow]
 
     @property
     def scope(self) -> str | None:
@@ -130,6 +132,23 @@ class _Columns:
     date: str
 
 
+class RowSink(Protocol):
+    """Where the rows of a file go as they are checked (`read_into`)."""
+
+    def append(self, row: PayoutRow) -> None: ...
+
+    def done(self) -> Sequence[PayoutRow]:
+        """Every row appended, in order."""
+        ...
+
+
+class _Held(list[PayoutRow]):
+    """Rows held in memory, as `read_batch` gives them (a tuple)."""
+
+    def done(self) -> tuple[PayoutRow, ...]:
+        return tuple(self)
+
+
 def read_batch(
     path: str | os.PathLike[str],
     *,
@@ -147,6 +166,33 @@ def read_batch(
     default. The file's name plays no part: a renamed copy is the same rows. Raises
     `BatchInvalid` listing every problem; raises `OSError` when the file cannot be read.
     """
+    return read_into(
+        path,
+        _Held(),
+        batch_reference=batch_reference,
+        reference_column=reference_column,
+        amount_column=amount_column,
+        currency_column=currency_column,
+        date_column=date_column,
+        amount_format=amount_format,
+        delimiter=delimiter,
+    )
+
+
+def read_into(
+    path: str | os.PathLike[str],
+    into: RowSink,
+    *,
+    batch_reference: str | None = None,
+    reference_column: str = "ref",
+    amount_column: str = "amount",
+    currency_column: str = "currency",
+    date_column: str = "value_date",
+    amount_format: AmountFormat = "minor",
+    delimiter: str = ",",
+) -> Batch:
+    """`read_batch`, its rows appended to `into` as they are checked (rows of a file
+    with problems are appended too, and the file is refused)."""
     if len(delimiter) != 1 or delimiter in '\r\n"' or delimiter.isalnum():
         raise ValueError(f"the delimiter must be one character such as ';', not {delimiter!r}")
     file = Path(path)
@@ -186,7 +232,9 @@ def read_batch(
                         continue
                     yield number, [cell.strip() for cell in cells]
 
-            rows, problems = _validate(batch_reference, header, records(), columns, amount_format)
+            rows, problems = _validate(
+                batch_reference, header, records(), columns, amount_format, into
+            )
         except UnicodeDecodeError as exc:
             # Where the parser is says little: the decoder reads ahead in chunks.
             raise BatchInvalid(source, [(0, bad_byte(file))]) from exc
@@ -221,8 +269,10 @@ def _validate(
     records: Iterable[tuple[int, Sequence[str]]],
     columns: _Columns,
     amount_format: AmountFormat,
-) -> tuple[tuple[PayoutRow, ...], list[tuple[int, str]]]:
-    """The valid rows, and every problem found (row 0: the file itself)."""
+    into: RowSink | None = None,
+) -> tuple[Sequence[PayoutRow], list[tuple[int, str]]]:
+    """The valid rows (appended to `into`, a list by default), and every problem found
+    (row 0: the file itself)."""
     problems: list[tuple[int, str]] = []
     if scope is not None and (not scope.strip() or _CONTROL.search(scope)):
         problems.append((0, f"batch reference {scope!r} is empty or has control characters"))
@@ -238,7 +288,7 @@ def _validate(
         return (), problems
     shared = tuple(header)
     at_ref, at_amount, at_currency, at_date = (shared.index(name) for name in required)
-    rows: list[PayoutRow] = []
+    rows: RowSink = _Held() if into is None else into
     first_use: dict[str, int] = {}
     seen = 0
     #: the first amount with decimals, in a file read as minor units
@@ -302,7 +352,7 @@ def _validate(
                 " with --amount-format major (amount_format='major' from Python)",
             ),
         )
-    return tuple(rows), problems
+    return rows.done(), problems
 
 
 def _near_misses(columns: _Columns, missing: Sequence[str], header: Sequence[str]) -> list[str]:

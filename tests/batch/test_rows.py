@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from idemclient.batch import Batch, BatchInvalid, read_batch
+from idemclient.batch._staged import StagedRows, stage_batch
 
 SAMPLE = Path(__file__).parents[2] / "examples" / "payroll-sample.csv"
 HEADER = "ref,employee_id,name,account,amount,currency,value_date\n"
@@ -215,3 +216,30 @@ def test_a_comma_file_read_as_semicolons_is_named_too(tmp_path: Path) -> None:
     assert "looks comma-separated" in problems_of(path, delimiter=";")[0][1]
     with pytest.raises(ValueError, match="one character"):
         read_batch(path, delimiter=";;")
+
+
+def test_rows_kept_on_disk_read_back_as_they_were_checked(tmp_path: Path) -> None:
+    lines = ["ref,name,amount,currency,value_date"] + [
+        # yen have no minor units; the others two decimals
+        f"R{n},Zoë {n},{n + 1},JPY,2026-11-30"
+        if n % 7 == 0
+        else f"R{n},Zoë {n},{n + 1}.5{n % 10},EUR,2026-11-30"
+        for n in range(2_345)  # more than one page of rows
+    ]
+    (tmp_path / "p.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    options = {"batch_reference": "2026-11", "amount_format": "major"}
+    held = read_batch(tmp_path / "p.csv", **options)  # type: ignore[arg-type]
+    staged = stage_batch(tmp_path / "p.csv", **options)
+    assert isinstance(staged.rows, StagedRows)
+    assert (staged.source, staged.scope) == (held.source, held.scope)
+    assert len(staged.rows) == len(held.rows) == 2_345
+    assert list(staged.rows) == list(held.rows)
+    assert staged.rows[0] == held.rows[0]
+    assert staged.rows[-1] == held.rows[-1]
+    assert list(staged.rows[1_000:1_003]) == list(held.rows[1_000:1_003])
+    assert list(staged.rows[5:1:-2]) == list(held.rows[5:1:-2])
+    with pytest.raises(IndexError):
+        staged.rows[2_345]
+    (tmp_path / "bad.csv").write_text("ref,amount,currency,value_date\nR1,-5,EUR,2026-11-30\n")
+    with pytest.raises(BatchInvalid, match="negative"):
+        stage_batch(tmp_path / "bad.csv")
