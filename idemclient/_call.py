@@ -372,7 +372,48 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
 
 
 def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:
-    """The key `request` carries where its profile's server reads it, or None."""
+    """The key `request` carries where its profile's server reads it, or None. A key in
+    the `Idempotency-Key` header where the server reads it elsewhere is refused (see
+    `check_unread_key_header`)."""
+    given = _key_in_slot(request, body, resolved)
+    where = resolved.key.where
+    check_unread_key_header(
+        resolved, request.headers, [] if given is None else [(f"the {where}", given)]
+    )
+    return given
+
+
+def check_unread_key_header(
+    resolved: Resolved, headers: httpx.Headers, given: list[tuple[str, str]]
+) -> None:
+    """Refuse a key in the `Idempotency-Key` header where the profile's server reads its
+    key elsewhere (PayPal's `PayPal-Request-Id`, Square's body field...), before anything
+    is recorded. `given`: the keys given where that server reads one (where, key).
+
+    The caller who wrote that header meant it as the payment's key, but that server never
+    sees it: with none where it looks, the request would go with a key of the client's
+    making, another in every store (the same payment asked again from another machine is
+    a second payment there); with another one there, two keys for one request. The same
+    key in both places is one key."""
+    slot = resolved.key
+    if slot.header is not None and slot.header.lower() == KEY_HEADER.lower():
+        return
+    unread = headers.get_list(KEY_HEADER)
+    if not unread:
+        return
+    if not given:
+        raise MissingKey(
+            unread[0],
+            f"it is in the {KEY_HEADER} header, which the {resolved.profile.name} profile's"
+            f" server does not read (it reads the {slot.where}): sent so, the payment would"
+            " go under a key of the client's making, another one from every store. Put"
+            f" your key in the {slot.where} (a Client also takes it as key=); nothing was"
+            " recorded or sent",
+        )
+    one_key([*given, *((f"the {KEY_HEADER} header", value) for value in unread)])
+
+
+def _key_in_slot(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:
     slot = resolved.key
     if slot.header is not None:
         given = request.headers.get_list(slot.header)

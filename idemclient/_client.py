@@ -43,6 +43,7 @@ from ._operations import (
     run,
     send_registered,
     sent_by,
+    sent_headers,
     settings_of,
     settle,
     target_url,
@@ -546,7 +547,14 @@ class _Common(Generic[HttpxClient]):
                 )
                 known = records[0].key if records else None
             source = "identity=" if identity is not None else "key="
-            kwargs = key_in_json(resolved, chosen, known, kwargs, source=source)
+            kwargs = key_in_json(
+                resolved,
+                chosen,
+                known,
+                kwargs,
+                source=source,
+                headers=sent_headers(self.http, merged),
+            )
         options = {"headers": merged, "extensions": extended, **kwargs}
         sent = yield from sent_by(Http("request", (method, url), options))
         if profile.existing is not None:

@@ -35,7 +35,15 @@ import anyio
 import anyio.to_thread
 import httpx
 
-from ._call import CLOCK_SKEW, KEY_HEADER, Settings, buffered_body, intent_for, unsettled_error
+from ._call import (
+    CLOCK_SKEW,
+    KEY_HEADER,
+    Settings,
+    buffered_body,
+    check_unread_key_header,
+    intent_for,
+    unsettled_error,
+)
 from ._clock import Clock
 from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, RequestNotReplayable
 from ._fingerprint import Fingerprints, fingerprint, fingerprints, same
@@ -72,6 +80,7 @@ __all__ = [
     "run",
     "same",
     "send_registered",
+    "sent_headers",
     "settings_of",
     "settle",
     "target_url",
@@ -339,6 +348,14 @@ def request_options(
     return merged, extended, chosen
 
 
+def sent_headers(client: httpx.Client | httpx.AsyncClient, headers: httpx.Headers) -> httpx.Headers:
+    """The headers a request with `headers` will carry: the client's, those of the
+    call in their place (as httpx merges them)."""
+    merged = client.headers.copy()
+    merged.update(headers)
+    return merged
+
+
 def key_in_json(
     resolved: Resolved,
     key: str | None,
@@ -346,12 +363,15 @@ def key_in_json(
     request: dict[str, Any],
     *,
     source: str = "key=",
+    headers: httpx.Headers | None = None,
 ) -> dict[str, Any]:
     """httpx's request arguments with the key in the JSON body field the profile's
     server reads it from: the caller's own field if set (it is the key), else `key`
     (key= or identity=, as `source` says), else the operation's recorded key (`known`),
     else a new one. Refused, before anything is recorded, for a body that is not a JSON
-    object, and for a body field and `key` that are two different keys."""
+    object, for a body field and `key` that are two different keys, and for a key in
+    the `Idempotency-Key` header among `headers` (the request's, as httpx will merge
+    them) that is not the key given here or none is (`check_unread_key_header`)."""
     field = resolved.key.field
     assert field is not None
     body = request.get("json")
@@ -365,6 +385,11 @@ def key_in_json(
             " recorded or sent",
         )
     own = body.get(field)
+    if headers is not None:
+        given = [] if key is None else [(source, key)]
+        if isinstance(own, str):
+            given.append((f"the body's {field!r}", own))
+        check_unread_key_header(resolved, headers, given)
     if own is not None:
         if key is not None:
             one_key([(source, key), (f"the body's {field!r}", own)])
@@ -435,7 +460,9 @@ def intent_ahead(
             records = settings.store.find(operation_ids=[operation_id])
             known = records[0].key if records else None
         source = "identity=" if identity is not None else "key="
-        request = key_in_json(resolved, chosen, known, request, source=source)
+        request = key_in_json(
+            resolved, chosen, known, request, source=source, headers=sent_headers(client, merged)
+        )
     built = client.build_request(method, url, headers=merged, extensions=extended, **request)
     body = buffered_body(built, settings.max_request_body)
     if body is None:
