@@ -16,6 +16,9 @@ When each claim is judged:
   and the answer the caller got names that payment (its id);
 - "refused" and a `StoreError` before anything was recorded, at once: the process sent
   no request of the operation;
+- a batch row `not_sent` whose record was lost with the store ("unsent here": it may
+  have been paid before), at once: what the server holds under its key is as it was as
+  the run began (nothing of this run was admitted);
 - `not_sent` and `failed` are about the future too ("never applied, now and later"):
   an admitted request may be finished later by the server's recovery. Such a claim is
   judged against the server's key table and its ledger for the operation's key, where
@@ -41,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from idemclient import Indeterminate, KeyConflict, NotSent, Outcome, State, StoreError
-from idemclient.batch import Report
+from idemclient.batch import BatchInvalid, Report
 from idemclient.errors import OperationMismatch
 from idemclient.testing import ReferenceServer
 
@@ -49,7 +52,15 @@ if TYPE_CHECKING:
     from .machine import Operation, PaymentsMachine
 
 #: What a caller can be told, as the judgement reads it.
-SAID = ("succeeded", "failed", "not_sent", "indeterminate", "refused", "unrecorded")
+SAID = (
+    "succeeded",
+    "failed",
+    "not_sent",
+    "indeterminate",
+    "refused",
+    "unrecorded",
+    "unsent here",
+)
 
 
 @dataclass
@@ -67,6 +78,8 @@ class Told:
     body: bytes | None = None
     #: the resource the caller was told of (a batch report row's `resource_id`)
     resource_id: str | None = None
+    #: what the server held under the key as the telling process began ("unsent here")
+    before: ServerState | None = None
 
     def __repr__(self) -> str:
         return f"<{self.door} told {self.op} {self.said} (key {self.key})>"
@@ -110,16 +123,21 @@ def told_by_result(op: Operation, result: object, door: str) -> list[Told]:
         return [Told(op, said, result.outcome.key, door)]
     if isinstance(result, Indeterminate):
         return [Told(op, "indeterminate", result.outcome.key, door)]
-    if isinstance(result, OperationMismatch):
+    if isinstance(result, OperationMismatch | BatchInvalid):
         return [Told(op, "refused", None, door)]
     if isinstance(result, StoreError):
         return [Told(op, "unrecorded", None, door)]
     return []
 
 
-def told_by_report(ops: dict[str, Operation], report: Report) -> list[Told]:
+def told_by_report(
+    ops: dict[str, Operation], report: Report, *, before: ServerState | None = None
+) -> list[Told]:
     """The claims a batch's report makes, row by row (rows of references the machine
-    does not know are not its operations)."""
+    does not know are not its operations). `before`: what the server held under the
+    row's key as the run began, for a row whose record was lost with the store: its
+    `not_sent` says that this run had nothing of it admitted, not that it was never
+    paid (before the store was lost)."""
     told = []
     for row in report.rows:
         op = ops.get(row.ref)
@@ -128,10 +146,14 @@ def told_by_report(ops: dict[str, Operation], report: Report) -> list[Told]:
         said: str | None = row.state
         if row.reason.startswith("refused, not sent"):
             said = "refused"
+        elif row.state == "not_sent" and before is not None:
+            said = "unsent here"
         elif row.state not in SAID:
             said = None  # in flight elsewhere, or anything else that claims nothing
         if said is not None:
-            told.append(Told(op, said, row.key or None, "batch", resource_id=row.resource_id))
+            told.append(
+                Told(op, said, row.key or None, "batch", resource_id=row.resource_id, before=before)
+            )
     return told
 
 
@@ -154,6 +176,12 @@ def judge_now(machine: PaymentsMachine, told: Told, *, posted: int) -> None:
                 f"{told}: its answer does not name the payment made, {entry.resource_id}:"
                 f" {told.body[:300]!r}"
             )
+    elif told.said == "unsent here" and told.key:
+        now = server_state(machine, told.key)
+        assert now == told.before, (
+            f"{told}, but the server's rows and ledger under its key went from"
+            f" {told.before} to {now} in that run"
+        )
     elif told.said in ("refused", "unrecorded"):
         assert posted == 0, f"{told}, but its process sent {posted} request(s) of it"
     elif told.said in ("not_sent", "failed") and told.key:
@@ -186,6 +214,19 @@ def judge_key(machine: PaymentsMachine, key: str, *, why: str) -> None:
 def judge_all(machine: PaymentsMachine, *, why: str) -> None:
     for key in list(machine.claims):
         judge_key(machine, key, why=why)
+
+
+#: What the server holds under a key: its key rows (key, state) and its ledger entries
+#: (resource id, status).
+ServerState = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
+def server_state(machine: PaymentsMachine, key: str) -> ServerState:
+    rows = server_rows(machine.server, machine.client_name, key)
+    entries = [
+        (e.resource_id, e.status) for e in machine.server.ledger() if e.idempotency_key == key
+    ]
+    return tuple(rows), tuple(entries)
 
 
 def server_rows(server: ReferenceServer, client: str, key: str) -> list[tuple[str, str]]:
