@@ -686,12 +686,15 @@ class PaymentsMachine(RuleBasedStateMachine):
     # -- what the store and the server hold ------------------------------------------------
 
     def _record(self, op: Operation) -> Any:
+        """The store's record of `op`: the latest made for its reference (a batch row's
+        correction is recorded beside the row it corrects), or under its identity's key."""
+        found = None
         for record in self.inspector.operations():
-            if record.reference == op.reference:
-                return record
-            if op.by == "identity" and record.key == key_from_identity(*op.identity):
-                return record
-        return None
+            if record.reference == op.reference or (
+                op.by == "identity" and record.key == key_from_identity(*op.identity)
+            ):
+                found = record
+        return found
 
     def _resources(self, op: Operation) -> list[LedgerEntry]:
         return [e for e in self.server.ledger() if e.reference == op.reference]
@@ -751,8 +754,9 @@ class PaymentsMachine(RuleBasedStateMachine):
         anything is sent (a refusal told, nothing of it posted: told.py). Drawn where
         the store has a record to refuse it by; without one (never recorded, or the
         store lost) the other body is simply the operation's first."""
-        if op.retired or self._record(op) is None:
+        if op.retired or (record := self._record(op)) is None:
             return
+        applied = self.setup.applied(self._resources(op))
         changed = dataclasses.replace(op, amount=op.amount + 1)
         result = self._process(None, frozenset(), self._issue, op=changed, way=op.way)
         if isinstance(result, Report):
@@ -760,7 +764,17 @@ class PaymentsMachine(RuleBasedStateMachine):
             refused = row.reason.startswith("refused, not sent")
         else:
             refused = isinstance(result, OperationMismatch | BatchInvalid)
-        assert refused, f"{op} issued again with another body was not refused: {result!r}"
+        if refused:
+            return
+        # Sent: a batch row nothing of which can have been applied takes its corrected
+        # content (docs/batch.md: never sent, not sent, or refused); never otherwise.
+        assert op.way == "batch", f"{op} issued again with another body was sent: {result!r}"
+        assert (record.maybe_applied, applied) == (False, []), (
+            f"{op} issued again with another body was sent, though it may have been"
+            f" applied ({record.state.value}; the ledger has {applied}): {result!r}"
+        )
+        op.amount = changed.amount
+        op.first_key = None  # a correction refused before may go under a key of its own
 
     @rule()
     def store_lost(self) -> None:

@@ -845,3 +845,21 @@ def test_adyen_a_lease_stamped_days_ahead_settles_once_looked_up_again() -> None
     state.client_clock_jumps(offset=3600.0)
     state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+# A batch row refused (a scripted 400, nothing applied) and corrected in the file: its
+# other content is sent (docs/batch.md, correcting a row), and paid once; a row paid is
+# never paid again with other content (above).
+def test_a_batch_row_refused_then_corrected_is_paid_once() -> None:
+    state = PaymentsMachine()
+    state.server_fault(fault="400")
+    op = state.issue_new(way="batch", by="identity", kill_at=None, disk_full=NOTHING)
+    assert state._record(op).state is State.FAILED
+    state.issue_with_another_body(op=op)
+    try:
+        state.never_twice_and_agreeing()
+        assert state.told[-1].said == "succeeded"
+    finally:
+        state.teardown()
+    (entry,) = state.final_resources(op)
+    assert entry.amount == op.amount
