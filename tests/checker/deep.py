@@ -68,6 +68,36 @@ def _noting_the_first_failure() -> Iterator[None]:
         raise
 
 
+def batch_settings(batch: int, steps: int) -> settings:
+    """The hypothesis settings of one batch of `batch` histories of up to `steps` steps:
+    the same for `make check-deep` and the bounded run of `make test`, so that a seed
+    one of them prints replays in the other."""
+    return settings(
+        max_examples=batch,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink, Phase.explain],
+    )
+
+
+def run_for(
+    machine: type[PaymentsMachine], *, chosen_seed: int, seconds: float, batch: int, steps: int
+) -> int:
+    """Batches of `batch` histories of `machine` (one profile's), their seeds drawn from
+    `chosen_seed` as `main` draws them, until `seconds` have passed (at least one
+    batch). Returns how many batches ran; a failure raises, the shrunk history in it."""
+    rng = random.Random(chosen_seed)
+    chosen = batch_settings(batch, steps)
+    deadline = time.monotonic() + seconds
+    batches = 0
+    while batches == 0 or time.monotonic() < deadline:
+        run_state_machine_as_test(seed(rng.randrange(2**64))(machine), settings=chosen)
+        batches += 1
+    return batches
+
+
 def summary() -> str:
     return ", ".join(f"{name} {HISTORIES[name]}" for name in PROFILES if HISTORIES[name])
 
@@ -103,14 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or (200 if args.profile else 25)
     deadline = time.monotonic() + args.minutes * 60
     batches = 0
-    chosen = settings(
-        max_examples=batch,
-        stateful_step_count=args.steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.generate, Phase.shrink, Phase.explain],
-    )
+    chosen = batch_settings(batch, args.steps)
     machines = {name: counted(name) for name in profiles}
     for profile in itertools.cycle(profiles):
         if time.monotonic() >= deadline:
