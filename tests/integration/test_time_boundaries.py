@@ -15,8 +15,8 @@ judged.
   send, by every clock that can measure it: this host's, the server's from this host's
   stamp (its `Date` read as the earliest it allows), the server's from its own time at
   the send (the latest its `Date` allowed then). So the hold ends `DATE_RESOLUTION`
-  late, or with this host's clock ahead of the server's by D, D late (the safe way). A second before, the send waits for its end; a second after,
-  it goes at once.
+  late, or with this host's clock ahead of the server's by D, D late (the safe way).
+  A second before, the send waits for its end; a second after, it goes at once.
 - Lease expiry: another process's lease, stamped by its host's clock, is waited on
   (nothing sent) until this host's clock reads its end, and taken over (sent under its
   key) after.
