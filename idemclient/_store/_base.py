@@ -430,6 +430,15 @@ class BatchStore(SendingStore, Protocol):
         reference is among `references`, each once, in no particular order."""
         ...
 
+    def references(
+        self, *, after: tuple[str, str] | None = None, limit: int = 5_000
+    ) -> Sequence[tuple[str, str]]:
+        """A page of the end-to-end references the store holds, as (reference,
+        operation id), in that order, after `after` (the last of the page before; None:
+        from the first): at most `limit`, fewer at the end. For a caller that reads
+        every reference once, a page at a time, holding none of them."""
+        ...
+
     def remember_not_found(self, answers: Iterable[NotFound], *, now: float) -> None:
         """Keep look-ups that found nothing, one per operation (a later one replaces
         it), in one write that also raises the store's clock to `now`: a clock that

@@ -494,6 +494,20 @@ class SQLStore(Store, ABC):
                         found[record.operation_id] = record
         return list(found.values())
 
+    def references(
+        self, *, after: tuple[str, str] | None = None, limit: int = 5_000
+    ) -> Sequence[tuple[str, str]]:
+        sql = self._sql
+        with self._use() as conn:
+            if after is None:
+                rows = conn.execute(sql.references_first, (limit,)).fetchall()
+            else:
+                reference, operation_id = after
+                rows = conn.execute(
+                    sql.references_from, (reference, reference, operation_id, limit)
+                ).fetchall()
+        return [(str(reference), str(operation_id)) for reference, operation_id in rows]
+
     def remember_not_found(self, answers: Iterable[NotFound], *, now: float) -> None:
         rows = [(a.operation_id, a.key, a.url, a.reading, a.asked_at, a.server_at) for a in answers]
         if not rows:

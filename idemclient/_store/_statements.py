@@ -204,6 +204,15 @@ _FIND_TAIL_REQUESTS = (
     " SELECT {request} FROM {t} WHERE reference IN"
     " (SELECT reference FROM tails WHERE tail {any})"
 )
+# A page of the references the store holds, with their operations' ids, in order after
+# a given (reference, id): the reference's own partial index, read once through.
+_REFERENCES_FROM = (
+    "SELECT reference, id FROM {t} WHERE reference IS NOT NULL AND (reference > {p}"
+    " OR (reference = {p} AND id > {p})) ORDER BY reference, id LIMIT {p}"
+)
+_REFERENCES_FIRST = (
+    "SELECT reference, id FROM {t} WHERE reference IS NOT NULL ORDER BY reference, id LIMIT {p}"
+)
 # A payment a look-up found on the server, recorded already settled: one write, so that
 # no crash leaves it half recorded (see `Store.record_settled`). The columns of an
 # admission, then the evidence and the answer; never leased, never attempted.
@@ -313,6 +322,8 @@ class Statements:
         self.find_references: Final = render(_FIND_REFERENCES)
         self.any_reference: Final = render(_ANY_REFERENCE)
         self.find_tail_requests: Final = render(_FIND_TAIL_REQUESTS)
+        self.references_first: Final = render(_REFERENCES_FIRST)
+        self.references_from: Final = render(_REFERENCES_FROM)
         self.record_settled: Final = render(_RECORD_SETTLED)
         self.reopen: Final = render(_REOPEN)
         self.remember_not_found: Final = render(_REMEMBER_NOT_FOUND)

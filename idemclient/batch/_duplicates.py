@@ -8,9 +8,10 @@ tells: a payout file's rows carry their value date, so last month's identical sa
 is not this month's, and a row whose every column (the value date included) the store
 holds already under another reference is the same payment submitted again.
 
-So before a row's first send, the store is asked (`Store.find_requests`, one pass
-over its references) for the requests recorded under a reference that is one of the
-row's values, in any scope (``E1000``, ``2026-11/E1000``); among those the batch
+So before a row's first send, the store is asked (`Store.references`, one pass over
+its references for the whole file, matched on disk: `_kin`) for the requests recorded
+under a reference that is one of the row's values, in any scope (``E1000``,
+``2026-11/E1000``); among those the batch
 command made for the same operation (or an earlier version of it did), one with
 exactly this row's content is this row's twin, and the row is refused, unless the
 operator says the rows are new payments (`--new-payments`).
@@ -42,7 +43,15 @@ from ._plan import JSON_BODY, Request, differences
 from ._rows import PayoutRow
 from ._sender import target_of
 
-__all__ = ["TWIN_ADVICE", "Paths", "by_tail", "tails_of", "twin_problem", "twins"]
+__all__ = [
+    "TWIN_ADVICE",
+    "Paths",
+    "by_tail",
+    "reference_tails",
+    "tails_of",
+    "twin_problem",
+    "twins",
+]
 
 TWIN_ADVICE = (
     "a row whose very content (every column, the value date included) the store holds"
@@ -59,7 +68,7 @@ def tails_of(row: PayoutRow) -> set[str]:
     return {value for value in row.values if value}
 
 
-def _reference_tails(reference: str) -> list[str]:
+def reference_tails(reference: str) -> list[str]:
     """`reference` and what follows each "/" in it: the bare reference, in any scope."""
     found = [reference]
     rest = reference
@@ -86,7 +95,7 @@ def by_tail(requests: Iterable[Intent], operation: str) -> Mapping[str, Sequence
     for request in requests:
         if request.reference is None or not _made_by_the_batch(request, operation):
             continue
-        for tail in _reference_tails(request.reference):
+        for tail in reference_tails(request.reference):
             index[tail].append(request)
     return index
 

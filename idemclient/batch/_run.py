@@ -85,6 +85,7 @@ from ._advice import Commands, rerun_settles
 from ._corrections import CORRECTED_MARK, correcting
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import RowIdentity, identify, legacy_key
+from ._kin import Kin
 from ._lines import Lines, Stored
 from ._lookup import (
     DEFAULT_LOOKUP,
@@ -355,6 +356,8 @@ class _At(enum.IntEnum):
 
 
 _SENDING = frozenset({_At.NEW, _At.KNOWN, _At.REOPENED, _At.CORRECTION})
+#: Where a row planned new to the store may be, before anything is recorded.
+_NEW_CODES = (_At.ASK, _At.NEW, _At.CORRECTION)
 #: Rows sent as the store holds them now (planned again to know it).
 _KNOWN = (_At.KNOWN, _At.REOPENED, _At.CORRECTION)
 _NEW_PLAN = RowPlan(Step.NEW)
@@ -562,26 +565,37 @@ class _Run:
         self._planned_at = now
         problems: list[tuple[int, str]] = []
         twinned: list[tuple[int, str]] = []
-        for start, stop in self._chunks():
-            items = self._planned(start, stop)
-            for item in items:
-                plan, identity = item.plan, item.identity
-                self.steps[plan.step.value] += 1
-                self.steps["looked up"] += plan.look_up
-                if plan.step is Step.REFUSED:
-                    problems.append(
-                        (item.row.number, f"reference {identity.reference!r} {plan.why}")
-                    )
-                    if plan.advice and (0, plan.advice) not in problems:
-                        problems.insert(0, (0, plan.advice))
-                    self.status[item.index] = _At.REFUSED
-                elif plan.step is Step.DONE:
-                    assert plan.record is not None
-                    self._done(item, _recorded_line(item, plan.record))
-                else:
-                    self.status[item.index] = _at(plan)
-            if not target.new_payments:
-                twinned += self._twins(items)
+        kin = None if target.new_payments else Kin()
+        try:
+            for start, stop in self._chunks():
+                if self.stopping.is_set():  # interrupted: the rows not planned are told so
+                    return
+                items = self._planned(start, stop)
+                for item in items:
+                    plan, identity = item.plan, item.identity
+                    self.steps[plan.step.value] += 1
+                    self.steps["looked up"] += plan.look_up
+                    if plan.step is Step.REFUSED:
+                        problems.append(
+                            (item.row.number, f"reference {identity.reference!r} {plan.why}")
+                        )
+                        if plan.advice and (0, plan.advice) not in problems:
+                            problems.insert(0, (0, plan.advice))
+                        self.status[item.index] = _At.REFUSED
+                    elif plan.step is Step.DONE:
+                        assert plan.record is not None
+                        self._done(item, _recorded_line(item, plan.record))
+                    else:
+                        self.status[item.index] = _at(plan)
+                        if kin is not None and plan.step is Step.NEW:
+                            kin.add(tails_of(item.row))
+            if kin is not None:
+                kin.gather(self.store)
+                for start, stop in self._chunks((_At.ASK, _At.NEW, _At.CORRECTION)):
+                    twinned += self._twins(self._planned(start, stop, _NEW_CODES), kin)
+        finally:
+            if kin is not None:
+                kin.close()
         if problems or twinned:
             if any("other content" in why for _, why in problems):
                 problems.insert(0, (0, SCOPE_ADVICE))
@@ -589,35 +603,28 @@ class _Run:
                 problems[:0] = [(0, TWIN_ADVICE), *twinned]
             raise BatchInvalid(batch.source, sorted(problems, key=lambda p: p[0]))
 
-    def _twins(self, items: Sequence[_Row]) -> list[tuple[int, str]]:
+    def _twins(self, items: Sequence[_Row], kin: Kin) -> list[tuple[int, str]]:
         """Of `items`, the new rows whose very content the store holds under another
-        reference (`_duplicates`): one pass over the store's references for them."""
+        reference (`_duplicates`), among the operations `kin` gathered for their values."""
         new = [item for item in items if item.plan.step is Step.NEW]
-        if not new:
+        named = kin.of(value for item in new for value in tails_of(item.row)) if new else ()
+        if not named:
             return []
-        wanted = (value for item in new for value in tails_of(item.row))
-        index = by_tail(self.store.find_requests(reference_tails=wanted), self.target.operation)
+        records = {r.operation_id: r for r in self.store.find(operation_ids=named)}
+        index = by_tail(map(_recorded_intent, records.values()), self.target.operation)
         if not index:
             return []
         paths = Paths()
-        found = {
-            item.row.number: (
-                item,
-                twins(
-                    item.identity, item.row, self.request_of(item.row, item.identity), index, paths
-                ),
-            )
-            for item in new
-        }
-        named = {twin.operation_id for _item, listed in found.values() for twin in listed}
-        records = {r.operation_id: r for r in self.store.find(operation_ids=named)}
         problems = []
-        for number, (item, listed) in found.items():
+        for item in new:
+            listed = twins(
+                item.identity, item.row, self.request_of(item.row, item.identity), index, paths
+            )
             # As the store has them now (one purged meanwhile is no twin any more).
             stored = [records[t.operation_id] for t in listed if t.operation_id in records]
             if stored:
                 self.status[item.index] = _At.REFUSED
-                problems.append((number, twin_problem(item.identity, stored)))
+                problems.append((item.row.number, twin_problem(item.identity, stored)))
         return problems
 
     def _corrections_of(self, identity: RowIdentity) -> list[OperationRecord]:
@@ -1974,6 +1981,9 @@ def _phases(run: _Run) -> Op[Report]:
     worker threads for `submit`, awaiting for `asubmit`. The rows go through each
     phase a chunk at a time (`Feed`)."""
     yield Blocking(run.plan)
+    if run.stopping.is_set():  # stopped while planning: nothing was recorded or sent
+        stopped: Report = yield Blocking(run.report, kwargs={"interrupted": True})
+        return stopped
     stop_asking = threading.Event()
 
     def ask(item: _Row) -> Op[None]:

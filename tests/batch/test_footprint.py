@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idemclient import Client, ManualClock
+from idemclient import Client, ManualClock, State
 from idemclient.batch import Batch
 from idemclient.batch import _sender as sender_module
 from idemclient.batch._identity import RowIdentity, identify
-from idemclient.batch._run import CHUNK, _Row, _Run, make_run
+from idemclient.batch._run import CHUNK, _Row, _Run, make_run, run_sync
 from idemclient.store import SQLiteStore
 
 
@@ -118,3 +118,32 @@ def test_the_credentials_digest_and_url_are_made_once_per_run(
     urls = {record.url for record in store.find(operation_ids=operation_ids(run))}
     (url,) = urls
     assert "#" in url  # every row recorded with the credentials' mark
+
+
+def test_a_run_stopped_while_planning_stops_between_chunks(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "ops.db")
+    nothing = httpx.MockTransport(lambda _request: pytest.fail("nothing is sent"))
+    with Client(
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer t"},
+        store=store,
+        transport=nothing,
+        clock=ManualClock(),
+    ) as client:
+        run = make_run(make_batch(3 * CHUNK), client)
+        find = store.find
+
+        def stopping(**asked: object) -> object:
+            run.stop()  # Ctrl-C while the first chunk is planned
+            return find(**asked)  # type: ignore[arg-type]
+
+        store.find = stopping  # type: ignore[method-assign]
+        report = run_sync(run, client.http)
+        store.find = find  # type: ignore[method-assign]
+        assert report.interrupted
+        assert bytes(run.status[CHUNK:]) == bytes(2 * CHUNK)  # never planned
+        reasons = {line.reason for line in report.rows[CHUNK:]}
+        assert reasons == {"not sent: interrupted before it was recorded"}
+        assert len(report.rows) == 3 * CHUNK
+        assert store.counts()[State.PENDING] == 0  # nothing recorded
+        run.close()

@@ -306,6 +306,27 @@ def test_a_registration_of_many_chunks_is_one_transaction(store: Store) -> None:
     assert store.counts()[State.PENDING] == many
 
 
+def test_every_reference_is_read_once_a_page_at_a_time(store: Store) -> None:
+    references = ["b/E1", "E1", "a/E2", "E1", "a/E10", "c"]  # one held twice
+    store.register(
+        [
+            dataclasses.replace(make_intent(f"op-{n}", f"key-{n}"), reference=reference)
+            for n, reference in enumerate(references)
+        ]
+        + [dataclasses.replace(make_intent("none", "key-none"), reference=None)],
+        now=NOW,
+    )
+    read: list[tuple[str, str]] = []
+    page = store.references(limit=2)
+    while page:
+        assert len(page) <= 2
+        read += page
+        page = store.references(after=page[-1], limit=2)
+    # Each once, whatever order the database's collation gives them.
+    assert len(read) == len(set(read))
+    assert sorted(read) == sorted((reference, f"op-{n}") for n, reference in enumerate(references))
+
+
 def test_registered_operations_keep_their_order_and_content(store: Store) -> None:
     intents = [make_intent(f"op-{n:02}", f"key-{n}", body=b"%d" % n) for n in (3, 1, 2)]
     store.register(intents, now=NOW)
