@@ -17,7 +17,7 @@ import datetime
 import os
 import re
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -133,7 +133,11 @@ class _Columns:
 
 
 class RowSink(Protocol):
-    """Where the rows of a file go as they are checked (`read_into`)."""
+    """Where the rows of a file go as they are checked (`read_into`), and where each
+    reference was first met (its row number), to find the ones that repeat."""
+
+    @property
+    def first_use(self) -> MutableMapping[str, int]: ...
 
     def append(self, row: PayoutRow) -> None: ...
 
@@ -144,6 +148,10 @@ class RowSink(Protocol):
 
 class _Held(list[PayoutRow]):
     """Rows held in memory, as `read_batch` gives them (a tuple)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_use: dict[str, int] = {}
 
     def done(self) -> tuple[PayoutRow, ...]:
         return tuple(self)
@@ -289,7 +297,9 @@ def _validate(
     shared = tuple(header)
     at_ref, at_amount, at_currency, at_date = (shared.index(name) for name in required)
     rows: RowSink = _Held() if into is None else into
-    first_use: dict[str, int] = {}
+    # Where each reference was first met: kept where the rows are (on disk for a file
+    # the command reads: a million references are not held either).
+    first_use = rows.first_use
     seen = 0
     #: the first amount with decimals, in a file read as minor units
     decimals = ""

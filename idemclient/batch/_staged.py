@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any, overload
 
 from ._rows import Batch, PayoutRow, read_into
@@ -40,9 +40,13 @@ class StagedRows(Sequence[PayoutRow]):
             "CREATE TABLE row (idx INTEGER PRIMARY KEY, number INTEGER, reference TEXT,"
             " amount INTEGER, currency TEXT, value_date TEXT, cells TEXT)"
         )
+        # Each insert its own transaction would cost a journal's work a row: one open
+        # transaction while the file is read (the database is private and temporary).
+        self._db.execute("BEGIN")
         self._pending: list[tuple[object, ...]] = []
         self._count = 0
         self._columns: tuple[str, ...] = ()
+        self.first_use = _FirstUse(self._db)
 
     # -- filling (as the file is checked, see `_rows.RowSink`) ------------------------
 
@@ -65,6 +69,8 @@ class StagedRows(Sequence[PayoutRow]):
 
     def done(self) -> StagedRows:
         self._flush()
+        if self._db.in_transaction:
+            self._db.execute("COMMIT")
         return self
 
     def close(self) -> None:
@@ -122,6 +128,36 @@ class StagedRows(Sequence[PayoutRow]):
             columns=self._columns,
             values=tuple(json.loads(cells)),
         )
+
+
+class _FirstUse(MutableMapping[str, int]):
+    """Where each reference was first met (its row number), on disk: a file's repeated
+    references are found by this table's index, not a dictionary of every reference."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        db.execute("CREATE TABLE first_use (reference TEXT PRIMARY KEY, number INTEGER)")
+
+    def __getitem__(self, reference: str) -> int:
+        found = self._db.execute(
+            "SELECT number FROM first_use WHERE reference = ?", (reference,)
+        ).fetchone()
+        if found is None:
+            raise KeyError(reference)
+        return int(found[0])
+
+    def __setitem__(self, reference: str, number: int) -> None:
+        self._db.execute("INSERT OR REPLACE INTO first_use VALUES (?, ?)", (reference, number))
+
+    def __delitem__(self, reference: str) -> None:
+        self._db.execute("DELETE FROM first_use WHERE reference = ?", (reference,))
+
+    def __iter__(self) -> Iterator[str]:
+        for (reference,) in self._db.execute("SELECT reference FROM first_use"):
+            yield reference
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM first_use").fetchone()[0])
 
 
 def stage_batch(path: str | os.PathLike[str], **options: Any) -> Batch:

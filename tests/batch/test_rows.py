@@ -243,3 +243,12 @@ def test_rows_kept_on_disk_read_back_as_they_were_checked(tmp_path: Path) -> Non
     (tmp_path / "bad.csv").write_text("ref,amount,currency,value_date\nR1,-5,EUR,2026-11-30\n")
     with pytest.raises(BatchInvalid, match="negative"):
         stage_batch(tmp_path / "bad.csv")
+    # A repeated reference is found by the rows' own index on disk, as in memory.
+    lines.append(lines[1500].replace(".5", ".6", 1))
+    (tmp_path / "p.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(BatchInvalid) as staged_error:
+        stage_batch(tmp_path / "p.csv", **options)
+    with pytest.raises(BatchInvalid) as held_error:
+        read_batch(tmp_path / "p.csv", **options)  # type: ignore[arg-type]
+    assert staged_error.value.problems == held_error.value.problems
+    assert staged_error.value.problems == [(2346, "reference 'R1499' repeats row 1500")]
