@@ -76,6 +76,19 @@ PROFILE ?=
 check-deep: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.checker.deep --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) $(if $(PROFILE),--profile $(PROFILE))
 
+# The mutation suite (tests/mutants): each semantic mutant of a decision point is applied
+# to a scratch copy of the tree (never this one) and run against the behavioural tests
+# that kill it; a table (mutant, killed by, time), and a failure on any survivor. Not part
+# of `make test` (which checks only that every mutant still applies). `FULL=1` runs each
+# against the wide behavioural set; `CHECKER=1` against the checker's bounded run alone
+# (a measure: survivors are reported, not failed); `ONLY="name ..."`; `JOBS=2`.
+FULL    ?=
+CHECKER ?=
+ONLY    ?=
+JOBS    ?= 1
+mutants: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m tests.mutants --jobs $(JOBS) $(if $(FULL),--full) $(if $(CHECKER),--checker) $(if $(ONLY),--only $(ONLY))
+
 # Real-process trials against `idemclient server` on loopback, SQLite and PostgreSQL,
 # each with faults and a SIGKILL of the client (and in a share, of a server); one table
 # at the end (tests/reliability/soak.py). `make soak TRIALS=200` for a shorter one.

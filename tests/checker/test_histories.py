@@ -756,7 +756,9 @@ def test_checkout_a_refusal_after_a_503_is_not_told_failed() -> None:
 # timeout), then the network down for the attempts after it. "Not sent" here would be
 # wrong; it is judged before the end's resume sends anything under the key (before,
 # the resume made the operation succeeded and hid it).
-@pytest.mark.parametrize("how", ["read timeout", "connection reset", "502", "520"])
+@pytest.mark.parametrize(
+    "how", ["read timeout", "connection reset", "dropped by the server", "502", "520"]
+)
 @pytest.mark.parametrize("then", ["network down", "503 retry-after 3600s"])
 def test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent(
     how: str, then: str
@@ -863,3 +865,92 @@ def test_a_batch_row_refused_then_corrected_is_paid_once() -> None:
         state.teardown()
     (entry,) = state.final_resources(op)
     assert entry.amount == op.amount
+
+
+# Histories the mutation suite runs (tests/mutants/catalog.py), each the shortest that
+# shows one wrong reading of an answer: what the caller is told is held to the ledger.
+
+
+def test_a_payment_accepted_and_still_pending_is_never_told_succeeded() -> None:
+    # External system 2 applies and times out, twice: the server answers 202 (pending,
+    # the instruction's outcome unknown) and finishes the payment once it knows; a 202 is
+    # never a final answer, nor a success.
+    state = PaymentsMachine()
+    state.server_fault(fault="ext2 apply then timeout x2")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+def test_a_payment_still_running_is_never_told_failed() -> None:
+    # The server died right after admitting the key; issued again at once, the key is
+    # still running there (409): never a refusal.
+    state = PaymentsMachine()
+    state.server_crashes_after(after="ADMITTED")
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.parametrize("profile", ["reference", "generic"])
+def test_an_edge_refusal_after_an_applied_attempt_is_never_told_failed(profile: str) -> None:
+    # The first attempt applied, its answer lost; the retry refused in front of the
+    # server (a firewall's 403): under a server that replays its stored answers too, that
+    # refusal is not the server's.
+    state = PaymentsMachine.for_profile(profile)()
+    state.answer_lost(how="read timeout", then="nothing")
+    state.edge_refuses_a_held_key(which=0)
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.parametrize("profile", ["reference", "square"])
+def test_an_operation_issued_again_after_its_answer_was_lost_pays_once(profile: str) -> None:
+    # Applied, its answer lost, the network down: issued again by its operation id, it
+    # goes under the key it was recorded with, and the server answers from that key.
+    state = PaymentsMachine.for_profile(profile)()
+    # (A server that does not guard a key in flight: the call stops after that attempt.)
+    then = "network down" if state.setup.profile.guards_in_flight else "nothing"
+    state.answer_lost(how="read timeout", then=then)
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.time_passes(seconds=state.setup.profile.in_flight_for + 600.0)  # any hold over
+    state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    try:
+        state.never_twice_and_agreeing()
+        assert state._record(op).state is State.SUCCEEDED
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+@pytest.mark.parametrize(("profile", "way"), [("generic", "client"), ("reference", "batch")])
+def test_a_declined_payment_found_by_a_look_up_is_never_told_succeeded(
+    profile: str, way: str
+) -> None:
+    # Declined by external system 1, its answer lost: the look-up (the server's search
+    # by reference, with the look-up's own reading of statuses) finds it declined.
+    state = PaymentsMachine.for_profile(profile)()
+    state.server_fault(fault="ext1 decline")
+    state.answer_lost(how="read timeout", then="network down")
+    op = state.issue_new(way=way, by="identity", kill_at=None, disk_full=NOTHING)
+    state.time_passes(seconds=3600.0)
+    if way == "batch":
+        state.issue_again(op=op, kill_at=None, disk_full=NOTHING, other=False)
+    else:
+        state.reconcile(op=op, kill_at=None)
+    try:
+        state.never_twice_and_agreeing()
+        assert state._record(op).state is State.FAILED
+    finally:
+        state.teardown()

@@ -213,20 +213,28 @@ def test_lease_expiry(shop: Shop, host: str, side: str) -> None:
 @pytest.mark.parametrize("seen", ["at a start", "while running"])
 @pytest.mark.parametrize("side", SIDES)
 def test_clock_step_allowance(shop: Shop, seen: str, side: str) -> None:
+    # A maybe-applied payment, and ten minutes later another, paid: the store's latest
+    # time is the second's. The clock then reads CLOCK_SKEW (less or more a second)
+    # earlier than that: the first payment's own stamp is not ahead of the clock, so
+    # only the step tells that its age may be more than it looks.
     _paid_then_timed_out(shop, "client")
+    shop.world.advance(600.0)
+    assert isinstance(shop.pay("client", reference="inv-2"), Outcome)
     with SQLiteStore(shop.path) as store:
         latest = store.advance_clock(now=0.0)  # the latest time the store has seen
+        first = store.get("inv-1")
+    assert first is not None
     step_to = latest - CLOCK_SKEW - SIDES[side]  # before: 299 s back; after: 301 s
+    assert first.created_at < step_to - CLOCK_SKEW  # not itself ahead of the clock
     shop.wire.sent.clear()
     if seen == "at a start":
         shop.client_clock.offset -= shop.client_clock.time() - step_to
         again: object = shop.pay("client")
     else:
         # A process that started before the step, and runs across it: its clock goes
-        # back against the store's time and against its own monotonic clock.
-        shop.client_clock.offset -= shop.client_clock.time() - latest
+        # back against its own monotonic clock.
         with Client(base_url=BASE, transport=shop.wire, auth=_bearer, **shop.options()) as c:
-            shop.client_clock.offset -= latest - step_to
+            shop.client_clock.offset -= shop.client_clock.time() - step_to
             try:
                 again = c.post(shop.payments, json=shop.body("inv-1"), operation_id="inv-1")
             except Indeterminate as error:
@@ -239,4 +247,4 @@ def test_clock_step_allowance(shop: Shop, seen: str, side: str) -> None:
         assert isinstance(again, ReconcileRequired), again
         assert "clock" in str(again)
         assert _posts(shop) == 0
-    assert shop.applied() == 1
+    assert shop.applied() == 2

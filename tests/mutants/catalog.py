@@ -1,0 +1,401 @@
+"""The mutants: plausible one- to three-line bugs at the client's decision points, each
+described by the behaviour it breaks.
+
+`killers` are the smallest set of behavioural tests (pytest node ids) found to kill
+the mutant, run by `make mutants`; `make mutants FULL=1` runs the wide set instead
+(`run.WIDE`). A killer is never a unit test of the mutated function: it goes through
+`Client`, `AsyncClient`, `wrap()`, `resume()`, the batch, or the checker's histories,
+against the reference server (or a scripted transport), and looks at what was paid and
+what the caller was told.
+
+When the code a mutant is anchored in moves, move the anchor with it: the behaviour it
+breaks says what to look for. Keep each mutant a real bug, not a rename.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    #: a short name, as the table prints it
+    name: str
+    #: the decision point it is at (as the issue that asked for the suite lists them)
+    point: str
+    #: what goes wrong for users, in words
+    breaks: str
+    #: the file, from the tree's root
+    path: str
+    #: the exact code it changes: found exactly once in `path`
+    anchor: str
+    #: what it becomes
+    replacement: str
+    #: the behavioural tests that kill it (pytest node ids, from the tree's root)
+    killers: tuple[str, ...]
+
+
+CLASSIFY = "idemclient/_classify.py"
+CALL = "idemclient/_call.py"
+HISTORIES = "tests/checker/test_histories.py"
+BOUNDARIES = "tests/integration/test_time_boundaries.py"
+LOST_THEN_DOWN = HISTORIES + "::test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent"
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- classification of each status and error class ----------------------------------
+    Mutant(
+        "timeout-read-as-not-sent",
+        "classification",
+        "a read timeout (the request sent, its answer never read) is taken as never sent:"
+        " a call whose later attempts do not reach the server tells NotSent for a payment"
+        " the server made",
+        CLASSIFY,
+        "    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):",
+        "    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout"
+        " | httpx.ReadTimeout):",
+        (LOST_THEN_DOWN + "[network down-read timeout]",),
+    ),
+    Mutant(
+        "dropped-connection-read-as-not-sent",
+        "classification",
+        "a connection the server closed without an answer is taken as never sent",
+        CLASSIFY,
+        "    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):",
+        "    if isinstance(error, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout"
+        " | httpx.RemoteProtocolError):",
+        (LOST_THEN_DOWN + "[network down-dropped by the server]",),
+    ),
+    Mutant(
+        "5xx-not-maybe-applied",
+        "classification",
+        "a 500, 502 or 504 is taken as never applied: a call that ends after one tells"
+        " NotSent, a refusal after one is final",
+        CLASSIFY,
+        "        _row(AttemptKind.SERVER_ERROR, retry=True, maybe_applied=True),",
+        "        _row(AttemptKind.SERVER_ERROR, retry=True, maybe_applied=False),",
+        (LOST_THEN_DOWN + "[network down-502]",),
+    ),
+    Mutant(
+        "202-read-as-success",
+        "classification",
+        "a 202 Accepted (the payment pending at the server, its outcome unknown) is taken"
+        " as its final success: the caller is told succeeded for a payment not made yet",
+        CLASSIFY,
+        "    elif status == 202:\n        kind = AttemptKind.ACCEPTED",
+        "    elif status == 202:\n        return _BY_KIND[AttemptKind.SUCCEEDED]",
+        (HISTORIES + "::test_a_payment_accepted_and_still_pending_is_never_told_succeeded",),
+    ),
+    Mutant(
+        "409-in-progress-read-as-refusal",
+        "classification",
+        "a 409 'still running' is taken as a refusal: the caller is told failed while the"
+        " server runs the payment",
+        CLASSIFY,
+        "    if any(m.matches(status, headers, codes) for m in profile.in_progress):\n"
+        "        return AttemptKind.IN_PROGRESS, True",
+        "    if any(m.matches(status, headers, codes) for m in profile.in_progress):\n"
+        "        return AttemptKind.REJECTED, True",
+        (HISTORIES + "::test_a_payment_still_running_is_never_told_failed",),
+    ),
+    Mutant(
+        "refusal-after-maybe-applied-final",
+        "classification",
+        "a 4xx after an attempt that may have been applied is taken as the payment's final"
+        " answer at a server that does not replay: told failed for a payment made",
+        CLASSIFY,
+        "    if server_replays and status not in EDGE_REFUSALS:\n        return found\n"
+        "    return Classification(found.kind, retry=False, maybe_applied=True, final=False)",
+        "    return found",
+        (HISTORIES + "::test_checkout_a_refusal_after_a_503_is_not_told_failed",),
+    ),
+    Mutant(
+        "edge-refusal-final-at-a-replaying-server",
+        "classification",
+        "a 403 or 404 that a firewall or CDN gives, after an attempt that may have been"
+        " applied, is taken as a replaying server's stored answer: told failed",
+        CLASSIFY,
+        "    if server_replays and status not in EDGE_REFUSALS:",
+        "    if server_replays:",
+        (
+            HISTORIES
+            + "::test_an_edge_refusal_after_an_applied_attempt_is_never_told_failed[reference]",
+        ),
+    ),
+    # -- key adoption on re-issue ---------------------------------------------------------
+    Mutant(
+        "reissue-under-a-new-key",
+        "key adoption",
+        "an operation issued again sends the key its new call drew, not the one recorded:"
+        " paid twice",
+        CALL,
+        "            self.request.headers[slot.header] = slot.header_value(record.key)",
+        "            self.request.headers[slot.header] = slot.header_value("
+        "self.intent.key if self.intent is not None else record.key)",
+        (
+            HISTORIES
+            + "::test_an_operation_issued_again_after_its_answer_was_lost_pays_once[reference]",
+        ),
+    ),
+    Mutant(
+        "reissue-forgets-maybe-applied",
+        "key adoption",
+        "an operation issued again forgets that an earlier attempt may have been applied:"
+        " sent again past the key retention, after a clock step, past a refusal",
+        CALL,
+        "        self.maybe_applied = record.maybe_applied\n",
+        "        self.maybe_applied = False\n",
+        (BOUNDARIES + "::test_key_retention[after-host ahead]",),
+    ),
+    # -- fingerprint comparison -----------------------------------------------------------
+    Mutant(
+        "another-body-is-the-same-request",
+        "fingerprint comparison",
+        "an operation issued again with another body is taken as the same request: sent"
+        " under the first one's key (the server refuses it 422, or pays the new body)",
+        "idemclient/_store/_rows.py",
+        "    if is_current(record.fingerprint):\n        return False  # one rule, two meanings",
+        "    if is_current(record.fingerprint):\n        return True",
+        (
+            HISTORIES + "::test_an_operation_issued_again_with_another_body_is_refused_and_"
+            "nothing_sent[client-reference]",
+        ),
+    ),
+    # -- durability of the intent commit --------------------------------------------------
+    Mutant(
+        "intent-not-flushed",
+        "intent durability",
+        "the intent is committed without a flush to disk before the first byte is sent: a"
+        " power loss then forgets the key of a payment the server may hold",
+        "idemclient/_store/_sqlite.py",
+        "            with self._use(durable=self.durability is not Durability.BUFFERED) as conn:",
+        "            with self._use(durable=False) as conn:",
+        ("tests/integration/test_intent_flushed.py",),
+    ),
+    # -- lease takeover -------------------------------------------------------------------
+    Mutant(
+        "live-lease-taken-over-early",
+        "lease takeover",
+        "another process's lease is taken over two seconds before it ends: two senders",
+        "idemclient/_store/_base.py",
+        "        and record.lease_expires > now\n",
+        "        and record.lease_expires > now + 2.0\n",
+        (BOUNDARIES + "::test_lease_expiry[before-host ahead]",),
+    ),
+    Mutant(
+        "dead-owner-waited-on",
+        "lease takeover",
+        "the lease of a process that has exited is waited on until it ends, as if alive:"
+        " a restart waits out the dead owner's whole deadline before it sends",
+        "idemclient/_store/_base.py",
+        "        and not owner_is_dead(holder)\n",
+        "\n",
+        ("tests/client/test_ownership.py",),
+    ),
+    # -- the hold -------------------------------------------------------------------------
+    Mutant(
+        "no-in-flight-hold",
+        "the hold",
+        "under a server that does not guard a key in flight, a maybe-applied operation is"
+        " sent again at once, beside the attempt the server may still run: paid twice",
+        CALL,
+        "        if self.profile.guards_in_flight:\n            return None\n"
+        "        now = self.clock.time()\n        sent = now if since is None else since",
+        "        if True:\n            return None\n"
+        "        now = self.clock.time()\n        sent = now if since is None else since",
+        (
+            HISTORIES + "::test_a_resume_while_an_unguarded_server_holds_the_key_in_flight_"
+            "pays_once[paypal-ADMITTED]",
+        ),
+    ),
+    Mutant(
+        "hold-without-the-skew",
+        "the hold",
+        "the in-flight hold (and a look-up's window) leaves out the hosts' clock skew:"
+        " five minutes short",
+        CALL,
+        "    return sent + in_flight_for + CLOCK_SKEW",
+        "    return sent + in_flight_for",
+        (BOUNDARIES + "::test_in_flight_hold[before-host behind-paypal]",),
+    ),
+    Mutant(
+        "hold-by-this-hosts-clock-alone",
+        "the hold",
+        "the in-flight hold is judged by this host's clock alone, not the server's Date"
+        " too: a clock stepped forward while no client ran ends it early, paid twice",
+        "idemclient/_server_time.py",
+        "    if server is None:\n        return until\n    held = until\n",
+        "    if True:\n        return until\n    held = until\n",
+        (
+            HISTORIES + "::test_a_clock_stepped_forward_while_the_client_holds_a_maybe_"
+            "applied_operation_pays_once[paypal-3600.0]",
+        ),
+    ),
+    # -- retention margins and their signs ------------------------------------------------
+    Mutant(
+        "retention-margin-sign",
+        "retention margin",
+        "the key retention's margin for the clock skew has its sign flipped (age - skew):"
+        " a maybe-applied payment re-issued within five minutes of the retention's end is"
+        " sent to a server that may have forgotten its key",
+        CALL,
+        "        if age_sent + CLOCK_SKEW <= retention:",
+        "        if age_sent - CLOCK_SKEW <= retention:",
+        (BOUNDARIES + "::test_key_retention[after-host ahead]",),
+    ),
+    Mutant(
+        "retention-judged-before-the-wait",
+        "retention margin",
+        "the key retention is judged at the time of the call, not at the time the send"
+        " would go after its wait (a hold, a server's not-before)",
+        CALL,
+        "        age_sent = age + max(0.0, at - now)",
+        "        age_sent = age",
+        ("tests/client/hostile/test_lease_skew_attacks.py",),
+    ),
+    Mutant(
+        "age-by-this-hosts-clock-alone",
+        "retention margin",
+        "an operation's age is read on this host's clock alone: a clock set back while no"
+        " client ran makes a day-old payment look young, and it is sent after its key is"
+        " gone",
+        "idemclient/_server_time.py",
+        "    local = now - stamped\n    if server is None:\n        return local",
+        "    local = now - stamped\n    if True:\n        return local",
+        (
+            "tests/integration/test_server_clock.py::test_a_clock_set_back_while_no_client_"
+            "ran_is_seen_by_the_server_s_date[client]",
+        ),
+    ),
+    Mutant(
+        "clock-step-allowance-doubled",
+        "retention margin",
+        "a clock that went back is noticed only past twice the allowed skew: a step of"
+        " six minutes to ten leaves the store's maybe-applied payments of a wrong age",
+        CALL,
+        "    if seen - now > CLOCK_SKEW:",
+        "    if seen - now > 2 * CLOCK_SKEW:",
+        (BOUNDARIES + "::test_clock_step_allowance[after-at a start]",),
+    ),
+    Mutant(
+        "running-clock-step-unseen",
+        "retention margin",
+        "a client whose clock goes back while it runs notices only a step of twice the"
+        " allowed skew",
+        "idemclient/_clock.py",
+        "        return behind if behind > self._tolerance else 0.0",
+        "        return behind if behind > 2 * self._tolerance else 0.0",
+        (BOUNDARIES + "::test_clock_step_allowance[after-while running]",),
+    ),
+    # -- look-up judgements ---------------------------------------------------------------
+    Mutant(
+        "look-up-none-believed-at-once",
+        "look-up judgement",
+        "a look-up that finds nothing right after a send says 'never applied', while the"
+        " server may still run the request: settled not sent, paid by the server later",
+        "idemclient/_reconcile.py",
+        "    if asked >= until and over_by_server(",
+        "    if True or asked >= until and over_by_server(",
+        (
+            "tests/integration/test_early_look_up.py::test_a_payment_the_server_finishes_"
+            "after_an_early_look_up_is_paid_once",
+        ),
+    ),
+    Mutant(
+        "look-up-declined-read-as-paid",
+        "look-up judgement",
+        "a look-up that finds the payment declined settles it succeeded",
+        "idemclient/_reconcile.py",
+        '        "declined": State.FAILED,',
+        '        "declined": State.SUCCEEDED,',
+        (
+            HISTORIES + "::test_a_declined_payment_found_by_a_look_up_is_never_told_"
+            "succeeded[generic-client]",
+        ),
+    ),
+    # -- the batch's identity and look-up planning ----------------------------------------
+    Mutant(
+        "batch-key-from-the-line-number",
+        "batch identity",
+        "a batch row's key is derived from its line number, not its reference: every"
+        " one-row batch has the same key, and the next one is refused and never paid",
+        "idemclient/batch/_identity.py",
+        "        key=key_from_identity(reference, operation, namespace=namespace),",
+        "        key=key_from_identity(str(row.number), operation, namespace=namespace),",
+        (HISTORIES + "::test_two_one_row_batches_are_both_paid",),
+    ),
+    Mutant(
+        "batch-unknown-row-not-looked-up",
+        "batch look-up planning",
+        "a row the store does not know (a new machine, a lost store) is sent without a"
+        " look-up: paid twice once the server has forgotten its key",
+        "idemclient/batch/_plan.py",
+        "    if known is None and not legacy:\n        return _NEW_LOOKED_UP if look_up else _NEW",
+        "    if known is None and not legacy:\n        return _NEW",
+        (
+            HISTORIES + "::test_a_batch_run_again_on_a_lost_store_finds_its_row_by_look_up"
+            "[True-reference]",
+        ),
+    ),
+    # -- profile key placement ------------------------------------------------------------
+    Mutant(
+        "key-always-in-idempotency-key",
+        "profile key placement",
+        "the key goes in Idempotency-Key whatever header the profile's server reads: a"
+        " PayPal or Checkout.com server sees no key, and a second send pays twice",
+        CALL,
+        "            self.request.headers[slot.header] = slot.header_value(record.key)",
+        '            self.request.headers["Idempotency-Key"] = slot.header_value(record.key)',
+        (HISTORIES + "::test_a_resume_once_the_unguarded_server_let_the_key_go_pays_once[paypal]",),
+    ),
+    Mutant(
+        "body-key-not-the-recorded-one",
+        "profile key placement",
+        "an operation issued again by its id under a profile whose key is a body field"
+        " gets a new key in its body, not the recorded one",
+        "idemclient/_client.py",
+        "                known = records[0].key if records else None",
+        "                known = None",
+        (HISTORIES + "::test_an_operation_issued_again_after_its_answer_was_lost_pays_once",),
+    ),
+    # -- deadline and Retry-After arithmetic ----------------------------------------------
+    Mutant(
+        "retry-after-not-a-floor",
+        "Retry-After arithmetic",
+        "the server's Retry-After is shortened by the backoff's jitter: retried early",
+        "idemclient/_policy.py",
+        "        wait = max(wait, server_wait)",
+        "        wait = min(wait, server_wait)",
+        ("tests/reliability/test_hostile_retry_after.py",),
+    ),
+    Mutant(
+        "retry-after-date-sign",
+        "Retry-After arithmetic",
+        "a Retry-After HTTP-date is read the wrong way round: a date in the future is no"
+        " wait at all",
+        "idemclient/_retry_after.py",
+        "        wait = when.timestamp() - now",
+        "        wait = now - when.timestamp()",
+        ("tests/reliability/test_hostile_retry_after.py",),
+    ),
+    Mutant(
+        "sleeps-past-the-deadline",
+        "deadline arithmetic",
+        "a wait that does not fit the time left is slept anyway: the call outlives its"
+        " deadline (and its lease)",
+        "idemclient/_policy.py",
+        "    if wait >= remaining:",
+        "    if wait >= remaining + 3600.0:",
+        ("tests/client/test_client.py::test_the_deadline_bounds_attempts_and_sleeps",),
+    ),
+    # -- a store that fails after the server answered -------------------------------------
+    Mutant(
+        "unrecorded-refusal-told-not-sent",
+        "classification",
+        "a refusal the store could not record (a full disk) is told as NotSent, 'nothing"
+        " reached the server'",
+        CALL,
+        "        reached = self.maybe_applied or self.last_status is not None",
+        "        reached = self.maybe_applied",
+        (HISTORIES + "::test_adyen_a_refusal_the_store_could_not_record_is_not_told_not_sent",),
+    ),
+)
