@@ -456,6 +456,23 @@ class BatchStore(SendingStore, Protocol):
         to believe); returns how many."""
         ...
 
+    def note_contents(self, digests: Iterable[tuple[str, str]]) -> None:
+        """Keep, for each (operation id, digest), a digest of that operation's content
+        (a later one replaces it), found again by `find_contents`; an empty digest says
+        there is nothing to compare. Not flushed to disk: one lost is made again."""
+        ...
+
+    def find_contents(self, digests: Iterable[str]) -> Sequence[tuple[str, str]]:
+        """(digest, operation id) for each kept digest among `digests`, of the operations
+        the store still holds, in no particular order."""
+        ...
+
+    def undigested(self, *, id_prefix: str, limit: int, after: str = "") -> Sequence[Intent]:
+        """The requests of at most `limit` operations whose id begins with `id_prefix`
+        and that have no digest kept (`note_contents`), in the order of their ids, from
+        the first after `after`."""
+        ...
+
     def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
         """The request of every operation whose end-to-end reference is one of
         `reference_tails` or ends with "/" and one of them (the same reference in any

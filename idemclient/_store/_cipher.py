@@ -130,8 +130,13 @@ class Cipher:
         self.enabled = encryption is not None
         self._writer: tuple[bytes, Any] | None = None
         self._readers: dict[bytes, Any] = {}
+        #: the keys, the current one first, for `blind`
+        self._keys: tuple[bytes, ...] = ()
         if encryption is not None:
             assert isinstance(encryption.key, bytes)
+            self._keys = tuple(
+                key for key in (encryption.key, *encryption.old_keys) if isinstance(key, bytes)
+            )
             self._writer = (key_id(encryption.key), _aead(encryption.key))
             for key in (encryption.key, *encryption.old_keys):
                 assert isinstance(key, bytes)
@@ -196,10 +201,30 @@ class Cipher:
             raise self._damaged(column, operation_id, "it is not valid base64") from None
         return self.open(sealed, column=column, operation_id=operation_id).decode()
 
+    def blind(self, digest: str) -> str:
+        """A digest kept to be found again by equality (`Store.note_contents`): as it is
+        without encryption; with it, a keyed hash under the current key, so that the
+        file does not confirm a guessed payment (an amount, an account), as its
+        encrypted fingerprint does not."""
+        if not self._keys:
+            return digest
+        return _blinded(self._keys[0], digest)
+
+    def blinds(self, digest: str) -> list[str]:
+        """Every way `digest` may have been kept: in clear (before encryption was
+        switched on), and under each key given (before a rotation)."""
+        return [digest, *(_blinded(key, digest) for key in self._keys)]
+
     def _damaged(self, column: str, operation_id: str, why: str) -> StoreCorrupt:
         return StoreCorrupt(
             self.where, f"operation {operation_id!r}: its encrypted {column} cannot be read: {why}"
         )
+
+
+def _blinded(key: bytes, digest: str) -> str:
+    return (
+        "mac:" + hmac.new(key, b"idemclient content " + digest.encode(), hashlib.sha256).hexdigest()
+    )
 
 
 def _associated(column: str, operation_id: str) -> bytes:

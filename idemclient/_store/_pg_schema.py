@@ -177,8 +177,16 @@ def _v9(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(f"CREATE INDEX not_found_asked ON {schema}.not_found (asked_at)")
 
 
+def _v10(conn: psycopg.Connection[Any], schema: str) -> None:
+    # A digest of each batch row's payment content (see the SQLite store's version 12).
+    conn.execute(
+        f"CREATE TABLE {schema}.contents (operation_id text PRIMARY KEY, digest text NOT NULL)"
+    )
+    conn.execute(f"CREATE INDEX contents_digest ON {schema}.contents (digest)")
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9)
+MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

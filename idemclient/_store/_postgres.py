@@ -150,6 +150,7 @@ class PostgresStore(SQLStore):
             order="created_at, seq",
             clock_table=f"{self._quoted}.store_clock",
             not_found_table=f"{self._quoted}.not_found",
+            contents_table=f"{self._quoted}.contents",
         )
 
     @property

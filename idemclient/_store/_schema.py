@@ -207,6 +207,16 @@ def _v11(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX not_found_asked ON not_found (asked_at)")
 
 
+def _v12(db: sqlite_utils.Database) -> None:
+    # A digest of each batch row's payment content, whatever its reference: a file
+    # re-saved by a spreadsheet (its references changed, its payments not) is held
+    # before anything is sent (the batch's `_resave`), found through the index on the
+    # digest, not by reading every body. The operation's row decides: one purged takes
+    # its digest with it. An empty digest: nothing to compare (its body was reaped).
+    db.execute("CREATE TABLE contents (operation_id TEXT PRIMARY KEY, digest TEXT NOT NULL)")
+    db.execute("CREATE INDEX contents_digest ON contents (digest)")
+
+
 #: The columns of `operations` that every schema version from 1 on has. A file that
 #: claims to be a store (our application id, a schema version) without them is damaged.
 REQUIRED_COLUMNS = frozenset(
@@ -240,7 +250,9 @@ REQUIRED_COLUMNS = frozenset(
 Migration = Callable[["sqlite_utils.Database"], None]
 
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11)
+MIGRATIONS: Sequence[Migration] = (
+    _v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11, _v12,
+)  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

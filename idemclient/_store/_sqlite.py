@@ -45,6 +45,7 @@ _SQL = Statements(
     order="created_at, rowid",
     clock_table="store_clock",
     not_found_table="not_found",
+    contents_table="contents",
 )
 _REGISTER_CHUNK = 5_000
 

@@ -462,6 +462,7 @@ class SQLStore(Store, ABC):
                         " resume or settle it first; nothing was purged"
                     )
             conn.execute(sql.forget_not_found_of, (listed,))
+            conn.execute(sql.forget_contents_of, (listed,))
             return conn.execute(sql.purge, (listed,)).rowcount
 
     # -- reading ---------------------------------------------------------------------
@@ -531,6 +532,40 @@ class SQLStore(Store, ABC):
     def forget_not_found(self, *, asked_before: float) -> int:
         with self._write(durable=False) as conn:
             return int(conn.execute(self._sql.forget_not_found_before, (asked_before,)).rowcount)
+
+    def note_contents(self, digests: Iterable[tuple[str, str]]) -> None:
+        # Under a key where bodies are encrypted: a digest in clear would confirm a
+        # guessed payment (see `Cipher.blind`).
+        rows = [(operation_id, self._cipher.blind(digest)) for operation_id, digest in digests]
+        if not rows:
+            return
+        with self._transaction(durable=False) as conn:
+            for values in rows:
+                conn.execute(self._sql.note_content, values)
+
+    def find_contents(self, digests: Iterable[str]) -> Sequence[tuple[str, str]]:
+        sql = self._sql
+        asked: dict[str, str] = {}  # as stored -> as given
+        for digest in digests:
+            for blinded in self._cipher.blinds(digest):
+                asked[blinded] = digest
+        found: list[tuple[str, str]] = []
+        with self._use() as conn:
+            for chunk in _chunked(asked, _FIND_CHUNK):
+                for stored, operation_id in conn.execute(
+                    sql.find_contents, (sql.dialect.values(chunk),)
+                ):
+                    found.append((asked[stored], operation_id))
+        return found
+
+    def undigested(self, *, id_prefix: str, limit: int, after: str = "") -> Sequence[Intent]:
+        sql = self._sql
+        with self._use() as conn:
+            rows = conn.execute(
+                sql.undigested, (after, len(id_prefix), id_prefix, limit)
+            ).fetchall()
+        headers: dict[object, Headers] = {}
+        return [intent_from_row(row, self._cipher, headers) for row in rows]
 
     def find_requests(self, *, reference_tails: Iterable[str]) -> Sequence[Intent]:
         sql = self._sql

@@ -9,7 +9,8 @@ and in the store's own names:
 - `order`: the order operations are listed in (PostgreSQL adds `seq`, which orders the
   rows of one batch, all created in the same instant);
 - `clock_table`: the store's clock table (its high-water mark);
-- `not_found_table`: the look-ups kept that found nothing (`Store.remember_not_found`).
+- `not_found_table`: the look-ups kept that found nothing (`Store.remember_not_found`);
+- `contents_table`: the digests of operations' contents (`Store.note_contents`).
 
 `Statements(dialect, ...)` renders every statement once, when a store is made (SQLite's at
 import; PostgreSQL's per store, since the schema is the store's): each is a plain
@@ -246,6 +247,25 @@ _NOT_FOUND = "SELECT " + _NOT_FOUND_COLUMNS + " FROM {nf} WHERE operation_id {an
 _FORGET_NOT_FOUND_BEFORE = "DELETE FROM {nf} WHERE asked_at < {p}"
 _FORGET_NOT_FOUND = "DELETE FROM {nf}"
 _FORGET_NOT_FOUND_OF = "DELETE FROM {nf} WHERE operation_id {any}"
+# The digest of an operation's content, kept (or replaced: a request reopened with a
+# corrected body) beside it; found again by digest, for operations still there.
+_NOTE_CONTENT = (
+    "INSERT INTO {ct} (operation_id, digest) VALUES ({p}, {p})"
+    " ON CONFLICT (operation_id) DO UPDATE SET digest = excluded.digest"
+)
+_FIND_CONTENTS = (
+    "SELECT c.digest, c.operation_id FROM {ct} c JOIN {t} o ON o.id = c.operation_id"
+    " WHERE c.digest {any}"
+)
+# The requests of operations whose id begins with a prefix and that have no digest yet
+# (recorded by an earlier version, or by a process killed between two writes), in the
+# order of their ids from after one (the primary key's index): a page at a time, each
+# read once.
+_UNDIGESTED = (
+    "SELECT {request} FROM {t} WHERE id > {p} AND substr(id, 1, {p}) = {p} AND NOT EXISTS"
+    " (SELECT 1 FROM {ct} c WHERE c.operation_id = {t}.id) ORDER BY id LIMIT {p}"
+)
+_FORGET_CONTENTS_OF = "DELETE FROM {ct} WHERE operation_id {any}"
 
 
 class Statements:
@@ -253,10 +273,18 @@ class Statements:
     (every attribute is `Final`)."""
 
     def __init__(
-        self, dialect: Dialect, *, table: str, order: str, clock_table: str, not_found_table: str
+        self,
+        dialect: Dialect,
+        *,
+        table: str,
+        order: str,
+        clock_table: str,
+        not_found_table: str,
+        contents_table: str,
     ) -> None:
         names = {
             "nf": not_found_table,
+            "ct": contents_table,
             "t": table,
             "p": dialect.param,
             "j": dialect.json,
@@ -331,3 +359,7 @@ class Statements:
         self.forget_not_found_before: Final = render(_FORGET_NOT_FOUND_BEFORE)
         self.forget_not_found: Final = render(_FORGET_NOT_FOUND)
         self.forget_not_found_of: Final = render(_FORGET_NOT_FOUND_OF)
+        self.note_content: Final = render(_NOTE_CONTENT)
+        self.find_contents: Final = render(_FIND_CONTENTS)
+        self.undigested: Final = render(_UNDIGESTED)
+        self.forget_contents_of: Final = render(_FORGET_CONTENTS_OF)

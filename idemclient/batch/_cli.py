@@ -61,6 +61,7 @@ from ._preview import Preview, preview
 from ._progress import ProgressView
 from ._reachable import unreachable
 from ._report import ExitCode, Report, ReportRow, check_report_path
+from ._resave import Held
 from ._rows import Batch
 from ._run import make_run, run_sync
 from ._signals import Told, held, signal_of, stopping_on_signals, told_by_signals
@@ -375,11 +376,21 @@ def _profile(
 @click.option(
     "--new-payments",
     is_flag=True,
-    help="The rows are new payments even where the store holds a row with the very"
-    " same content (every column, the value date included) under another reference."
-    " Without it such a row is refused as the same payment submitted again with another"
-    " --batch-ref (or none) or --ref-column. Use it only to pay an identical payment a"
-    " second time.",
+    help="Every row is a new payment, even where the store holds the same payment under"
+    " another reference: the very same content (every column) under another --batch-ref"
+    " (or none) or --ref-column, refused otherwise (exit 2); or the same payment (every"
+    " column but the reference, read as a person reads it) under another reference, as a"
+    " spreadsheet's re-save leaves a file (00123 read as 123), held otherwise (exit 6)."
+    " Use it only to pay identical payments a second time.",
+)
+@click.option(
+    "--new-payment",
+    "new_payment_refs",
+    multiple=True,
+    metavar="REF",
+    help="The row of this reference (as the file has it) is a new payment, though the"
+    " store holds the same payment under another reference (see --new-payments):"
+    " repeatable, one row each.",
 )
 @click.option(
     "--report",
@@ -435,6 +446,7 @@ def submit_command(
     reliable_404: bool,
     server_replays: bool,
     new_payments: bool,
+    new_payment_refs: tuple[str, ...],
     report: str | None,
     dry_run: bool,
     server_clock: bool,
@@ -453,7 +465,9 @@ def submit_command(
     some rows are not sent or indeterminate: run the same command again; 4 some rows
     were refused by the server; 5 some rows may have been applied and a rerun cannot
     settle them: settle each with the idemclient ops reconcile command its reason
-    gives; 130 interrupted: run the same command again.
+    gives; 6 held: rows whose payment the store holds under another reference (a file
+    re-saved by a spreadsheet): run the file as first saved, or say --new-payment REF;
+    129, 130, 143 stopped by SIGHUP, Ctrl-C, SIGTERM: run the same command again.
     """
     try:
         _submit(
@@ -490,7 +504,7 @@ def submit_command(
             statuses=statuses,
             reliable_404=reliable_404,
             reference_field=reference_field,
-            new_payments=new_payments,
+            new_payments=new_payments or new_payment_refs,
             report=report,
             dry_run=dry_run,
             server_clock=server_clock,
@@ -520,7 +534,7 @@ def _submit(
     statuses: dict[str, State] | None,
     reliable_404: bool,
     reference_field: str,
-    new_payments: bool,
+    new_payments: bool | tuple[str, ...],
     report: str | None,
     dry_run: bool = False,
     server_clock: bool = True,
@@ -633,10 +647,10 @@ def _submit_run(
                 assert refused is not None
                 if report:  # each row, with why it was refused
                     _write(refused, report)
-                if as_json:  # the same document as any run's: `refused` true, exit code 2
+                if as_json:  # the same document as any run's: `refused` true, its exit code
                     document = refused.batch_document()
                     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
-                _fail(str(result), ExitCode.BAD_INPUT)
+                _fail(str(result), refused.exit_code)
             if isinstance(result, StoreError):
                 _fail(f"{result}; run the same command again once it is usable", ExitCode.RUN_AGAIN)
             raise result
@@ -799,7 +813,8 @@ def _dry_run(
             )
             show(shown)
         except BatchInvalid as exc:
-            _fail(f"{exc}\n(dry run: nothing was looked up, recorded or sent)", ExitCode.BAD_INPUT)
+            code = ExitCode.HELD if isinstance(exc, Held) else ExitCode.BAD_INPUT
+            _fail(f"{exc}\n(dry run: nothing was looked up, recorded or sent)", code)
         except (ValueError, StoreError) as exc:
             _fail(str(exc), ExitCode.BAD_INPUT)
 

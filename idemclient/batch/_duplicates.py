@@ -38,7 +38,7 @@ from .._operations import Fingerprints, fingerprints
 from .._outcome import State
 from .._redaction import origin_of
 from .._store import Intent, OperationRecord
-from ._identity import OPERATION_ID_PREFIX, RowIdentity, is_batch_operation
+from ._identity import OPERATION_ID_PREFIX, RowIdentity, is_batch_operation, nfc
 from ._plan import JSON_BODY, Request, differences
 from ._rows import PayoutRow
 from ._sender import target_of
@@ -95,7 +95,7 @@ def by_tail(requests: Iterable[Intent], operation: str) -> Mapping[str, Sequence
     for request in requests:
         if request.reference is None or not _made_by_the_batch(request, operation):
             continue
-        for tail in reference_tails(request.reference):
+        for tail in reference_tails(nfc(request.reference)):  # a row's values are NFC
             index[tail].append(request)
     return index
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,7 @@ from .._operations import CLOCK_SKEW, same
 from .._outcome import State
 from .._redaction import origin_of
 from .._store import NEVER_APPLIED_STATUSES, OperationRecord
-from ._identity import RowIdentity, is_batch_operation
+from ._identity import RowIdentity, is_batch_operation, same_text
 
 if TYPE_CHECKING:
     from ._advice import Commands
@@ -201,7 +202,7 @@ def differences(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str
         if name == "reference":
             continue
         old, new = before.get(name, _ABSENT), after.get(name, _ABSENT)
-        if old != new:
+        if not same_text(old, new):  # texts in NFC: two forms of one name are one
             changed.append(f"{name} {_shown(old)} -> {_shown(new)}")
     return changed
 
@@ -228,7 +229,7 @@ def shows_row(
         return True
     shown = payment.get(reference_field)
     if isinstance(shown, str | int) and not isinstance(shown, bool):
-        return str(shown) == reference
+        return same_text(str(shown), reference)
     return None
 
 
@@ -254,7 +255,7 @@ def matches_payment(
     if any(name not in payment for name in ("amount", "currency")):
         return False
     return all(
-        payment[name] == value
+        same_text(payment[name], value)
         for name, value in payload.items()
         if name in payment and name not in SERVER_FIELDS and name != "reference"
     )
@@ -291,7 +292,8 @@ def legacy_candidates(
     return [
         record
         for record in records
-        if record.reference == identity.bare
+        if record.reference is not None
+        and same_text(record.reference, identity.bare)
         and record.operation_id == record.key
         and not is_batch_operation(record.operation_id)
         and record.method == "POST"
@@ -322,8 +324,13 @@ def same_content(record: OperationRecord, request: Request) -> bool | None:
     if record.body:
         return None
     body = request.body_for(record.reference, record.key)
-    return same(
-        record.fingerprint, "POST", httpx.URL(target_of(record.url)), body, content_type=JSON_BODY
+    url = httpx.URL(target_of(record.url))
+    if same(record.fingerprint, "POST", url, body, content_type=JSON_BODY):
+        return True
+    # Sent, by an earlier version, with its texts as its file had them: decomposed.
+    decomposed = unicodedata.normalize("NFD", body.decode()).encode()
+    return decomposed != body and same(
+        record.fingerprint, "POST", url, decomposed, content_type=JSON_BODY
     )
 
 

@@ -47,6 +47,9 @@ class ExitCode(enum.IntEnum):
     #: retention, without a look-up by reference): `idemclient ops reconcile` each one
     #: (its reason says how), and none is left to run again
     RECONCILE = 5
+    #: held before anything was sent: rows whose payment the store holds under another
+    #: reference (a file re-saved by a spreadsheet); the operator's word is awaited
+    HELD = 6
     #: stopped by SIGHUP (the terminal went away: an SSH session dropped): run the
     #: same command again to finish
     HANGUP = 129
@@ -253,6 +256,8 @@ class Report:
     interrupted: bool = False
     refused: bool = False
     signal: int | None = None
+    #: refused only for rows held as payments made under another reference (`_resave`)
+    held: bool = False
     _tally: _Tally | None = field(default=None, init=False, repr=False, compare=False)
 
     def _tallied(self) -> _Tally:
@@ -280,6 +285,8 @@ class Report:
     def exit_code(self) -> ExitCode:
         if self.interrupted:
             return _BY_SIGNAL.get(self.signal or 0, ExitCode.INTERRUPTED)
+        if self.refused and self.held:
+            return ExitCode.HELD
         if self.refused or self.credentials_refused:
             return ExitCode.BAD_INPUT
         # A row a rerun cannot settle is not a reason to run again: it would loop.
@@ -333,6 +340,12 @@ class Report:
                 " reason gives (in the report, and above)"
             ),
             ExitCode.FAILED: "some rows were refused by the server: see the report",
+            ExitCode.HELD: (
+                "held before anything was sent: some rows are the same payment as rows the"
+                " store holds under other references (a re-saved file?); see each one (in"
+                " the errors, and the report's reasons); a new payment is said with"
+                " --new-payment REF, or --new-payments for the file"
+            ),
         }[self.exit_code]
         if self.to_reconcile and self.exit_code is not ExitCode.RECONCILE:
             advice += (
@@ -364,6 +377,7 @@ class Report:
             "interrupted": self.interrupted,
             "signal": None if self.signal is None else signal.Signals(self.signal).name,
             "refused": self.refused,
+            "held": self.held,
             "exit_code": int(self.exit_code),
             "counts": {name: counts.get(name, 0) for name in _COUNTED},
             "summary": self.summary(),

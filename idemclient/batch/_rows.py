@@ -4,6 +4,9 @@ A file is accepted whole or not at all. Every problem found is reported with its
 number (data rows count from 1; row 0 is the file itself), so that a person can fix
 them all in one pass.
 
+Every cell is read in Unicode NFC (`José` as one code point for é, however it was
+saved): two forms of one text are one text, and one reference.
+
 A batch has no identity of its own: a row is its reference, within the batch's scope
 when one is given (`batch_reference`, for references that repeat across files, such as
 an employee id every month). Nothing is taken from the file's name or path, so a
@@ -17,6 +20,7 @@ import datetime
 import os
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,7 +309,9 @@ def _validate(
     decimals = ""
     for number, read in records:
         seen += 1
-        values = list(read)
+        # In Unicode NFC: a spreadsheet that saved "José" decomposed (e and a combining
+        # accent) saved the same name, and the same reference (see `_identity`).
+        values = [_nfc(value) for value in read]
         # Columns that repeat across a file (currency, date) share one string: a
         # hundred thousand rows hold a few copies, not a hundred thousand.
         values[at_currency] = sys.intern(values[at_currency])
@@ -363,6 +369,10 @@ def _validate(
             ),
         )
     return rows.done(), problems
+
+
+def _nfc(text: str) -> str:
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
 def _near_misses(columns: _Columns, missing: Sequence[str], header: Sequence[str]) -> list[str]:

@@ -80,11 +80,21 @@ from .._server_time import DATE_RESOLUTION, ServerTime
 from .._store import Intent, NotFound, OperationRecord, Store, StoredResponse
 from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
+from . import _resave as resave
 from ._abandon import Abandoned, InFlight
 from ._advice import Commands, rerun_settles
 from ._corrections import CORRECTED_MARK, correcting
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
-from ._identity import RowIdentity, identify, legacy_key
+from ._identity import (
+    RowIdentity,
+    forms,
+    identify,
+    legacy_key,
+    nfc,
+    other_ids,
+    recorded,
+    scoped,
+)
 from ._kin import Kin
 from ._lines import Lines, Stored
 from ._lookup import (
@@ -112,6 +122,7 @@ from ._plan import (
 )
 from ._remembered import BELIEVED_FOR, believed, reading
 from ._report import Report, ReportRow, refusal_of, resource_id
+from ._resave import HELD_ADVICE, Held
 from ._rows import Batch, PayoutRow
 from ._sender import Sender, credentials_of, target_of
 
@@ -277,9 +288,15 @@ class _Target:
     operation: str
     namespace: uuid.UUID
     lookup: LookupSettings | None
-    #: rows whose very content the store holds under another reference are new
-    #: payments (`_duplicates`), not refused
-    new_payments: bool = False
+    #: rows whose very content (`_duplicates`), or payment (`_resave`), the store holds
+    #: under another reference are new payments, not refused or held: every row (True),
+    #: or those of these references (as the file has them, in NFC)
+    new_payments: bool | frozenset[str] = False
+
+    def is_new_payment(self, item: _Row) -> bool:
+        """The operator says this row is a new payment, whatever the store holds."""
+        named = self.new_payments
+        return named is True or (not isinstance(named, bool) and item.identity.bare in named)
 
 
 @dataclass(slots=True)
@@ -432,6 +449,8 @@ class _Run:
         self._marked = ""
         self._fingerprint: Callable[[bytes], str] | None = None
         self._sender = Sender(None)
+        #: this file's references (in NFC), made when first asked (`_of_this_file`)
+        self._references: frozenset[str] | None = None
         self._lock = threading.Lock()  # the counts the sending threads change
         #: the judge of a known row's other content: a correction? (`_corrections`)
         self._correct = correcting(self.resolved.profile, self._corrections_of)
@@ -488,21 +507,26 @@ class _Run:
             identify(row, scope=batch.scope, operation=target.operation, namespace=target.namespace)
             for row in rows
         ]
+        # Under each Unicode form its reference may have been recorded in (`_identity`).
         known = self.store.find(
-            operation_ids=[i.operation_id for i in identities],
-            references=[i.bare for i in identities],
+            operation_ids=[o for i in identities for o in (i.operation_id, *other_ids(i))],
+            references=[form for i in identities for form in forms(i.bare)],
         )
         by_id = {record.operation_id: record for record in known}
         by_reference: dict[str, list[OperationRecord]] = defaultdict(list)
         for record in known:
             if record.reference is not None:
-                by_reference[record.reference].append(record)
+                by_reference[nfc(record.reference)].append(record)
         items = []
         for index, row, identity in zip(indexes, rows, identities, strict=True):
+            found = recorded(by_id, identity)
+            if isinstance(found, str):  # recorded under two forms of one reference
+                items.append(_Row(index, row, identity, RowPlan(Step.REFUSED, why=found)))
+                continue
             plan = plan_row(
                 identity,
                 functools.partial(self.request_of, row, identity),
-                known=by_id.get(identity.operation_id),
+                known=found,
                 legacy=legacy_candidates(by_reference.get(identity.bare, ()), identity),
                 scope=batch.scope,
                 legacy_key=None
@@ -565,7 +589,8 @@ class _Run:
         self._planned_at = now
         problems: list[tuple[int, str]] = []
         twinned: list[tuple[int, str]] = []
-        kin = None if target.new_payments else Kin()
+        holds: list[tuple[int, str]] = []
+        kin = None if target.new_payments is True else Kin()
         try:
             for start, stop in self._chunks():
                 if self.stopping.is_set():  # interrupted: the rows not planned are told so
@@ -588,26 +613,77 @@ class _Run:
                     else:
                         self.status[item.index] = _at(plan)
                         if kin is not None and plan.step is Step.NEW:
-                            kin.add(tails_of(item.row))
+                            # In every Unicode form a reference may be recorded in.
+                            kin.add(form for value in tails_of(item.row) for form in forms(value))
             if kin is not None:
                 kin.gather(self.store)
+                resave.backfill(self.store, target.operation)  # rows without a digest yet
                 for start, stop in self._chunks((_At.ASK, _At.NEW, _At.CORRECTION)):
-                    twinned += self._twins(self._planned(start, stop, _NEW_CODES), kin)
+                    items = self._planned(start, stop, _NEW_CODES)
+                    twins_here = self._twins(items, kin)
+                    twinned += twins_here
+                    holds += self._resaved(items, {number for number, _ in twins_here})
         finally:
             if kin is not None:
                 kin.close()
-        if problems or twinned:
+        if problems or twinned or holds:
+            # Held, and nothing else wrong: the operator's word is awaited (its own exit).
+            refused = Held if not (problems or twinned) else BatchInvalid
             if any("other content" in why for _, why in problems):
                 problems.insert(0, (0, SCOPE_ADVICE))
             if twinned:
                 problems[:0] = [(0, TWIN_ADVICE), *twinned]
-            raise BatchInvalid(batch.source, sorted(problems, key=lambda p: p[0]))
+            if holds:
+                problems[:0] = [(0, HELD_ADVICE), *holds]
+            raise refused(batch.source, sorted(problems, key=lambda p: p[0]))
+
+    def _resaved(self, items: Sequence[_Row], twinned: set[int]) -> list[tuple[int, str]]:
+        """Of `items`, the new rows whose payment the store holds under another
+        reference (`_resave`), but those the operator names new payments, and the twins
+        said already: found through the store's index of payment digests."""
+        new = [
+            item
+            for item in items
+            if item.plan.step is Step.NEW
+            and item.row.number not in twinned
+            and not self.target.is_new_payment(item)
+        ]
+        if not new:
+            return []
+        rows = (
+            (item.row.number, item.identity.reference, item.identity.bare, self._digest(item))
+            for item in new
+        )
+        by_number = {item.row.number: item for item in new}
+        held = []
+        for twin in resave.held(self.store, self.target.operation, rows, self._of_this_file):
+            self.status[by_number[twin.number].index] = _At.REFUSED
+            held.append((twin.number, twin.why()))
+        return held
+
+    def _of_this_file(self, reference: str) -> bool:
+        """Whether `reference` (in NFC) is one of this file's: made once, when a payment
+        under another reference is first found (rare)."""
+        if self._references is None:
+            batch = self.batch
+            self._references = frozenset(scoped(batch.scope, row.reference) for row in batch.rows)
+        return reference in self._references
+
+    def _digest(self, item: _Row) -> str:
+        """The digest of the payment a row makes (`_resave`)."""
+        payload = self.request_of(item.row, item.identity).payload
+        return resave.payment_digest(payload, item.identity.reference)
 
     def _twins(self, items: Sequence[_Row], kin: Kin) -> list[tuple[int, str]]:
         """Of `items`, the new rows whose very content the store holds under another
         reference (`_duplicates`), among the operations `kin` gathered for their values."""
-        new = [item for item in items if item.plan.step is Step.NEW]
-        named = kin.of(value for item in new for value in tails_of(item.row)) if new else ()
+        new = [
+            item
+            for item in items
+            if item.plan.step is Step.NEW and not self.target.is_new_payment(item)
+        ]
+        wanted = (form for item in new for value in tails_of(item.row) for form in forms(value))
+        named = kin.of(wanted) if new else ()
         if not named:
             return []
         records = {r.operation_id: r for r in self.store.find(operation_ids=named)}
@@ -817,6 +893,28 @@ class _Run:
             clock=self.clock,
         )
 
+    def asking_other_forms(self, item: _Row) -> list[Asking]:
+        """The row's look-ups by the other Unicode forms of its reference (its NFD form,
+        where it differs): a payment an earlier version sent with the reference as its
+        file had it is found by a server that compares bytes too. None for a row the
+        store knows: it is asked as it was recorded."""
+        if item.plan.record is not None:
+            return []
+        lookup = self.target.lookup
+        assert lookup is not None
+        payload = self.request_of(item.row, item.identity).payload
+        return [
+            Asking(
+                lookup,
+                key=item.identity.key,
+                reference=form,
+                payload=payload,
+                policy=self.policy,
+                clock=self.clock,
+            )
+            for form in forms(item.identity.reference)[1:]
+        ]
+
     def _found_so_far(self) -> str:
         """What the look-ups kept before the batch was refused, in words."""
         found = self.counts.found + self.counts.found_unsettled
@@ -979,6 +1077,7 @@ class _Run:
 
         try:
             self.store.register(intents(), now=self.clock.time())
+            self._note_registered()
         except OperationMismatch as exc:
             named = {operation_id for operation_id, _why in exc.conflicts}
             numbers = {}
@@ -993,6 +1092,26 @@ class _Run:
                     for operation_id, why in exc.conflicts
                 ],
             ) from exc
+
+    def _note_registered(self) -> None:
+        """Keep the digest of each registered row's payment beside its record
+        (`_resave`), a chunk at a time: a later file re-saved by a spreadsheet is found
+        by it, whatever its references. After the registration's commit: a row left
+        without one (the process killed between) is digested by the next run."""
+        for start, stop in self._chunks((_At.NEW, _At.CORRECTION)):
+            chunk = self.batch.rows[start:stop]
+            items = [
+                self._new_row(index, chunk[index - start])
+                for index in range(start, stop)
+                if self.status[index] == _At.NEW
+            ]
+            if bytes([_At.CORRECTION]) in self.status[start:stop]:
+                items += self._planned(start, stop, (_At.CORRECTION,))
+            self._note_contents(items)
+
+    def _note_contents(self, items: Sequence[_Row]) -> None:
+        """Keep the digest of each row's payment beside its record (`_resave`)."""
+        self.store.note_contents((item.identity.operation_id, self._digest(item)) for item in items)
 
     def _intent(self, item: _Row) -> Intent:
         """A new row's intent, exactly as the transport will find it when it is sent."""
@@ -1046,6 +1165,7 @@ class _Run:
             # Another process recorded it first, and may be sending it: as it stands.
             self._done(item, _recorded_line(item, record, replayed=False))
             return
+        self._note_contents([item])
         self._tell(_reconcile.settled(record, response))
         self._tally("found")
         self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
@@ -1272,6 +1392,8 @@ class _Run:
         )
         if reopened is not None:
             item.reopened = "" if item.plan.corrected else item.plan.why
+            if item.plan.corrected:  # its content is another payment's now
+                self.store.note_contents([(record.operation_id, self._digest(item))])
             return reopened
         # Changed since it was planned (another process): what is stored now decides.
         current = self.store.get(record.operation_id)
@@ -1544,6 +1666,7 @@ class _Run:
             notes=tuple(notes),
             interrupted=interrupted,
             refused=refused is not None,
+            held=isinstance(refused, Held),
         )
 
     def _refused(self, item: _Row, why: str) -> ReportRow:
@@ -1551,7 +1674,8 @@ class _Run:
         it (maybe applied stays indeterminate); finished, it is not done here (a row
         paid at a sandbox is not paid here, one paid with other content is not this
         one): not sent."""
-        reason = f"refused, not sent: {why}"
+        # Held as a payment made under another reference: the operator's word awaited.
+        reason = why if why.startswith(resave.HELD) else f"refused, not sent: {why}"
         record = item.plan.record
         if record is not None and not record.state.finished:
             return _recorded_line(item, record, reason=reason, replayed=False)
@@ -1987,13 +2111,14 @@ def _phases(run: _Run) -> Op[Report]:
     stop_asking = threading.Event()
 
     def ask(item: _Row) -> Op[None]:
-        item.asked = yield from asked(
-            run.asking(item),
-            run.clock,
-            run.policy.attempt_timeout,
-            run.lookup_retried,
-            run.looking.waiting,
-        )
+        timing = (run.clock, run.policy.attempt_timeout, run.lookup_retried, run.looking.waiting)
+        item.asked = yield from asked(run.asking(item), *timing)
+        for other in run.asking_other_forms(item):  # a decomposed reference (`_identity`)
+            if item.asked.verdict.finding != "not_found":
+                break
+            also = yield from asked(other, *timing)
+            if also.verdict.finding != "not_found":
+                item.asked = also
         if not works(item.asked.verdict):
             stop_asking.set()  # the look-up does not work: stop asking
         yield Blocking(run.answered, (item,))
@@ -2063,7 +2188,7 @@ class SubmitOptions(TypedDict, total=False):
     statuses: Mapping[str, State] | None
     reliable_404: bool
     reference_field: str
-    new_payments: bool
+    new_payments: bool | Collection[str]
 
 
 def make_run(
@@ -2128,7 +2253,7 @@ def run_on(
             operation,
             namespace,
             _lookup_settings(lookup, path, statuses, reliable_404, reference_field),
-            new_payments,
+            _new_payments(batch, new_payments),
         ),
         concurrency=concurrency,
         on_progress=on_progress,
@@ -2150,7 +2275,7 @@ def submit(
     statuses: Mapping[str, State] | None = None,
     reliable_404: bool = False,
     reference_field: str = "reference",
-    new_payments: bool = False,
+    new_payments: bool | Collection[str] = False,
 ) -> Report:
     """Submit every row of `batch` through `client`; return the per-row report.
 
@@ -2168,8 +2293,12 @@ def submit(
     A row finished at another origin or with other credentials is done only if the
     look-up finds it here. A row the store does not know whose very content (every
     column, the value date included) it holds under another reference (the file
-    submitted before with another scope or reference column) is refused, unless
-    `new_payments` says such rows are new payments. A look-up the server answers
+    submitted before with another scope or reference column) is refused; one whose
+    payment (every column but its reference, read as a person reads it) the store
+    holds under another reference (a file re-saved by a spreadsheet: `00123` read as
+    `123`) is held (`Report.exit_code` 6). Unless `new_payments` says they are new
+    payments: True for every row, or the references (as the file has them) of those
+    that are. A look-up the server answers
     "later" (429, 503, another 5xx, no answer), once its attempts run out, cuts the
     run short: nothing is sent, and the report (exit code 3) says so and how long the
     server asked to wait.
@@ -2177,7 +2306,7 @@ def submit(
     Raises `BatchInvalid` (nothing sent) when a known reference comes with other
     content, when the look-up does not work, when the server holds the reference with
     other content, for a row finished elsewhere and not found here, and for a row whose
-    content the store holds under another reference. Rows end in any state;
+    content or payment the store holds under another reference. Rows end in any state;
     `Report.exit_code` says what to do next.
     """
     run = make_run(
@@ -2221,6 +2350,23 @@ asubmit.__signature__ = inspect.signature(submit).replace(  # type: ignore[attr-
         for parameter in inspect.signature(submit).parameters.values()
     ]
 )
+
+
+def _new_payments(batch: Batch, given: bool | Collection[str]) -> bool | frozenset[str]:
+    """`new_payments` as a run takes it: True, False, or the references named (in NFC),
+    each of which must be a row of the batch."""
+    if isinstance(given, bool):
+        return given
+    if isinstance(given, str):
+        raise TypeError("new_payments takes True, or the references of rows (a list), not one str")
+    named = frozenset(nfc(str(reference)) for reference in given)
+    unknown = sorted(named - {row.reference for row in batch.rows if row.reference in named})
+    if unknown:
+        raise ValueError(
+            f"--new-payment names no row of the file: {', '.join(map(repr, unknown))} (give a"
+            " row's reference as the file has it)"
+        )
+    return named
 
 
 def _defaults(function: Callable[..., Any]) -> dict[str, Any]:

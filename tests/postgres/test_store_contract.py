@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -1213,3 +1214,56 @@ def test_recording_a_found_payment_keeps_what_was_recorded_first(store: Store) -
             make_intent("op-4", "key-4"), state=State.PENDING, evidence="", now=NOW
         )
     assert store.get("op-4") is None
+
+
+def test_contents_are_kept_found_by_digest_and_go_with_their_operation(store: Store) -> None:
+    store.register([reference_intent(f"batch/payout/R{n}", f"R{n}") for n in range(4)], now=NOW)
+    store.register([reference_intent("order-1", "R9")], now=NOW)
+    assert [r.operation_id for r in store.undigested(id_prefix="batch/payout/", limit=10)] == [
+        f"batch/payout/R{n}" for n in range(4)
+    ]
+    # A page at a time, from after the last one read.
+    page = store.undigested(id_prefix="batch/payout/", limit=2, after="batch/payout/R0")
+    assert [r.operation_id for r in page] == ["batch/payout/R1", "batch/payout/R2"]
+    assert page[0] == reference_intent("batch/payout/R1", "R1")  # as registered
+    store.note_contents([("batch/payout/R0", "d-1"), ("batch/payout/R1", "d-1")])
+    store.note_contents([("batch/payout/R2", "d-2"), ("batch/payout/R3", "")])
+    store.note_contents([("batch/payout/R1", "d-3")])  # replaced: a corrected body
+    assert sorted(store.find_contents(["d-1", "d-3", "none"])) == [
+        ("d-1", "batch/payout/R0"),
+        ("d-3", "batch/payout/R1"),
+    ]
+    assert store.undigested(id_prefix="batch/payout/", limit=10) == []
+    # Purged, the operation takes its digest with it.
+    owner = new_owner()
+    store.claim("batch/payout/R0", owner=owner, now=NOW, lease_until=NOW + 30)
+    succeed(store, "batch/payout/R0", owner)
+    store.purge(["batch/payout/R0"])
+    assert store.find_contents(["d-1"]) == []
+
+
+def test_contents_are_kept_as_a_keyed_hash_where_bodies_are_encrypted(
+    make_store: StoreFactory,
+) -> None:
+    from idemclient.store import BodyEncryption
+
+    old, new = BodyEncryption.new_key(), BodyEncryption.new_key()
+    store = make_store(encryption=BodyEncryption(old))
+    store.register([reference_intent("batch/payout/R1", "R1")], now=NOW)
+    digest = "v1:" + "ab" * 32
+    store.note_contents([("batch/payout/R1", digest)])
+    assert store.find_contents([digest]) == [(digest, "batch/payout/R1")]
+    assert digest.encode() not in raw_contents(store)  # it would confirm a guessed payment
+    store.close()
+    # After a rotation, found under the old key as under the new.
+    rotated = make_store(encryption=BodyEncryption(new, old_keys=[old]))
+    assert rotated.find_contents([digest]) == [(digest, "batch/payout/R1")]
+
+
+def raw_contents(store: Store) -> bytes:
+    if isinstance(store, SQLiteStore):
+        return b"".join(p.read_bytes() for p in Path(store.path).parent.glob("ops.db*"))
+    assert isinstance(store, PostgresStore)
+    with store._use() as conn:
+        rows = conn.execute(f'SELECT digest FROM "{store.schema}".contents').fetchall()
+    return "\n".join(text for (text,) in rows).encode()

@@ -1,7 +1,8 @@
 """Earlier versions of the package, extracted from git, to write real stores with their
 own `batch submit`: 7069689 (keys from the file's name and the value date), 55e0a4b
-(a row found by look-up recorded in two writes), and 466c54d (the last whose
-fingerprints are over the body's bytes)."""
+(a row found by look-up recorded in two writes), 466c54d (the last whose
+fingerprints are over the body's bytes), and a98a92d (the last that compared
+references by their bytes)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ FILE_KEYS = "7069689"
 TWO_WRITES = "55e0a4b"
 #: The last version whose fingerprints are over the body's bytes (64 hex digits).
 BYTES_FINGERPRINTS = "466c54d"
+#: The last version that compared references by their bytes (not in Unicode NFC), and
+#: kept no digest of a row's payment.
+BEFORE_NFC = "a98a92d"
 
 
 def extract(into: Path, commit: str = FILE_KEYS) -> Path:
