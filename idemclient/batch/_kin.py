@@ -6,7 +6,7 @@ scope (``E1000``, ``2026-11/E1000``, ``a/b/E1000``). Asking the store for each c
 rows would read every reference it holds once per chunk (a store that keeps years of
 monthly files for the same employees makes that slow); holding every value of a
 million-row file to ask once would not be bounded. So the file's values are kept in a
-private SQLite database (as `_lines` does, deleted on close), the store's references
+private temporary SQLite database (`_scratch`), the store's references
 are read once, a page at a time (`Store.references`), and each reference whose tail is
 one of the file's values is noted with its operation id: the candidates. A chunk of
 rows then asks for its own values' candidates, and the store for those records only.
@@ -15,11 +15,11 @@ rows then asks for its own values' candidates, and the store for those records o
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 
 from .._store import Store
 from ._duplicates import reference_tails
+from ._scratch import scratch
 
 __all__ = ["Kin"]
 
@@ -32,11 +32,10 @@ class Kin:
     one of them (`gather`), by value (`of`)."""
 
     def __init__(self) -> None:
-        self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute("CREATE TABLE value (value TEXT PRIMARY KEY) WITHOUT ROWID")
-        self._db.execute("CREATE TABLE kin (tail TEXT, operation_id TEXT)")
+        self._db = scratch(
+            "CREATE TABLE value (value TEXT PRIMARY KEY) WITHOUT ROWID",
+            "CREATE TABLE kin (tail TEXT, operation_id TEXT)",
+        )
         self._pending: list[tuple[str]] = []
         self._any = False
 

@@ -2,20 +2,19 @@
 million lines, and a run holds none of them.
 
 Each line is written as its row finishes (from any of the run's threads), into a
-private SQLite database that SQLite itself keeps in a temporary file, deletes when
-it is closed (or the process ends, however it ends), and caches only a few pages of
-in memory. The report reads them back in row order (`Stored`), a page at a time.
+private temporary SQLite database (`_scratch`). The report reads them back in row
+order (`Stored`), a page at a time.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import astuple, fields
 from typing import overload
 
 from ._report import ReportRow
+from ._scratch import scratch
 
 __all__ = ["Lines", "Stored"]
 
@@ -31,11 +30,7 @@ class Lines:
     """Report lines by row index (0 for a batch's first row), written as rows finish."""
 
     def __init__(self) -> None:
-        # "": a private temporary database, deleted on close (SQLite's own).
-        self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute(f"CREATE TABLE line (idx INTEGER PRIMARY KEY, {', '.join(_FIELDS)})")
+        self._db = scratch(f"CREATE TABLE line (idx INTEGER PRIMARY KEY, {', '.join(_FIELDS)})")
         marks = ", ".join("?" for _ in range(len(_FIELDS) + 1))
         self._put = f"INSERT OR REPLACE INTO line (idx, {', '.join(_FIELDS)}) VALUES ({marks})"
         self._select = f"SELECT {', '.join(_FIELDS)} FROM line"

@@ -2,9 +2,8 @@
 checked and kept on disk once, then read back a chunk at a time by each phase of the
 run (`_run`), never all held at once.
 
-They go into a private SQLite database, as the report's lines do (`_lines`): SQLite
-keeps it in a temporary file that it deletes when it is closed (or when the process
-ends, however it ends), and caches only a few pages of it in memory. What is kept is
+They go into a private temporary SQLite database (`_scratch`), as the report's lines
+do (`_lines`). What is kept is
 each row as it was checked (its number, reference, amount in minor units, currency,
 value date and every column's value), so a row read back is the row that was checked,
 whatever happens to the file meanwhile.
@@ -21,6 +20,7 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any, overload
 
 from ._rows import Batch, PayoutRow, read_into
+from ._scratch import scratch
 
 __all__ = ["StagedRows", "stage_batch"]
 
@@ -32,11 +32,7 @@ class StagedRows(Sequence[PayoutRow]):
     """Checked rows on disk, in file order; a slice is read in one query."""
 
     def __init__(self) -> None:
-        # "": a private temporary database, deleted on close (SQLite's own).
-        self._db = sqlite3.connect("", check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode = OFF")
-        self._db.execute("PRAGMA synchronous = OFF")
-        self._db.execute(
+        self._db = scratch(
             "CREATE TABLE row (idx INTEGER PRIMARY KEY, number INTEGER, reference TEXT,"
             " amount INTEGER, currency TEXT, value_date TEXT, cells TEXT)"
         )
