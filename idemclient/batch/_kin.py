@@ -46,12 +46,13 @@ class Kin:
         if len(self._pending) >= _PAGE:
             self._flush()
 
-    def gather(self, store: Store) -> None:
+    def gather(self, store: Store) -> bool:
         """Read every reference `store` holds once, a page at a time, and note each
-        whose tail is one of the values added."""
+        whose tail is one of the values added; whether any was."""
         self._flush()
         if not self._any:
-            return
+            return False
+        found = False
         page = store.references(limit=_PAGE)
         while page:
             tails = [
@@ -65,6 +66,7 @@ class Kin:
                 )
             }
             if wanted:
+                found = True
                 with self._db:
                     self._db.executemany(
                         "INSERT INTO kin VALUES (?, ?)",
@@ -72,6 +74,7 @@ class Kin:
                     )
             page = store.references(after=page[-1], limit=_PAGE)
         self._db.execute("CREATE INDEX kin_tail ON kin (tail)")
+        return found
 
     def of(self, values: Iterable[str]) -> Sequence[str]:
         """The operation ids whose reference ends with one of `values`."""

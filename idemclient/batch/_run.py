@@ -590,7 +590,9 @@ class _Run:
         problems: list[tuple[int, str]] = []
         twinned: list[tuple[int, str]] = []
         holds: list[tuple[int, str]] = []
-        kin = None if target.new_payments is True else Kin()
+        # A store that holds no reference (a file's first run) holds no payment under
+        # another reference: nothing to check, and no value of the file to keep.
+        kin = None if target.new_payments is True or not self.store.references(limit=1) else Kin()
         try:
             for start, stop in self._chunks():
                 if self.stopping.is_set():  # interrupted: the rows not planned are told so
@@ -616,11 +618,12 @@ class _Run:
                             # In every Unicode form a reference may be recorded in.
                             kin.add(form for value in tails_of(item.row) for form in forms(value))
             if kin is not None:
-                kin.gather(self.store)
+                gathered = kin.gather(self.store)
                 resave.backfill(self.store, target.operation)  # rows without a digest yet
-                for start, stop in self._chunks((_At.ASK, _At.NEW, _At.CORRECTION)):
+                for start, stop in self._chunks(_NEW_CODES):
                     items = self._planned(start, stop, _NEW_CODES)
-                    twins_here = self._twins(items, kin)
+                    # Twins only where a reference ended with one of the file's values.
+                    twins_here = self._twins(items, kin) if gathered else []
                     twinned += twins_here
                     holds += self._resaved(items, {number for number, _ in twins_here})
         finally:
