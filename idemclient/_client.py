@@ -500,7 +500,9 @@ class _Common(Generic[HttpxClient]):
         - `identity`: derive the key from a natural identity (uuid5), e.g.
           ``("invoice-7", "charge")``: the same identity gives the same key anywhere.
         - `operation_id`: your name for the operation; issuing it again returns the
-          stored final answer without a network call, or resumes it with its key.
+          stored final answer without a network call, or resumes it with its key and
+          its recorded body (a body of the same meaning is sent as the bytes it was
+          first sent with; one of another meaning raises `OperationMismatch`).
         - `reference`: the end-to-end reference, kept for reconciliation.
         - `hooks`: callbacks for this call only, beside the client's.
 

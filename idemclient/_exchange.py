@@ -42,6 +42,7 @@ from ._call import (
 )
 from ._errors import IdemError
 from ._outcome import OUTCOME
+from ._reissue import aas_recorded, as_recorded, may_read_body
 
 __all__ = ["Exchange", "Route", "current", "finish_exchange", "install", "route"]
 
@@ -59,6 +60,10 @@ class Exchange:
     body: bytes | None = None
     #: the header the key goes in (None: in the body) and whether it is quoted
     key_header: tuple[str | None, bool] = (KEY_HEADER, False)
+    #: something of the caller's between `send()` and the transport (an auth flow, a
+    #: request hook) may read the body: an operation issued again had its recorded
+    #: bytes put in before (`_reissue.as_recorded`), and is never given other ones after
+    body_read_above: bool = False
 
     def is_operation(self, request: httpx.Request) -> bool:
         """The caller's request, or one an auth flow rebuilt from it: the same method,
@@ -182,6 +187,9 @@ def finish_exchange(exchange: Exchange, response: httpx.Response | None) -> Cont
     return continuation
 
 
+#: what `send()` takes for "the client's own auth"
+_DEFAULT: Any = httpx.USE_CLIENT_DEFAULT
+
 SendFn = Callable[..., httpx.Response]
 AsyncSendFn = Callable[..., Awaitable[httpx.Response]]
 
@@ -193,13 +201,19 @@ def install(
 ) -> None:
     """Give `client` a `send` that opens an exchange for each call (its public `send`,
     which `request()`, `post()` and `stream()` all go through). `tell` tells the hooks
-    about an operation left handed back when the call ends."""
+    about an operation left handed back when the call ends. Where an auth flow or a
+    request hook may read the body, an operation issued again gets its recorded bytes
+    here, before they run (`_reissue.as_recorded`)."""
+    settings = owner if isinstance(owner, Settings) else None
     if isinstance(client, httpx.Client):
         original: SendFn = client.send
 
         @functools.wraps(original)
         def send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-            with _Exchanging(owner, request, tell) as ended:
+            reads = False
+            if settings is not None and may_read_body(client, kwargs.get("auth", _DEFAULT)):
+                reads, request = True, as_recorded(settings, request)
+            with _Exchanging(owner, request, tell, body_read_above=reads) as ended:
                 ended.response = original(request, *args, **kwargs)
                 return ended.response
 
@@ -209,7 +223,10 @@ def install(
 
         @functools.wraps(aoriginal)
         async def asend(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-            with _Exchanging(owner, request, tell) as ended:
+            reads = False
+            if settings is not None and may_read_body(client, kwargs.get("auth", _DEFAULT)):
+                reads, request = True, await aas_recorded(settings, request)
+            with _Exchanging(owner, request, tell, body_read_above=reads) as ended:
                 ended.response = await aoriginal(request, *args, **kwargs)
                 return ended.response
 
@@ -227,9 +244,14 @@ class _Exchanging:
     __slots__ = ("exchange", "response", "tell", "token")
 
     def __init__(
-        self, owner: object, request: httpx.Request, tell: Callable[[Continuation], None]
+        self,
+        owner: object,
+        request: httpx.Request,
+        tell: Callable[[Continuation], None],
+        *,
+        body_read_above: bool = False,
     ) -> None:
-        exchange = Exchange(owner, request)
+        exchange = Exchange(owner, request, body_read_above=body_read_above)
         if isinstance(owner, Settings):
             # Where the caller's request carries its key under the client's profile: an
             # auth flow that rebuilds the request before it is first sent must carry

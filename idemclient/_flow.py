@@ -54,6 +54,7 @@ from ._exchange import current, handed_back, route
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision
 from ._redaction import redact_url
+from ._reissue import recorded_body, refusal, send_recorded
 from ._store import (
     Begin,
     Claim,
@@ -272,6 +273,17 @@ def _operation(
     try:
         begin = yield from _admit(call, owner)
         exchange = current(settings)
+        if begin.claim is not Claim.FINISHED:
+            # Issued again with other bytes of the same meaning: sent as recorded; not
+            # where an auth flow may have signed the other bytes already (`_reissue`).
+            recorded = recorded_body(begin.record, body)
+            if recorded is not None:
+                if exchange is not None and exchange.body_read_above:
+                    refused = refusal(begin.record)
+                    yield Shield(_give_back(call, owner, refused))
+                    raise refused
+                send_recorded(request, begin.record)
+                body = recorded
         if exchange is not None:
             # What an auth flow's rebuilt request of this call must carry.
             exchange.key, exchange.body = begin.record.key, body

@@ -1,5 +1,6 @@
 """The one place idemclient touches httpx's private attributes: the transports of a
-client that is already built, which `wrap()` replaces.
+client that is already built, which `wrap()` replaces, and the body of a request that
+the transport sends as its operation was recorded.
 
 Why it is needed: `wrap(client, store=...)` gives safe retries to an httpx client the
 caller has already configured (auth, headers, limits, proxies, TLS, mounts, event
@@ -11,7 +12,14 @@ caller configured. So the transports are swapped where httpx keeps them:
 - `_mounts`: URL pattern -> transport, where None means "the default transport" (how
   httpx records a `NO_PROXY` entry).
 
-Both are the same in every httpx release that pyproject.toml allows (0.27 and 0.28).
+And one request's body, which the transport replaces (`replace_body`) when it sends an
+operation issued again with the bytes it was recorded with:
+
+- `_content`: the body of a request whose body httpx holds in memory, which `content`
+  and `read()` give (an inner transport such as `MockTransport` reads it there, others
+  read `stream`); setting only `stream` would leave the two saying different things.
+
+All are the same in every httpx release that pyproject.toml allows (0.27 and 0.28).
 `make httpx-releases` (part of `make test`) runs the tests of `wrap()` and of this
 module against each of those releases; a release that moves these attributes fails
 there, and the pin moves only once this module follows. Everything else `wrap()` does
@@ -25,7 +33,7 @@ from typing import Any, overload
 
 import httpx
 
-__all__ = ["replace_transports", "transport_of"]
+__all__ = ["replace_body", "replace_transports", "transport_of"]
 
 
 Transport = httpx.BaseTransport | httpx.AsyncBaseTransport
@@ -83,3 +91,10 @@ def replace_transports(
     replaced = replace(transport)
     client._transport = replaced
     client._mounts = replaced_mounts
+
+
+def replace_body(request: httpx.Request, body: bytes) -> None:
+    """Make `body` the request's body, as its stream and as its content alike (its
+    headers are the caller's to set)."""
+    request.stream = httpx.ByteStream(body)
+    request._content = body
