@@ -686,13 +686,16 @@ class PaymentsMachine(RuleBasedStateMachine):
     # -- what the store and the server hold ------------------------------------------------
 
     def _record(self, op: Operation) -> Any:
-        """The store's record of `op`: the latest made for its reference (a batch row's
-        correction is recorded beside the row it corrects), or under its identity's key."""
+        """The store's record of `op`: made for its reference, or under its identity's
+        key; a batch row's correction, where one was recorded beside the row it corrects
+        (`<operation id>#corrected-<digest>`: a correction sent makes every other content
+        of the row refused, so there is one to follow)."""
         found = None
         for record in self.inspector.operations():
-            if record.reference == op.reference or (
+            ours = record.reference == op.reference or (
                 op.by == "identity" and record.key == key_from_identity(*op.identity)
-            ):
+            )
+            if ours and (found is None or "#corrected" in record.operation_id):
                 found = record
         return found
 

@@ -28,6 +28,9 @@ BATCH = 10
 STEPS = 30
 #: The run's seed: each profile's is drawn from it.
 SEED = int(os.environ.get("IDEMCLIENT_CHECKER_SEED") or random.SystemRandom().randrange(2**32))
+#: A failing history is shrunk before it is shown, unless `IDEMCLIENT_CHECKER_SHRINK=0`
+#: (the mutation suite's measure, which asks only whether one fails).
+SHRINK = os.environ.get("IDEMCLIENT_CHECKER_SHRINK", "1") != "0"
 
 
 def weight(name: str) -> float:
@@ -63,6 +66,7 @@ def test_the_checker(profile: str) -> None:
             seconds=seconds,
             batch=BATCH,
             steps=STEPS,
+            shrink=SHRINK,
         )
     except BaseException as failure:
         failure.add_note(

@@ -109,6 +109,7 @@ def pytest_run(
     }
     if checker_seed is not None:
         env["IDEMCLIENT_CHECKER_SEED"] = checker_seed
+        env["IDEMCLIENT_CHECKER_SHRINK"] = "0"  # whether a history fails, not which
     command = [
         sys.executable, "-m", "pytest", "-x", "-q", "-rf", "-p", "no:cacheprovider",
         "-p", "no:randomly", *tests,
