@@ -674,6 +674,11 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
         ),
         response,
     )
+    if record.lease_lost:
+        # Another caller finished it first, while this one was paused past its lease:
+        # its answer is the operation's, never this call's own under its name.
+        yield Close(response)
+        return call.stored_answer(record)
     call.outcome(record, response)
     return response
 

@@ -185,10 +185,12 @@ class OperationRecord:
     #: send knew it: an in-flight hold from it is measured on the server's clock alone
     #: as well. None: not known (the hold is judged from `sent_at` as before).
     server_sent_at: float | None = None
-    #: not a column: set only on the record an unsettled `finish` gives back when the
-    #: caller no longer held the lease (it lapsed and another caller took it over,
-    #: whether that caller holds it still or has let it go since): the write only
-    #: merged what the caller learnt. False on every record read from the store.
+    #: not a column: set only on the record a `finish` gives back when the caller's
+    #: write did not land as asked: unsettled, the caller no longer held the lease (it
+    #: lapsed and another caller took it over, whether that caller holds it still or
+    #: has let it go since) and the write only merged what the caller learnt; final,
+    #: another caller's final answer was there first, and the record is that one.
+    #: False on every record read from the store.
     lease_lost: bool = False
 
 
@@ -344,7 +346,10 @@ class SendingStore(OperationLookup, Protocol):
 
         Unsettled, it is written only while `owner` holds the lease; a caller whose
         lease was taken over only merges what it learnt (its attempts may have been
-        applied), and gets the stored record back marked `lease_lost`.
+        applied), and gets the stored record back marked `lease_lost`. Final, it is
+        written whoever holds the lease, unless a final answer is there already: the
+        caller gets that record back, marked `lease_lost` too (its answer is not the
+        operation's).
 
         `response` is the final answer; an unsettled operation may keep one too (an
         answer read as a replay that no attempt of ours explains: the refusal it is,

@@ -284,8 +284,7 @@ class SQLStore(Store, ABC):
             # on): the stored row is the truth, and keeps what this caller learnt.
             if not final:
                 self._merge(conn, operation_id, progress)
-                return dataclasses.replace(self._fetch(conn, operation_id), lease_lost=True)
-            return self._fetch(conn, operation_id)
+            return dataclasses.replace(self._fetch(conn, operation_id), lease_lost=True)
 
     def _merge(self, conn: Connection, operation_id: str, progress: Progress) -> None:
         conn.execute(

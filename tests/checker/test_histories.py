@@ -974,3 +974,22 @@ def test_razorpay_a_corrected_row_recorded_before_its_refused_one_is_followed() 
     finally:
         state.teardown()
     assert len(state.final_resources(op)) == 1
+
+
+# Found by the bounded checker (stripe, seed 884043066): a process paused past its lease
+# went on after another process had re-issued the operation and been paid; its own
+# request met a refusal in front of the server (a held key), and it recorded that
+# refusal as final. The store kept the other's success, and the paused caller was told
+# "succeeded" with the refusal's body. A final answer that comes second is not the
+# operation's: the caller is given the stored one.
+def test_stripe_a_paused_caller_s_late_refusal_is_not_told_as_the_success() -> None:
+    state = PaymentsMachine.for_profile("stripe")()
+    state.start()
+    state.edge_refuses_a_held_key(which=0)
+    full = frozenset({"begin", "claim", "register"})
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=full)
+    state.owner_paused_then_taken_over(op=op, pause_at=6, seconds=200.0, taker="issue again")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()

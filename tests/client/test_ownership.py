@@ -147,6 +147,10 @@ def test_a_lease_taken_over_keeps_maybe_applied_and_nobody_says_not_sent(tmp_pat
     [
         Step(apply=False, status=None, error=httpx.ReadTimeout),  # then stops at the deadline
         Step(apply=False, status=503),  # then wants to retry, and finds it finished
+        # A final answer of its own (a refusal in front of the server) that comes after
+        # another caller's success: the stored success is the answer, never the refusal
+        # under the success's name (found by the checker, stripe, seed 884043066).
+        Step(apply=False, status=403),
     ],
 )
 def test_an_owner_paused_past_its_lease_returns_what_another_finished(
@@ -167,6 +171,7 @@ def test_an_owner_paused_past_its_lease_returns_what_another_finished(
     outcome = owner_a.result
     assert getattr(outcome, "state", None) is State.SUCCEEDED
     assert getattr(outcome, "from_store", None) is True
+    assert getattr(outcome, "status_code", None) == 201
     assert sum(psp.effects.values()) == 1
 
 

@@ -191,6 +191,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "\n",
         ("tests/client/test_ownership.py",),
     ),
+    Mutant(
+        "second-final-answer-told-as-the-first",
+        "lease takeover",
+        "a caller paused past its lease, whose own final answer (a refusal in front of the"
+        " server) comes after another caller's success, is told 'succeeded' with the"
+        " refusal's body: the application reads a payment that is not there",
+        "idemclient/_flow.py",
+        "    if record.lease_lost:\n        # Another caller finished it first",
+        "    if False:\n        # Another caller finished it first",
+        (
+            "tests/client/test_ownership.py::"
+            "test_an_owner_paused_past_its_lease_returns_what_another_finished",
+            HISTORIES + "::test_stripe_a_paused_caller_s_late_refusal_is_not_told_as_the_success",
+        ),
+    ),
     # -- the hold -------------------------------------------------------------------------
     Mutant(
         "no-in-flight-hold",
