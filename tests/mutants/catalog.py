@@ -307,7 +307,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "look-up judgement",
         "a look-up that finds nothing right after a send says 'never applied', while the"
         " server may still run the request: settled not sent, paid by the server later",
-        "idemclient/_reconcile.py",
+        "idemclient/_reconcile/settling.py",
         "    if asked >= until and over_by_server(",
         "    if True or asked >= until and over_by_server(",
         (
@@ -319,7 +319,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "look-up-declined-read-as-paid",
         "look-up judgement",
         "a look-up that finds the payment declined settles it succeeded",
-        "idemclient/_reconcile.py",
+        "idemclient/_reconcile/judgement.py",
         '        "declined": State.FAILED,',
         '        "declined": State.SUCCEEDED,',
         (
