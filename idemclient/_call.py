@@ -66,6 +66,7 @@ from ._profile import Profile, Resolved, codes_in
 from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
 from ._server_time import ServerTime, ServerTimes
+from ._states import NEW, Event, after, stop
 from ._store import Intent, OperationRecord, Progress, Store
 from .profiles import DEFAULT as DEFAULT_PROFILE
 
@@ -1113,9 +1114,15 @@ class Call:
 
     # -- the end -------------------------------------------------------------------------
 
+    def move(self, event: Event) -> State:
+        """The state `event` leads to from the state this call holds the operation in
+        (the state table, `_states`): a bug raised at once, before anything is written,
+        if the table does not allow it."""
+        return after(self.record.state if self.record is not None else NEW, event)
+
     def unsettled_state(self) -> State:
         """As the store records it (a challenge is `not_sent`: nothing was applied)."""
-        return State.INDETERMINATE if self.maybe_applied else State.NOT_SENT
+        return self.move(stop(self.maybe_applied))
 
     def interrupted(self, error: BaseException) -> None:
         """The call was cut short from outside (cancelled, interrupted, a hook raised)."""

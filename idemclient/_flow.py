@@ -55,6 +55,7 @@ from ._outcome import OUTCOME, Outcome, State, from_record
 from ._policy import Decision
 from ._redaction import redact_url
 from ._reissue import recorded_body, refusal, send_recorded
+from ._states import Event, after, final_answer
 from ._store import (
     Begin,
     Claim,
@@ -628,6 +629,7 @@ def _attempts(call: Call, owner: str) -> Flow:
         if decision.action == "stop":
             answer = response if call.keeps_answer else None
             return (yield from _stop(call, owner, decision, answer))
+        call.move(Event.ATTEMPTED)
         try:
             kept = yield StoreCall(
                 call.settings.store.record_attempt,
@@ -666,7 +668,7 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
             {
                 "operation_id": call.operation_id,
                 "owner": owner,
-                "state": state,
+                "state": call.move(final_answer(state)),
                 "progress": call.progress(settling=True),
                 "response": stored,
                 "known": call.record,
@@ -819,6 +821,8 @@ def _settle(
             return None
         record = begin.record
         if begin.claim is not Claim.FINISHED:
+            found = Event.FOUND_DECLINED if verdict.state is State.FAILED else Event.FOUND_APPLIED
+            after(record.state, found)  # the table allows it, or it is a bug
             record = yield StoreCall(
                 store.settle,
                 {

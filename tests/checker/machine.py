@@ -167,6 +167,7 @@ from idemclient import (
 )
 from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import DATE_RESOLUTION
+from idemclient._states import may_follow
 from idemclient._store import _owners
 from idemclient.batch import BatchInvalid, Report, read_batch, submit
 from idemclient.errors import OperationMismatch
@@ -447,6 +448,8 @@ class PaymentsMachine(RuleBasedStateMachine):
             external_retention=EXTERNAL_RETENTION,
         )
         self.inspector = SQLiteStore(self.path)
+        #: each stored operation's state as the last step saw it (the state table's check)
+        self.seen_states: dict[str, tuple[State, bool]] = {}
         self.ops: list[Operation] = []
         self.slow_bodies = [0]
         #: the client's clock is wrong from a step no client saw
@@ -800,6 +803,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.path + suffix)
         self.inspector = SQLiteStore(self.path)
+        self.seen_states = {}  # a new store: its operations start again
         self.look_again.clear()
         for op in self.ops:
             op.forgotten = True
@@ -1046,6 +1050,18 @@ class PaymentsMachine(RuleBasedStateMachine):
 def check_step(machine: PaymentsMachine) -> None:
     """The invariant of every step (see the module's docstring)."""
     assert TOKEN.encode() not in store_bytes(machine.path), "the bearer token is in the store"
+    # Every change of an operation's state since the last step is a path of the state
+    # table (idemclient/_states.py): nothing finished goes back, nothing skips a look-up.
+    seen: dict[str, tuple[State, bool]] = {}
+    for record in machine.inspector.operations():
+        before = machine.seen_states.get(record.operation_id)
+        now = (record.state, record.maybe_applied)
+        assert may_follow(before, now), (
+            f"{record.operation_id} went from {before} to {now} (state, maybe applied),"
+            " which the state table does not allow"
+        )
+        seen[record.operation_id] = now
+    machine.seen_states = seen
     for op in machine.ops:
         resources = machine._resources(op)
         applied = machine.setup.applied(resources)
