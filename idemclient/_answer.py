@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 
 from ._errors import AnswerNotKept
-from ._outcome import Outcome
-from ._store import StoredResponse
+from ._outcome import OUTCOME, Outcome
+from ._store._base import StoredResponse
 
 __all__ = ["AnswerWithoutBody", "stored_response"]
 
@@ -60,8 +60,6 @@ class AnswerWithoutBody(httpx.Response):
         )
 
     def not_kept(self) -> AnswerNotKept:
-        from ._call import OUTCOME  # the call module builds these responses
-
         outcome = self.extensions.get(OUTCOME)
         if not isinstance(outcome, Outcome):  # pragma: no cover - the call always sets it
             raise RuntimeError("a stored answer without its outcome")

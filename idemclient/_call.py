@@ -67,7 +67,7 @@ from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
 from ._server_time import ServerTime, ServerTimes
 from ._states import NEW, Event, after, stop
-from ._store import Intent, OperationRecord, Progress, Store
+from ._store._base import Intent, OperationRecord, Progress, Store
 from .profiles import DEFAULT as DEFAULT_PROFILE
 
 __all__ = [

@@ -37,16 +37,15 @@ from .._clock import Clock
 from .._errors import Indeterminate
 from .._outcome import Outcome, State, from_record
 from .._server_time import DATE_RESOLUTION, ServerTime, held_until, over_by_server, parse_date
-from .._store import (
+from .._store._base import (
     Claim,
     OperationRecord,
     Progress,
     SendingStore,
     StoredResponse,
-    new_owner,
     owner_sent_until,
-    release_owner,
 )
+from .._store._owners import new_owner, release_owner
 from .judgement import Verdict
 
 __all__ = [

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 if TYPE_CHECKING:
-    from .._store import OperationRecord
+    from .._store._base import OperationRecord
 
 __all__ = ["Unquotable", "by_reference_alone", "fill", "lookup_url", "quoting_of", "search_string"]
 
