@@ -13,18 +13,15 @@ from typing import Any
 import click
 import httpx
 
-from . import _cli_errors
+from . import Client, State, _cli_errors
 from ._cli_duration import duration
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
-from ._client import Client
 from ._errors import OutcomeError, StoreError
-from ._hooks import Hooks, RetryEvent
-from ._outcome import State
-from ._profile import Profile
 from ._reconcile import DEFAULT_STATUSES
 from ._store import AdminStore, OperationRecord
 from ._store._open import open_store
-from .profiles import BUILTIN, DEFAULT
+from .hooks import Hooks, RetryEvent
+from .profiles import BUILTIN, DEFAULT, Profile
 
 __all__ = ["JSON_OPTION", "VERBOSE_OPTION", "interactive", "ops", "retry_line", "styled_state"]
 

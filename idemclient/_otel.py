@@ -26,7 +26,10 @@ import httpx
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from ._hooks import (
+from ._outcome import Outcome, State
+from ._redaction import shown_url
+from ._version import __version__
+from .hooks import (
     AttemptEndEvent,
     AttemptEvent,
     EndEvent,
@@ -35,9 +38,6 @@ from ._hooks import (
     StartEvent,
     StoreEvent,
 )
-from ._outcome import Outcome, State
-from ._redaction import shown_url
-from ._version import __version__
 
 __all__ = ["HTTP_DURATION_BUCKETS", "STORE_DURATION_BUCKETS", "telemetry_hooks"]
 

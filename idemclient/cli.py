@@ -14,9 +14,8 @@ from typing import Any, ClassVar
 
 import click
 
-from . import _cli_errors
+from . import __version__, _cli_errors
 from ._ops_cli import ops
-from ._version import __version__
 from .batch._cli import batch
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._hooks import Hooks
+from .hooks import Hooks
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

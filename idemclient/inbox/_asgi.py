@@ -8,12 +8,11 @@ other requests meanwhile. The response is sent only after the commit returned.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio.to_thread
 
-if TYPE_CHECKING:
-    from ._webhook import WebhookReceiver, WebhookResponse
+from ._answers import Receiving, WebhookResponse, refuse_too_large, reply
 
 __all__ = ["ASGIApp", "asgi_app"]
 
@@ -36,9 +35,8 @@ def _declared_length(scope: Scope) -> int:
     return -1
 
 
-def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
+def asgi_app(receiver: Receiving) -> ASGIApp:
     """An ASGI application that answers every POST with `receiver.handle`."""
-    from ._webhook import _answer, _too_large
 
     async def send_response(send: Send, response: WebhookResponse) -> None:
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
@@ -59,13 +57,13 @@ def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
         if scope["type"] != "http":
             return
         if scope["method"] != "POST":
-            response = _answer(405, "invalid", None, detail="webhooks are delivered by POST")
+            response = reply(405, "invalid", None, detail="webhooks are delivered by POST")
             await send_response(send, response)
             return
         if _declared_length(scope) > receiver.max_body:
             # Known from the headers: answered at once, the body left unread (as the WSGI
             # app does), not taken in up to the limit first.
-            await send_response(send, _too_large(receiver.sender, receiver.max_body))
+            await send_response(send, refuse_too_large(receiver.sender, receiver.max_body))
             return
         body = bytearray()
         too_large = False
@@ -85,7 +83,7 @@ def asgi_app(receiver: WebhookReceiver[Any]) -> ASGIApp:
             for name, value in scope.get("headers", ())
         ]
         if too_large:
-            response = _too_large(receiver.sender, receiver.max_body)
+            response = refuse_too_large(receiver.sender, receiver.max_body)
         else:
             response = await anyio.to_thread.run_sync(receiver.handle, headers, bytes(body))
         await send_response(send, response)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from .._clock import Clock, SystemClock
 from .._errors import InvalidKey, InvalidMessageId
-from .._keys import validate_key
+from ..clock import Clock, SystemClock
+from ..keys import validate_key
 from ._storage import InboxStorage, SQLiteInboxStorage
 
 __all__ = [

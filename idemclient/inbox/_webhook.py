@@ -23,17 +23,16 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from .._clock import Clock
 from .._errors import InvalidMessageId, SignatureInvalid, StoreError
+from ..clock import Clock
+from ._answers import WebhookResponse, refuse, refuse_too_large, reply
+from ._asgi import ASGIApp, asgi_app
 from ._inbox import Inbox, Receipt, validate_message_id
 from ._schemes import Headers, SignatureScheme, _EitherOfTwo, header_value
 from ._signature import DEFAULT_TOLERANCE
-
-if TYPE_CHECKING:
-    from ._asgi import ASGIApp
-    from ._wsgi import WSGIApp
+from ._wsgi import WSGIApp, wsgi_app
 
 __all__ = [
     "DEFAULT_MAX_BODY",
@@ -65,45 +64,6 @@ class WebhookEvent:
     def json(self) -> Any:
         """The body parsed as JSON."""
         return json.loads(self.body)
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookResponse:
-    """What to answer the sender."""
-
-    status: int
-    #: "processed", "duplicate", "refused", "invalid", "too_large", "failed", "unavailable"
-    outcome: str
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = (("content-type", "application/json"),)
-
-    @property
-    def acknowledged(self) -> bool:
-        """The sender may stop redelivering (processed now or before)."""
-        return 200 <= self.status < 300
-
-
-def _answer(status: int, outcome: str, message_id: str | None, **extra: str) -> WebhookResponse:
-    fields: dict[str, str] = {"status": outcome, **extra}
-    if message_id is not None:
-        fields["message_id"] = message_id
-    body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return WebhookResponse(status, outcome, body)
-
-
-def _refused(sender: str, why: object, answer: WebhookResponse) -> WebhookResponse:
-    """`answer`, a refusal of a delivery (400, 401, 411, 413), logged with `why`: a
-    sender refused for ever (a bug on its side, a wrong secret, a body too large) shows
-    up in the log, whatever the status it was told."""
-    logger.warning("refused a webhook from %s (%d): %s", sender, answer.status, why)
-    return answer
-
-
-def _too_large(sender: str, max_body: int) -> WebhookResponse:
-    detail = f"at most {max_body} bytes"
-    return _refused(
-        sender, f"the body is over {max_body} bytes", _answer(413, "too_large", None, detail=detail)
-    )
 
 
 class WebhookReceiver(Generic[Tx]):
@@ -193,35 +153,31 @@ class WebhookReceiver(Generic[Tx]):
     def handle(self, headers: Headers, body: bytes) -> WebhookResponse:
         """`receive`, with every outcome turned into the answer for the sender."""
         if len(body) > self.max_body:
-            return _too_large(self.sender, self.max_body)
+            return refuse_too_large(self.sender, self.max_body)
         try:
             event = self.verify(headers, body)
         except InvalidMessageId as exc:
-            return _refused(self.sender, exc, _answer(400, "invalid", None, detail=str(exc)))
+            return refuse(self.sender, exc, reply(400, "invalid", None, detail=str(exc)))
         except SignatureInvalid as exc:
-            answer = _answer(401, "refused", exc.message_id, reason=exc.reason)
-            return _refused(self.sender, exc, answer)
+            answer = reply(401, "refused", exc.message_id, reason=exc.reason)
+            return refuse(self.sender, exc, answer)
         try:
             receipt = self.inbox.process(
                 event.sender, event.message_id, lambda tx: self.handler(event, tx)
             )
         except StoreError:
             logger.exception("the inbox could not record %s", event.message_id)
-            return _answer(503, "unavailable", event.message_id)
+            return reply(503, "unavailable", event.message_id)
         except Exception:
             # The sender learns only that it should retry; the details are ours.
             logger.exception("the webhook handler failed on %s; nothing recorded", event.message_id)
-            return _answer(500, "failed", event.message_id)
-        return _answer(200, "duplicate" if receipt.duplicate else "processed", event.message_id)
+            return reply(500, "failed", event.message_id)
+        return reply(200, "duplicate" if receipt.duplicate else "processed", event.message_id)
 
     def asgi_app(self) -> ASGIApp:
         """This receiver as an ASGI 3 application (any path, POST only)."""
-        from ._asgi import asgi_app
-
         return asgi_app(self)
 
     def wsgi_app(self) -> WSGIApp:
         """This receiver as a WSGI application (any path, POST only)."""
-        from ._wsgi import wsgi_app
-
         return wsgi_app(self)

@@ -16,10 +16,9 @@ reading nothing would refuse a genuine delivery as forged, every time it came.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._webhook import WebhookReceiver, WebhookResponse
+from ._answers import Receiving, WebhookResponse, refuse, refuse_too_large, reply
 
 __all__ = ["WSGIApp", "wsgi_app"]
 
@@ -55,8 +54,6 @@ _PIECE = 64 * 1024
 
 def _read_body(environ: dict[str, Any], sender: str, max_body: int) -> bytes | WebhookResponse:
     """The request's body, or the answer to send instead (411, 413), logged."""
-    from ._webhook import _answer, _refused, _too_large
-
     stream = environ["wsgi.input"]
     declared = environ.get("CONTENT_LENGTH")
     if declared is None or declared == "":
@@ -65,13 +62,13 @@ def _read_body(environ: dict[str, Any], sender: str, max_body: int) -> bytes | W
                 "a Content-Length is needed: this server does not say where a body sent"
                 " without one ends"
             )
-            return _refused(sender, detail, _answer(411, "invalid", None, detail=detail))
+            return refuse(sender, detail, reply(411, "invalid", None, detail=detail))
         # Read to the end, but never hold more than the limit and one piece.
         body = bytearray()
         while piece := stream.read(_PIECE):
             body += piece
             if len(body) > max_body:
-                return _too_large(sender, max_body)
+                return refuse_too_large(sender, max_body)
         return bytes(body)
     try:
         length = int(declared)
@@ -79,20 +76,19 @@ def _read_body(environ: dict[str, Any], sender: str, max_body: int) -> bytes | W
         length = -1
     if length < 0:
         detail = "a valid Content-Length is needed"
-        return _refused(sender, detail, _answer(411, "invalid", None, detail=detail))
+        return refuse(sender, detail, reply(411, "invalid", None, detail=detail))
     if length > max_body:
-        return _too_large(sender, max_body)
+        return refuse_too_large(sender, max_body)
     return stream.read(length) if length else b""
 
 
-def wsgi_app(receiver: WebhookReceiver[Any]) -> WSGIApp:
+def wsgi_app(receiver: Receiving) -> WSGIApp:
     """A WSGI application that answers every POST with `receiver.handle`."""
-    from ._webhook import _answer
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         response: WebhookResponse
         if environ.get("REQUEST_METHOD") != "POST":
-            response = _answer(405, "invalid", None, detail="webhooks are delivered by POST")
+            response = reply(405, "invalid", None, detail="webhooks are delivered by POST")
         else:
             # Unreadable (411) or too large (413): that answer, not the receiver's.
             body_or_answer = _read_body(environ, receiver.sender, receiver.max_body)

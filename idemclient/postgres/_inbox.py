@@ -23,13 +23,13 @@ import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
 
-from .._clock import Clock
 from .._db import postgres as pg
 from .._db.errors import pg_error
 from .._db.pg_schema import Layout, StoreIdentity, create_version_table, open_schema
 from .._db.postgres import Conn, pg_errors
 from .._errors import StoreUnavailable
-from ..inbox._inbox import DEFAULT_RETENTION, Inbox
+from ..clock import Clock
+from ..inbox import DEFAULT_RETENTION, Inbox
 
 __all__ = ["DEFAULT_INBOX_SCHEMA", "INBOX", "PostgresInbox", "PostgresInboxStorage"]
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from .._client import AsyncClient, Client
+from .. import AsyncClient, Client, Outcome
 from .._deferred import opened
 from .._operations import (
     Blocking,
@@ -33,9 +33,8 @@ from .._operations import (
     settings_of,
     settle,
 )
-from .._outcome import Outcome
-from .._store import OperationRecord, Store
 from .._store._postgres import PostgresStore
+from ..store import OperationRecord, Store
 
 __all__ = ["asend_pending", "record_pending", "send_pending"]
 

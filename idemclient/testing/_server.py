@@ -19,8 +19,8 @@ from types import TracebackType
 
 import httpx
 
-from .._clock import ManualClock
 from .._profile import Profile
+from ..clock import ManualClock
 from ._adapters.transport import ReferenceTransport
 from ._machine.clock import ServerClock
 from ._machine.control import handle_control

@@ -20,7 +20,7 @@ from types import FrameType
 
 import click
 
-from ..._clock import SystemClock
+from ...clock import SystemClock
 from ...profiles import BUILTIN
 from .._server import DEFAULT_CLOCK_TOLERANCE, DEFAULT_KEY_TTL, DEFAULT_LEASE, ReferenceServer
 from .._storage.backend import is_postgres_url

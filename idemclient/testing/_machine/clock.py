@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ..._clock import Clock
+from ...clock import Clock
 
 __all__ = ["ServerClock"]
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from ...inbox._schemes import LegacySignature, StandardWebhooks
+from ...inbox import LegacySignature, StandardWebhooks
 from .._protocol.messages import json_bytes
 from .._storage.backend import StorageBackend
 from .._storage.rows import EventRow, ResourceRow
