@@ -286,8 +286,6 @@ CYCLES: dict[frozenset[str], str] = {
     frozenset(
         {"idemclient.batch._advice", "idemclient.batch._lookup", "idemclient.batch._plan"}
     ): "batch's own, split by phase in batch's split",
-    frozenset({"idemclient.testing._machine.control", "idemclient.testing._server"}): "the"
-    " sandbox's control endpoints name the server they drive, for the type checker",
 }
 
 

@@ -23,18 +23,89 @@ A server that must not expose them is built with `sandbox=False` (`--no-sandbox`
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
 
 from .._protocol.messages import ServerRequest, ServerResponse, json_bytes
-from .._protocol.rules import JSON_CONTENT_TYPE, Problem
+from .._protocol.rules import JSON_CONTENT_TYPE, Phase, Problem
 from .._storage.rows import StorageDown
 from .core import storage_down
-from .webhooks import STANDARD_WEBHOOKS
+from .external import ExternalMode
+from .records import KeyRecord, LedgerEntry, RecoveryReport, WebhookEventRecord, WebhookReport
+from .webhooks import STANDARD_WEBHOOKS, WebhookFault
 
-if TYPE_CHECKING:
-    from .._server import ReferenceServer
+__all__ = ["Controlled", "handle_control"]
 
-__all__ = ["handle_control"]
+
+class Controlled(Protocol):
+    """The server the endpoints drive: the part of `ReferenceServer`'s fault and
+    inspection API they reach (the server puts them behind its `handle`, so they name
+    what they use of it rather than the server itself)."""
+
+    @property
+    def sandbox(self) -> bool: ...
+
+    def answer(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        path: str | None = None,
+        key: str | None = None,
+        retry_after: float | str | datetime | None = None,
+        retry_after_date_in: float | None = None,
+        retry_after_ms: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> None: ...
+
+    def delay(
+        self, seconds: float, *, times: int = 1, path: str | None = None, key: str | None = None
+    ) -> None: ...
+
+    def drop(self, *, times: int = 1, path: str | None = None, key: str | None = None) -> None: ...
+
+    def crash(
+        self, after: Phase | str, *, times: int = 1, path: str | None = None, key: str | None = None
+    ) -> None: ...
+
+    def external_fault(self, system: int, mode: ExternalMode | str, *, times: int = 1) -> None: ...
+
+    def pending_faults(self) -> int: ...
+
+    def now(self) -> float: ...
+
+    def advance(self, seconds: float) -> float: ...
+
+    def recover(self) -> RecoveryReport: ...
+
+    def reap(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def ledger(self) -> tuple[LedgerEntry, ...]: ...
+
+    def set_webhook_endpoint(
+        self,
+        url: str | None,
+        *,
+        secrets: Sequence[str] | None = None,
+        client: str | None = None,
+        scheme: str = STANDARD_WEBHOOKS,
+        lifecycle: bool = False,
+    ) -> tuple[str, ...]: ...
+
+    def deliver_webhooks(self, *, limit: int = 100) -> WebhookReport: ...
+
+    def webhook_fault(
+        self, mode: WebhookFault | str, *, times: int = 1, seconds: float = 0.0
+    ) -> None: ...
+
+    def webhook_events(self) -> tuple[WebhookEventRecord, ...]: ...
+
+    def key_record(self, client: str, key: str) -> KeyRecord | None: ...
+
 
 _FAULT_MATCH = ("times", "path", "key")
 
@@ -67,7 +138,7 @@ _FAULT_FIELDS = {
 }
 
 
-def _add_fault(server: ReferenceServer, spec: dict[str, Any]) -> None:
+def _add_fault(server: Controlled, spec: dict[str, Any]) -> None:
     kind = spec.pop("kind", None)
     if kind not in _FAULT_FIELDS:
         raise _bad('"kind" must be one of: answer, delay, drop, crash')
@@ -96,7 +167,7 @@ def _add_fault(server: ReferenceServer, spec: dict[str, Any]) -> None:
         server.crash(str(spec["after"]), **match)
 
 
-def handle_control(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
+def handle_control(server: Controlled, request: ServerRequest) -> ServerResponse:
     """Answer one `/_sandbox/` request."""
     if not server.sandbox:
         return Problem(404, "no-such-route", "Not found", "the sandbox is disabled").response()
@@ -110,7 +181,7 @@ def handle_control(server: ReferenceServer, request: ServerRequest) -> ServerRes
         return _bad(f"{type(exc).__name__}: {exc}").response()
 
 
-def _route(server: ReferenceServer, request: ServerRequest) -> ServerResponse:
+def _route(server: Controlled, request: ServerRequest) -> ServerResponse:
     method, path = request.method, request.path.removeprefix("/_sandbox")
     if (method, path) == ("POST", "/noop"):
         return _ok({})
