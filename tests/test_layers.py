@@ -598,10 +598,13 @@ def test_importing_idemclient_loads_neither_sqlite_utils_nor_click_nor_the_serve
     assert _heavy(loaded) == []
 
 
-def test_the_engine_loads_no_command_line_no_migration_tool_and_no_server() -> None:
-    engine = [name for name, layer in LAYER_OF.items() if layer in ("values", "engine")]
+def test_the_engine_loads_no_database_no_command_line_and_no_server() -> None:
+    below = ("values", "store interface", "engine")
+    engine = [name for name, layer in LAYER_OF.items() if layer in below]
     loaded = _loaded("\n".join(f"import {name}" for name in engine))
     assert _heavy(loaded) == []
+    # The store's interface is read without its backends: no database is loaded.
+    assert sorted(m for m in loaded if m.startswith(("sqlite3", "idemclient._db"))) == []
 
 
 # -- the page that draws them ----------------------------------------------------------

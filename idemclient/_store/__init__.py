@@ -1,8 +1,12 @@
 """Durable operations: the store interface and its SQLite backend.
 
 The PostgreSQL backend (`_postgres`) needs psycopg, an optional dependency, so nothing
-here imports it: `_open.open_store` does, when a PostgreSQL URL is given.
+here imports it: `_open.open_store` does, when a PostgreSQL URL is given. The SQLite
+backend is imported when `SQLiteStore` is first named: the engine reads the interface
+here (records, the protocol, owners) without loading a database.
 """
+
+from typing import TYPE_CHECKING
 
 from ._base import (
     NEVER_APPLIED_STATUSES,
@@ -25,7 +29,9 @@ from ._base import (
 from ._cipher import BodyEncryption
 from ._owners import gone_in_words, new_owner, owner_is_dead, release_owner
 from ._rows import DEFAULT_SECRET_HEADERS
-from ._sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from ._sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_SECRET_HEADERS",
@@ -52,3 +58,12 @@ __all__ = [
     "owner_sent_until",
     "release_owner",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "SQLiteStore":
+        from ._sqlite import SQLiteStore
+
+        globals()[name] = SQLiteStore  # looked up once
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
