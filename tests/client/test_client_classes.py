@@ -204,3 +204,51 @@ def test_resume_given_an_idemclient_client_says_what_it_takes(tmp_path: Path) ->
         pytest.raises(TypeError, match=r"httpx\.Client or httpx\.AsyncClient"),
     ):
         resume(client)  # type: ignore[arg-type]
+
+
+def _options(function: Any, *, leave_out: tuple[str, ...] = ()) -> dict[str, tuple[Any, str]]:
+    """The keyword options of `function`: name -> (default, annotation as written)."""
+    return {
+        name: (parameter.default, str(parameter.annotation))
+        for name, parameter in inspect.signature(function).parameters.items()
+        if name not in ("self", *leave_out)
+    }
+
+
+@pytest.mark.parametrize("name", [*METHODS, "__init__"])
+def test_the_async_client_takes_the_options_of_the_client(name: str) -> None:
+    asynchronous = _options(getattr(AsyncClient, name))
+    assert asynchronous == {
+        option: (default, annotation.replace("httpx.Client", "httpx.AsyncClient"))
+        for option, (default, annotation) in _options(getattr(Client, name)).items()
+    }
+
+
+@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_every_verb_takes_every_option_of_request_by_name(verb: str, cls: type) -> None:
+    assert _options(getattr(cls, verb)) == _options(cls.request, leave_out=("method",))
+    assert "kwargs" not in _options(getattr(cls, verb))
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_request_takes_every_option_of_httpx_request(cls: type) -> None:
+    ours = _options(cls.request)
+    for option, parameter in inspect.signature(httpx.Client.request).parameters.items():
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+            assert ours[option][0] is parameter.default, option
+    for option, parameter in inspect.signature(httpx.Client.get).parameters.items():
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+            assert _options(cls.get)[option][0] is parameter.default, option
+
+
+def test_a_deprecated_option_is_blamed_on_the_callers_line(
+    tmp_path: Path, server: ReferenceServer
+) -> None:
+    with (
+        built(Client, tmp_path / "c.db", server) as client,
+        pytest.warns(DeprecationWarning, match="found=") as seen,
+        pytest.raises(ValueError, match="no operation"),
+    ):
+        client.reconcile("order-1", lookup="/v1/payments?reference={reference}", found=bool)
+    assert seen[0].filename == __file__

@@ -58,6 +58,14 @@ def test_a_broken_link_or_anchor_fails_the_docs_target(tmp_path: Path) -> None:
     assert [line for line in warnings if "no-such-heading" in line], output
 
 
+#: What every verb takes, idemclient's options and then httpx's.
+VERB_OPTIONS = (
+    *("key", "operation_id", "identity", "reference", "hooks"),
+    *("content", "data", "files", "json", "params", "headers", "cookies", "auth"),
+    *("follow_redirects", "timeout", "extensions"),
+)
+
+
 def _text(html: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", html).split())
 
@@ -78,10 +86,14 @@ def test_the_api_reference_shows_the_verbs_and_no_private_name(tmp_path: Path) -
     for client in ("Client", "AsyncClient"):
         for verb in ("post", "put", "patch", "delete"):
             assert f'id="idemclient.{client}.{verb}"' in page, (client, verb)
+            # Its signature names every option, with its type: not `url, **kwargs`.
+            shown = _text(
+                page.split(f'id="idemclient.{client}.{verb}"')[1].split('id="idemclient.')[0]
+            )
+            assert "kwargs" not in shown, (client, verb)
+            for option in VERB_OPTIONS:
+                assert f" {option} :" in shown, (client, verb, option)
     text = _text(page)
-    # The options of the verbs are written out (their signature is `url, **kwargs`).
-    assert "operation_id" in text
-    assert "json" in text
     # No private module or class is shown: `/_sandbox/` endpoints are the server's URLs.
     private = re.findall(r"(?<![/\w])_[A-Za-z]\w*|idemclient\._\w+", text)
     assert [name for name in private if name != "_sandbox"] == []
