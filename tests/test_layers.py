@@ -140,6 +140,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._exchange",
             "idemclient._flow",
             "idemclient._deferred",
+            "idemclient._worker",
             "idemclient._transport",
             "idemclient.transport",
             "idemclient._operations",

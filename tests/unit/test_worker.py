@@ -1,0 +1,94 @@
+"""`_worker.Workers`: the threads an async client's store calls run in under asyncio.
+What matters is the promise of a cancelled call: started, it runs to its end before the
+caller hears of the cancellation; not started, it never runs."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import pytest
+
+from idemclient._worker import Workers
+
+BOUND = 10.0  # a bound on a test gone wrong, never a wait the test relies on
+
+
+def test_calls_run_in_a_thread_and_give_back_their_result_or_error() -> None:
+    workers = Workers(max_threads=2)
+
+    async def main() -> None:
+        assert await workers.run(threading.get_ident) != threading.get_ident()
+        with pytest.raises(ZeroDivisionError):
+            await workers.run(lambda: 1 // 0)
+        doubled = [workers.run(functools.partial(int.__mul__, n, 2)) for n in range(50)]
+        assert await asyncio.gather(*doubled) == [n * 2 for n in range(50)]
+
+    asyncio.run(main())
+
+
+def test_a_started_call_cancelled_runs_to_its_end_before_the_caller_hears() -> None:
+    workers = Workers(max_threads=1)
+    started, release = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def write() -> None:
+        started.set()
+        assert release.wait(BOUND)
+        done.append("written")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(workers.run(write))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        assert not task.done()  # still waiting for the write
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, BOUND)
+        assert done == ["written"]
+
+    asyncio.run(main())
+
+
+def test_a_call_cancelled_before_a_thread_took_it_never_runs() -> None:
+    workers = Workers(max_threads=1)
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def busy() -> None:
+        started.set()
+        assert release.wait(BOUND)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(workers.run(busy))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        second = asyncio.ensure_future(workers.run(lambda: ran.append("ran")))
+        await asyncio.sleep(0.01)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        release.set()
+        await asyncio.wait_for(first, BOUND)
+        await workers.run(lambda: None)  # the queue has moved past the abandoned call
+
+    asyncio.run(main())
+    assert ran == []
+
+
+def test_idle_threads_end_and_new_calls_start_them_again() -> None:
+    workers = Workers(max_threads=2, idle=0.01)
+
+    async def main() -> None:
+        await workers.run(lambda: None)
+        for _ in range(int(BOUND / 0.01)):
+            if workers._threads == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert workers._threads == 0
+        assert await workers.run(lambda: "again") == "again"
+
+    asyncio.run(main())
