@@ -21,7 +21,8 @@ Between the client and the server (`Between`, at the checker's wire, `world.Wire
   own apply-then-drop (never a 503: see `LOST`); and then, maybe (`THEN`), the network
   down for the next attempts (they fail to connect: nothing of them reaches the
   server), or the server asking for an hour's wait (503 with Retry-After 3600 s,
-  nothing processed): the shapes in which a call ends having sent an attempt that was
+  nothing processed), or for 58 s (429), a wait the client honours that no longer fits
+  the deadline: the shapes in which a call ends having sent an attempt that was
   applied and nothing after it reached the server, where telling `NotSent` would be
   wrong.
 """
@@ -72,6 +73,12 @@ FAULTS = (
     "ext1 decline",
     "ext2 decline",
 )
+#: Faults that leave the server's next payment pending, answered 202 with its outcome
+#: unknown (an external system down, or its answer lost and the probe's too): among
+#: FAULTS' many, too rarely drawn for a bounded run to reach a 202 (a client taking one
+#: for a success passed it); `PaymentsMachine.payment_left_pending` draws them as often
+#: as any rule.
+PENDING = ("ext1 down", "ext2 down", "ext2 apply then timeout x2")
 #: Scripted refusals: the server refusing a request before admitting it (see
 #: `Setup.answers_from_the_key`).
 REFUSALS = ("400", "409")
@@ -90,9 +97,11 @@ LOST = (
     "connection reset",
     "dropped by the server",
 )
-#: What happens to the attempts after it: nothing, the network down for them, or the
-#: server asking for a wait longer than the call's deadline.
-THEN = ("nothing", "network down", "503 retry-after 3600s")
+#: What happens to the attempts after it: nothing, the network down for them, the
+#: server asking for a wait longer than the client honours (`max_retry_after`, a
+#: minute), or for one it honours that no longer fits the call's deadline once the lost
+#: answer's read timeout has taken its share (the call must stop, not sleep past it).
+THEN = ("nothing", "network down", "503 retry-after 3600s", "429 retry-after 58s")
 #: Refusals a firewall, CDN or load balancer in front of the server gives as readily
 #: as the server, given to a key the server holds under every profile.
 EDGE_STATUSES = (403, 404)
@@ -218,8 +227,9 @@ class Between:
         how, then = self.lost.pop(0)
         if then == "network down":
             self.down = max(self.down, NETWORK_DOWN_FOR)
-        elif then == "503 retry-after 3600s":
-            self._server.answer(503, retry_after=3600.0)
+        elif "retry-after" in then:
+            status, _, seconds = then.split()
+            self._server.answer(int(status), retry_after=float(seconds.rstrip("s")))
         if how == "read timeout":
             timeouts = request.extensions.get("timeout") or {}
             self._world.advance(float(timeouts.get("read") or 0.0))

@@ -37,6 +37,19 @@ The invariant, after every step, against the server's ledger and the store:
    judged before the next request under the key reaches the server and at the end once
    the server's recovery has run, before anything is sent again; a refusal
    (`OperationMismatch`, a batch row refused) or a `StoreError`, nothing of it sent;
+7. what the client promises of time (timing.py), which the ledger shows only when the
+   model's server happens to punish it: a call ends within its deadline; once the
+   server asked for a wait (`Retry-After`, `retry-after-ms`), the process sends
+   nothing under that key before it is over; no request under a key whose payment
+   was made reaches the server past the key's retention since the server first held
+   it (the model's server keeps keys an hour longer, its clock tolerance, so a re-send
+   there is answered from the key; a server that keeps them as long as it says pays
+   again);
+8. while a paused process holds an operation's lease, no other process sends under
+   its key before the lease ends (`owner_paused_then_taken_over` pauses it, among
+   other spans, until a second before that end): two senders at once, which a server
+   that runs both pays twice for (the model's server runs one request at a time, so
+   the ledger alone never shows it);
 
 and at the end of every history, once the faults stop and the server's recovery has
 run, `resume()` and then `reconcile()` settle every operation in agreement with the
@@ -111,6 +124,21 @@ The assumptions it rests on (no generated history leaves them):
   again (their rows are found by look-up); payments by operation id or a caller's
   identity are not issued again (a new store gives an operation id a new key, and the
   server may have forgotten an identity's): an operator reconciles them.
+- every process of a history is a client in this one OS process: a killed one's calls
+  end with it (its leases are seen free at once, as `_owners` sees a call of this
+  process that has ended), so the check that another process's pid is gone is never
+  what frees a lease here (tests/client/test_ownership.py kills real processes);
+- a process dies as a SIGKILL kills it, never as a power loss: what the store wrote
+  reaches the file whether or not it was flushed to the disk (the intent's flush is
+  proven by tests/integration/test_intent_flushed.py, with strace);
+- the server answers every request with a `Date`, so the client always has the
+  server's time beside its own: an operation's age misjudged by the host's clock alone
+  (a step back it did not notice) is measured right by the server's, and shows only
+  against a server that gives no `Date` (tests/integration/test_time_boundaries.py
+  holds each judgement on its own, a second either side);
+- the server runs one request at a time, to its end, before the next reaches it, so a
+  second sender while the first's request runs is seen by invariant 8, not in the
+  ledger;
 
 Generated with nothing holding them back: the application re-issues, resumes and
 reconciles at once, a paused process goes on at once (where the profile's server does
@@ -177,7 +205,17 @@ from idemclient.testing import LedgerEntry, Phase, ReferenceServer
 
 from ..profiles.server_speakers import PATH as SPEAKER_PATHS
 from . import told as claims
-from .faults import FAULTS, LOST, REFUSALS, THEN, Between, held_refusal_statuses, inject
+from .faults import (
+    FAULTS,
+    LOST,
+    PENDING,
+    REFUSALS,
+    THEN,
+    Between,
+    held_refusal_statuses,
+    inject,
+)
+from .timing import Floors, Timing
 from .world import (
     INTENT_WRITES,
     OUTCOME_WRITES,
@@ -226,6 +264,9 @@ WRONG_CLIENT_OFFSETS = tuple(offset for offset in CLIENT_OFFSETS if abs(offset) 
 #: keeps them 6 hours). Only the server's `Date` then holds the next send back.
 #: `client_clock_steps_forward_while_held` draws them.
 HOLD_ENDING_STEPS = tuple(offset for offset in WRONG_CLIENT_OFFSETS if 0 < offset <= 3600.0)
+#: How long `owner_paused_then_taken_over` pauses a process that holds a lease: until a
+#: second before it ends, the boundary a takeover is judged at.
+BEFORE_THE_LEASE_ENDS = "until a second before its lease ends"
 #: The server's recovery worker sweeps at least this often (seconds of world time).
 SWEEP_EVERY = 600.0
 #: The external systems forget keys after this: a second send past it moves money again.
@@ -469,6 +510,19 @@ class PaymentsMachine(RuleBasedStateMachine):
         self.claims: dict[str, list[claims.Told]] = {}
         #: the server's ledger as the history ended (after `teardown`)
         self.final_ledger: tuple[LedgerEntry, ...] = ()
+        #: the key a paused process holds, and its lease's end by the client's clock,
+        #: while another process runs (`owner_paused_then_taken_over`)
+        self.leased: tuple[str, float] | None = None
+        #: what the client promises of time: its deadline, the server's waits, the key
+        #: retention (timing.py)
+        self.timing = Timing(
+            self.world,
+            self.setup,
+            self.server,
+            self.client_name,
+            client_clock=self.client_clock,
+            server_clock=self.server_clock,
+        )
 
     # -- processes -----------------------------------------------------------------------
 
@@ -488,12 +542,13 @@ class PaymentsMachine(RuleBasedStateMachine):
         """Run one application process: a fresh client on the store file; it may die."""
         fate = fate or Fate(kill_at=kill_at, disk_full=disk_full)
         store = MortalStore(self.path, fate)
+        floors = Floors()  # the server's waits this process must honour (timing.py)
         wire = Wire(
             self.server.transport,
             fate,
             self.slow_bodies,
-            before=self._at_the_server,
-            after=self.between.after,
+            before=lambda request: self._at_the_server(request, floors),
+            after=lambda request, response: self._answered(request, response, floors),
         )
         calls_before = set(_owners._live)
         try:
@@ -514,15 +569,34 @@ class PaymentsMachine(RuleBasedStateMachine):
         """The scripted refusals waiting for a request the server may refuse."""
         return self.between.refusals
 
-    def _at_the_server(self, request: httpx.Request) -> httpx.Response | None:
-        """Each request as it leaves for the server: what lies between answers it
-        instead (`Between.before`), or the claims kept for its key are judged before it
-        reaches the server (it may apply under that key: see told.py)."""
+    def _at_the_server(self, request: httpx.Request, floors: Floors) -> httpx.Response | None:
+        """Each request as it leaves for the server: not before the server's wait
+        (timing.py); what lies between answers it instead (`Between.before`), or the
+        claims kept for its key are judged before it reaches the server (it may apply
+        under that key: see told.py), and it is held to the key's retention."""
+        self.timing.leaving(request, floors)
+        if self.leased is not None and request.method == "POST":
+            held, until = self.leased
+            now = self.client_clock.time()
+            assert self.setup.key_in(request) != held or now >= until, (
+                f"a request under {held} left {until - now:.1f} s before the lease of the"
+                " paused process that holds it ended: two senders"
+            )
         answer = self.between.before(request)
         if answer is None and request.method == "POST":
             key = self.setup.key_in(request)
             if key is not None:
                 claims.judge_key(self, key, why="as a request under it reaches the server")
+            self.timing.reaching(request)
+        return answer
+
+    def _answered(
+        self, request: httpx.Request, response: httpx.Response, floors: Floors
+    ) -> httpx.Response:
+        """The server's answer to `request`, as what lies between gives it back (or
+        raises instead): a wait in it binds the process (timing.py)."""
+        answer = self.between.after(request, response)
+        self.timing.answered(request, answer, floors)
         return answer
 
     def _tell(self, told: list[claims.Told], wire: Wire) -> None:
@@ -590,7 +664,11 @@ class PaymentsMachine(RuleBasedStateMachine):
         before = None
         if way == "batch" and op.forgotten and op.first_key and self._record(op) is None:
             before = claims.server_state(self, op.first_key)
+        began = self.world.true
         result = self._issued(store, wire, op=op, way=way)
+        if way != "batch" and wire.fate.pause_at is None:
+            # A call ends within its deadline (a paused process's pause is not its own).
+            self.timing.check_call(DOORS[way], began, deadline=self._policy().deadline)
         if isinstance(result, Report):
             self._tell(claims.told_by_report({op.reference: op}, result, before=before), wire)
         else:
@@ -813,15 +891,18 @@ class PaymentsMachine(RuleBasedStateMachine):
     @rule(
         op=operations,
         pause_at=st.integers(min_value=0, max_value=8),
-        seconds=st.sampled_from([5.0, LEASE + 1, 200.0]),
+        seconds=st.sampled_from([5.0, LEASE + 1, 200.0, BEFORE_THE_LEASE_ENDS]),
         taker=st.sampled_from(("issue again", "resume", "reconcile")),
     )
     def owner_paused_then_taken_over(
-        self, op: Operation, pause_at: int, seconds: float, taker: str
+        self, op: Operation, pause_at: int, seconds: float | str, taker: str
     ) -> None:
-        """A process stops (SIGSTOP, a GC pause) at its `pause_at`-th event; time passes,
-        its lease may lapse, and another process takes the operation on; then the first
-        one goes on. One thread at a time: the first is parked until the second is done."""
+        """A process stops (SIGSTOP, a GC pause) at its `pause_at`-th event; time passes
+        (`seconds`, or until a second before the lease it holds ends), its lease may
+        lapse, and another process takes the operation on; then the first one goes on.
+        One thread at a time: the first is parked until the second is done. While the
+        paused owner's lease runs, no other process sends under its key
+        (`_at_the_server`): two senders at once, where a server runs both."""
         if op.retired:
             return
         fate = Fate(pause_at=pause_at)
@@ -838,8 +919,22 @@ class PaymentsMachine(RuleBasedStateMachine):
         while not fate.paused.wait(timeout=0.01):
             if not first.is_alive():
                 break
+        record = self._record(op)
+        leased = (
+            first.is_alive()
+            and record is not None
+            and record.lease_owner in _owners._live
+            and record.lease_expires is not None
+        )
+        if seconds == BEFORE_THE_LEASE_ENDS:
+            # The boundary a takeover is judged at: a second before the lease ends.
+            end = record.lease_expires if leased else None
+            seconds = 5.0 if end is None else max(0.0, end - 1.0 - self.client_clock.time())
+        assert isinstance(seconds, float)
         try:
             self.world.advance(seconds)
+            if leased and record.lease_expires > self.client_clock.time():
+                self.leased = (record.key, record.lease_expires)
             if taker == "issue again":
                 self._process(None, frozenset(), self._issue, op=op, way=op.way)
             elif taker == "resume":
@@ -847,6 +942,7 @@ class PaymentsMachine(RuleBasedStateMachine):
             else:
                 self._process(None, frozenset(), self._reconcile, op=op)
         finally:
+            self.leased = None
             fate.go_on.set()
             first.join(timeout=60)
         assert not first.is_alive(), "the paused process never finished"
@@ -873,6 +969,13 @@ class PaymentsMachine(RuleBasedStateMachine):
             self.between.refusals.append(int(fault))
         else:
             inject(self.server, fault, self.slow_bodies)
+
+    @rule(fault=st.sampled_from(PENDING))
+    def payment_left_pending(self, fault: str) -> None:
+        """The server's next payment is left pending: admitted, its outcome at an
+        external system unknown, answered 202 (faults.PENDING). Its own rule, so that a
+        202 is drawn about as often as any rule: it is never a final answer."""
+        inject(self.server, fault, self.slow_bodies)
 
     @rule(how=st.sampled_from(LOST), then=st.sampled_from(THEN))
     def answer_lost(self, how: str, then: str) -> None:

@@ -197,6 +197,8 @@ class Wire(httpx.BaseTransport, httpx.AsyncBaseTransport):
     ) -> None:
         self._inner = inner
         self._fate = fate
+        #: the process's fate (a paused one's calls take its pause)
+        self.fate = fate
         self._slow = slow_bodies  # shared with the machine: one count, used up here
         #: called with each request before it reaches the server: an answer it gives
         #: is the server's instead (the machine's faults that depend on what the server
