@@ -228,8 +228,8 @@ class Between:
         if then == "network down":
             self.down = max(self.down, NETWORK_DOWN_FOR)
         elif "retry-after" in then:
-            status, _, seconds = then.split()
-            self._server.answer(int(status), retry_after=float(seconds.rstrip("s")))
+            asked, _, seconds = then.split()
+            self._server.answer(int(asked), retry_after=float(seconds.rstrip("s")))
         if how == "read timeout":
             timeouts = request.extensions.get("timeout") or {}
             self._world.advance(float(timeouts.get("read") or 0.0))

@@ -407,6 +407,8 @@ class Operation:
     amount: int
     path: str = "/v1/payments"
     first_key: str | None = None
+    #: every key it was recorded with: its first, a batch row's corrections'
+    keys: set[str] = dataclasses.field(default_factory=set)
     retired: bool = False  # purged by the operator: never issued again
     #: its record was lost with the store: it may have been applied with none
     forgotten: bool = False
@@ -659,11 +661,13 @@ class PaymentsMachine(RuleBasedStateMachine):
         )
 
     def _issue(self, store: MortalStore, wire: Wire, *, op: Operation, way: str) -> object:
-        # A row of a store that was lost: what the server held under its key before
-        # this run (see told.py, "unsent here").
+        # A row of a store that was lost: what the server held under each key it was
+        # recorded with before this run (see told.py, "unsent here"). The new store
+        # records it under the row's own key, which a correction paid before the loss
+        # does not have (found deep, gocardless, seed 2293377786).
         before = None
-        if way == "batch" and op.forgotten and op.first_key and self._record(op) is None:
-            before = claims.server_state(self, op.first_key)
+        if way == "batch" and op.forgotten and op.keys and self._record(op) is None:
+            before = {key: claims.server_state(self, key) for key in op.keys}
         began = self.world.true
         result = self._issued(store, wire, op=op, way=way)
         if way != "batch" and wire.fate.pause_at is None:
@@ -859,6 +863,8 @@ class PaymentsMachine(RuleBasedStateMachine):
         )
         op.amount = changed.amount
         op.first_key = None  # a correction refused before may go under a key of its own
+        if (corrected := self._record(op)) is not None:
+            op.keys.add(corrected.key)
 
     @rule()
     def store_lost(self) -> None:
@@ -1176,7 +1182,16 @@ def check_step(machine: PaymentsMachine) -> None:
             continue
         if op.first_key is None:
             op.first_key = record.key
-        assert record.key == op.first_key, f"{op} changed its key {op.first_key} -> {record.key}"
+        if op.forgotten and op.keys:
+            # A batch row run again on a new store is recorded under the row's own key
+            # (from its reference), never one it did not have: its first, not a
+            # correction's, which the new store cannot know.
+            assert record.key in op.keys, f"{op} recorded under {record.key}, not one of {op.keys}"
+        else:
+            assert record.key == op.first_key, (
+                f"{op} changed its key {op.first_key} -> {record.key}"
+            )
+        op.keys.add(record.key)
         if record.state is State.SUCCEEDED:
             assert [r.status for r in applied] == ["succeeded"], (
                 f"{op} is succeeded in the store but the ledger has {resources}"

@@ -834,6 +834,36 @@ def test_a_batch_run_again_on_a_lost_store_finds_its_row_by_look_up(
     assert len(state.final_resources(op)) == 1
 
 
+# Found deep (gocardless, seed 2293377786, 2026-12-07), a flaw of the model, fixed in
+# the model: a batch row refused (a scripted 400), its correction paid under a key of
+# its own, the store lost, the corrected file run again. The new store cannot know of
+# the correction: it records the row under the row's own key (from its reference) and
+# finds the payment by look-up, nothing sent. The model held the row to the
+# correction's key ("changed its key"), and judged a `not_sent` of that run (its intent
+# refused by a full disk) by what the server held under the correction's key, not the
+# row's. It now holds a row run again on a new store to any key it was recorded with.
+@pytest.mark.parametrize("profile", ["gocardless", "reference"])
+@pytest.mark.parametrize("disk_full", [NOTHING, INTENT_WRITES])
+def test_a_corrected_batch_row_run_again_on_a_lost_store_is_found_under_its_own_key(
+    profile: str, disk_full: frozenset[str]
+) -> None:
+    state = PaymentsMachine.for_profile(profile)()
+    state.server_fault(fault="400")
+    op = state.issue_new(way="batch", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.never_twice_and_agreeing()
+    state.issue_with_another_body(op=op)
+    state.never_twice_and_agreeing()
+    state.store_lost()
+    state.issue_again(op=op, kill_at=None, disk_full=disk_full, other=False)
+    try:
+        state.never_twice_and_agreeing()
+        if not disk_full:
+            assert state.told[-1].said == "succeeded"
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
 # Found deep (adyen, seed 22) once the application reconciled at once: killed right
 # after its intent with the clock stepped unseen two days fast, then set back to an
 # hour fast (seen). Taken over at the end, the dead owner's lease (stamped two days

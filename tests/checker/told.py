@@ -131,28 +131,30 @@ def told_by_result(op: Operation, result: object, door: str) -> list[Told]:
 
 
 def told_by_report(
-    ops: dict[str, Operation], report: Report, *, before: ServerState | None = None
+    ops: dict[str, Operation], report: Report, *, before: dict[str, ServerState] | None = None
 ) -> list[Told]:
     """The claims a batch's report makes, row by row (rows of references the machine
-    does not know are not its operations). `before`: what the server held under the
-    row's key as the run began, for a row whose record was lost with the store: its
-    `not_sent` says that this run had nothing of it admitted, not that it was never
-    paid (before the store was lost)."""
+    does not know are not its operations). `before`: what the server held under each
+    key the row was recorded with as the run began, for a row whose record was lost
+    with the store: its `not_sent` says that this run had nothing of it admitted, not
+    that it was never paid (before the store was lost). A key the row never had was
+    never sent, so nothing is held under it."""
     told = []
     for row in report.rows:
         op = ops.get(row.ref)
         if op is None:
             continue
         said: str | None = row.state
+        held = None if before is None else before.get(row.key, NOTHING_HELD)
         if row.reason.startswith("refused, not sent"):
             said = "refused"
-        elif row.state == "not_sent" and before is not None:
+        elif row.state == "not_sent" and held is not None:
             said = "unsent here"
         elif row.state not in SAID:
             said = None  # in flight elsewhere, or anything else that claims nothing
         if said is not None:
             told.append(
-                Told(op, said, row.key or None, "batch", resource_id=row.resource_id, before=before)
+                Told(op, said, row.key or None, "batch", resource_id=row.resource_id, before=held)
             )
     return told
 
@@ -219,6 +221,8 @@ def judge_all(machine: PaymentsMachine, *, why: str) -> None:
 #: What the server holds under a key: its key rows (key, state) and its ledger entries
 #: (resource id, status).
 ServerState = tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+#: What the server holds under a key nothing was ever sent under.
+NOTHING_HELD: ServerState = ((), ())
 
 
 def server_state(machine: PaymentsMachine, key: str) -> ServerState:
