@@ -132,29 +132,25 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
-        step = _client_request.request(
-            self.settings,
-            self.http,
+        step = self._operation(
             method,
             url,
-            key=key,
-            operation_id=operation_id,
-            identity=identity,
-            reference=reference,
-            hooks=hooks,
-            headers=headers,
-            extensions=extensions,
-            options={
-                "content": content,
-                "data": data,
-                "files": files,
-                "json": json,
-                "params": params,
-                "cookies": cookies,
-                "auth": auth,
-                "follow_redirects": follow_redirects,
-                "timeout": timeout,
-            },
+            key,
+            operation_id,
+            identity,
+            reference,
+            hooks,
+            content,
+            data,
+            files,
+            json,
+            params,
+            headers,
+            cookies,
+            auth,
+            follow_redirects,
+            timeout,
+            extensions,
         )
         return await arun(step, self.http)
 
@@ -190,29 +186,25 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         ``outcome.raise_for_status()``); raises `NotSent`, `Indeterminate` or
         `KeyConflict`.
         """
-        return await self.request(
+        return await self._verb(
             "POST",
             url,
-            **given(
-                {
-                    "key": key,
-                    "operation_id": operation_id,
-                    "identity": identity,
-                    "reference": reference,
-                    "hooks": hooks,
-                    "content": content,
-                    "data": data,
-                    "files": files,
-                    "json": json,
-                    "params": params,
-                    "headers": headers,
-                    "cookies": cookies,
-                    "auth": auth,
-                    "follow_redirects": follow_redirects,
-                    "timeout": timeout,
-                    "extensions": extensions,
-                }
-            ),
+            key,
+            operation_id,
+            identity,
+            reference,
+            hooks,
+            content,
+            data,
+            files,
+            json,
+            params,
+            headers,
+            cookies,
+            auth,
+            follow_redirects,
+            timeout,
+            extensions,
         )
 
     async def patch(
@@ -238,29 +230,25 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     ) -> Outcome:
         """PATCH, as one operation: ``request("PATCH", url, ...)``, with the options of
         `post`."""
-        return await self.request(
+        return await self._verb(
             "PATCH",
             url,
-            **given(
-                {
-                    "key": key,
-                    "operation_id": operation_id,
-                    "identity": identity,
-                    "reference": reference,
-                    "hooks": hooks,
-                    "content": content,
-                    "data": data,
-                    "files": files,
-                    "json": json,
-                    "params": params,
-                    "headers": headers,
-                    "cookies": cookies,
-                    "auth": auth,
-                    "follow_redirects": follow_redirects,
-                    "timeout": timeout,
-                    "extensions": extensions,
-                }
-            ),
+            key,
+            operation_id,
+            identity,
+            reference,
+            hooks,
+            content,
+            data,
+            files,
+            json,
+            params,
+            headers,
+            cookies,
+            auth,
+            follow_redirects,
+            timeout,
+            extensions,
         )
 
     async def put(
@@ -287,29 +275,25 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         """PUT, as one operation: ``request("PUT", url, ...)``, with the options of
         `post`. The policy's `methods` must include PUT (else a ValueError, before
         anything is sent)."""
-        return await self.request(
+        return await self._verb(
             "PUT",
             url,
-            **given(
-                {
-                    "key": key,
-                    "operation_id": operation_id,
-                    "identity": identity,
-                    "reference": reference,
-                    "hooks": hooks,
-                    "content": content,
-                    "data": data,
-                    "files": files,
-                    "json": json,
-                    "params": params,
-                    "headers": headers,
-                    "cookies": cookies,
-                    "auth": auth,
-                    "follow_redirects": follow_redirects,
-                    "timeout": timeout,
-                    "extensions": extensions,
-                }
-            ),
+            key,
+            operation_id,
+            identity,
+            reference,
+            hooks,
+            content,
+            data,
+            files,
+            json,
+            params,
+            headers,
+            cookies,
+            auth,
+            follow_redirects,
+            timeout,
+            extensions,
         )
 
     async def delete(
@@ -336,8 +320,76 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         """DELETE, as one operation: ``request("DELETE", url, ...)``, with the options
         of `post`. The policy's `methods` must include DELETE (else a ValueError,
         before anything is sent)."""
-        return await self.request(
+        return await self._verb(
             "DELETE",
+            url,
+            key,
+            operation_id,
+            identity,
+            reference,
+            hooks,
+            content,
+            data,
+            files,
+            json,
+            params,
+            headers,
+            cookies,
+            auth,
+            follow_redirects,
+            timeout,
+            extensions,
+        )
+
+    async def _verb(
+        self,
+        method: str,
+        url: httpx.URL | str,
+        key: str | None,
+        operation_id: str | None,
+        identity: str | Sequence[str] | None,
+        reference: str | None,
+        hooks: Hooks | None,
+        content: RequestContent | None,
+        data: RequestData | None,
+        files: RequestFiles | None,
+        json: Any | None,
+        params: QueryParamTypes | None,
+        headers: HeaderTypes | None,
+        cookies: CookieTypes | None,
+        auth: AuthTypes | UseClientDefault | None,
+        follow_redirects: bool | UseClientDefault,
+        timeout: TimeoutTypes | UseClientDefault,
+        extensions: RequestExtensions | None,
+    ) -> Outcome:
+        # `post`, `put`, `patch` and `delete` go through `request`. This class's own, as
+        # defined here, is run at once; any other (a subclass's, or one patched on the
+        # class or the instance) is called with only the options the caller gave, for it
+        # to read as **kwargs.
+        if getattr(self.request, "__func__", None) is _OWN_REQUEST:
+            step = self._operation(
+                method,
+                url,
+                key,
+                operation_id,
+                identity,
+                reference,
+                hooks,
+                content,
+                data,
+                files,
+                json,
+                params,
+                headers,
+                cookies,
+                auth,
+                follow_redirects,
+                timeout,
+                extensions,
+            )
+            return await arun(step, self.http)
+        return await self.request(
+            method,
             url,
             **given(
                 {
@@ -451,6 +503,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+
+#: `AsyncClient.request` as defined here: a verb runs it at once (see `_verb`).
+_OWN_REQUEST = AsyncClient.request
 
 # A call that misses an argument names what the caller called: "AsyncClient() missing
 # 1 required keyword-only argument: 'store'", not "AsyncClient.__init__()".

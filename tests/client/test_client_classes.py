@@ -252,3 +252,31 @@ def test_a_deprecated_option_is_blamed_on_the_callers_line(
     ):
         client.reconcile("order-1", lookup="/v1/payments?reference={reference}", found=bool)
     assert seen[0].filename == __file__
+
+
+def test_a_request_patched_on_the_client_sees_what_a_verb_was_given(
+    tmp_path: Path, server: ReferenceServer
+) -> None:
+    with built(Client, tmp_path / "c.db", server) as client:
+        with mock.patch.object(client, "request", wraps=client.request) as patched:
+            outcome = client.post("/v1/payments", json=PAYMENT, operation_id="order-1")
+        patched.assert_called_once_with(
+            "POST", "/v1/payments", json=PAYMENT, operation_id="order-1"
+        )
+    assert outcome.state is State.SUCCEEDED
+
+
+def test_a_request_patched_on_the_class_is_what_the_verbs_go_through(
+    tmp_path: Path, server: ReferenceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[dict[str, Any]] = []
+    original = Client.request
+
+    def recorded(self: Client, method: str, url: Any, **options: Any) -> Any:
+        seen.append(options)
+        return original(self, method, url, **options)
+
+    monkeypatch.setattr(Client, "request", recorded)
+    with built(Client, tmp_path / "c.db", server) as client:
+        client.patch("/v1/payments/1", json=PAYMENT, timeout=5.0)
+    assert seen == [{"json": PAYMENT, "timeout": 5.0}]
