@@ -32,6 +32,7 @@ record still holds the body that fingerprint was made over).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -166,6 +167,7 @@ def _bytes_digest(method: bytes, raw_path: bytes, body: bytes) -> str:
 # -- the body's meaning -------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)  # a client sends a few types (a multipart's: one each)
 def _reader(content_type: str | None, content_encoding: str | None) -> Callable[[bytes], _Value]:
     """What of a body of this type is hashed: its kind, and its meaning."""
     if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):

@@ -11,6 +11,7 @@ made once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -457,3 +458,30 @@ def test_ops_resume_does_not_send_an_operation_its_host_s_provider_contradicts(
     assert "api-m.paypal.com is an API host of the paypal" in done.stdout
     with Client(store=store) as client:
         assert client.store.get("order-1").attempts == 1  # type: ignore[union-attr]
+
+
+def test_a_client_whose_base_url_is_set_again_speaks_the_new_host_s_profile(
+    tmp_path: Path,
+) -> None:
+    # Where a request goes is worked out once per path and kept: a base URL set again on
+    # the client's httpx side is a new place, and the path is joined to it anew (Square
+    # takes its key in the body, Stripe in a header: the client puts it before sending).
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json={"id": "pay_1"})
+
+    with Client(
+        store=tmp_path / "s.db",
+        base_url="https://connect.squareup.com",
+        transport=httpx.MockTransport(answer),
+    ) as client:
+        client.post("/v2/payments", json=BODY, operation_id="first")
+        client.http.base_url = httpx.URL("https://api.stripe.com")
+        client.post("/v2/payments", json=BODY, operation_id="second")
+    seen = [r for r in seen if r.method == "POST"]  # the server's time may be asked too
+    assert [r.url.host for r in seen] == ["connect.squareup.com", "api.stripe.com"]
+    assert "idempotency_key" in json.loads(seen[0].content)
+    assert "idempotency_key" not in json.loads(seen[1].content)
+    assert "idempotency-key" in seen[1].headers
