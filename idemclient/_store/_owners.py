@@ -1,11 +1,20 @@
 """Lease owners: who holds an operation, and whether that owner can still be alive.
 
-An owner names a host, a process and one call: ``host:pid:token:n``. The token is
-random per process, so a recycled pid never passes for an old owner. A lease held by a
-process of this host that no longer exists is taken over at once; so is one held by a
-call of this very process that has ended (its last write may have failed, leaving the
-lease behind): a call that is gone never holds its own process back. Any other lease
-is respected until it expires.
+An owner names a host, a process and one call: ``host:pid@space:token:n``. The token is
+random per process, so a recycled pid never passes for an old owner. `space` says where
+the pid means that process: the boot of the machine (its boot id), the PID namespace
+(its inode) and the process's start time (ticks since boot). Two containers may share a
+hostname and not a PID namespace: a pid of the other one means nothing here, so a
+process is judged by its pid only when the owner's boot and namespace are this
+process's own, and a live process under the same pid with another start time is a
+recycled pid, not the owner.
+
+A lease held by a process of this host and namespace that no longer exists is taken
+over at once; so is one held by a call of this very process that has ended (its last
+write may have failed, leaving the lease behind): a call that is gone never holds its
+own process back. Any other lease is respected until it expires: another host's,
+another namespace's, one written where the namespace cannot be read, and one named by
+an earlier version (``host:pid:token:n``, which said nothing of its namespace).
 """
 
 from __future__ import annotations
@@ -14,24 +23,52 @@ import itertools
 import os
 import secrets
 import socket
+import sys
 import threading
+from dataclasses import dataclass
 
 __all__ = ["gone_in_words", "new_owner", "of_this_process", "owner_is_dead", "release_owner"]
 
 _state_lock = threading.Lock()
-_process: tuple[int, str] | None = None
+_process: tuple[int, str, str] | None = None
 _counter = itertools.count(1)
 #: owners of this process whose call is still running
 _live: set[str] = set()
 _HOST = socket.gethostname().replace(":", "_")
+#: written where the boot or the PID namespace cannot be read: no pid of it is judged
+_UNKNOWN = "?"
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    host: str
+    pid: int
+    #: boot and namespace (`_space`), None for a name of an earlier version
+    space: str | None
+    #: the process's start time, in ticks since boot ("" when not known)
+    started: str
+    token: str
+
+
+def _parse(owner: str) -> _Owner | None:
+    host, _, rest = owner.partition(":")
+    pid_text, _, rest = rest.partition(":")
+    token, _, _ = rest.partition(":")
+    pid_text, at, where = pid_text.partition("@")
+    if not pid_text.isdigit():
+        return None
+    if not at:
+        return _Owner(host, int(pid_text), None, "", token)
+    space, _, started = where.rpartition(".")
+    return _Owner(host, int(pid_text), space or _UNKNOWN, started, token)
 
 
 def new_owner() -> str:
     """A fresh owner name for one call of this process (fork-safe), alive until
     `release_owner` says the call has ended."""
     with _state_lock:
-        pid, token = _this_process()
-        owner = f"{_HOST}:{pid}:{token}:{next(_counter)}"
+        pid, token, where = _this_process()
+        owner = f"{_HOST}:{pid}@{where}:{token}:{next(_counter)}"
         _live.add(owner)
     return owner
 
@@ -42,65 +79,108 @@ def release_owner(owner: str) -> None:
         _live.discard(owner)
 
 
-def _this_process() -> tuple[int, str]:
+def _this_process() -> tuple[int, str, str]:
     global _process
     pid = os.getpid()
     if _process is None or _process[0] != pid:
-        _process = (pid, secrets.token_hex(6))
+        where = f"{_space()}.{_started(pid) or ''}"
+        _process = (pid, secrets.token_hex(6), where)
         _live.clear()  # a forked child runs none of its parent's calls
     return _process
 
 
+def _space() -> str:
+    """Where a pid of this process names it: its machine's boot and its PID namespace.
+    Without PID namespaces (not Linux), the platform's name stands for both, as before
+    namespaces a host's pid named one process; on Linux, one that cannot be read is
+    unknown, and no pid written under it is ever judged."""
+    if not sys.platform.startswith("linux"):
+        return sys.platform
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as file:
+            boot = file.read().strip().replace("-", "")
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except (OSError, UnicodeDecodeError):
+        return _UNKNOWN
+    inode = namespace.rpartition("[")[2].rstrip("]")
+    if not boot.isalnum() or not inode.isdigit():
+        return _UNKNOWN
+    return f"{boot}-{inode}"
+
+
+def _started(pid: int) -> str | None:
+    """When process `pid` (of this namespace) started, in ticks since boot; None when
+    it cannot be read (no such process, or no /proc)."""
+    fields = _stat(pid)
+    return None if fields is None else _started_of(fields)
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    # The fields after the command's name, which may hold spaces and parentheses.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[-1].split()
+    except OSError:
+        return None
+
+
 def of_this_process(owner: str) -> bool:
     """Whether `owner` names a call of this very process (alive or ended)."""
-    host, _, rest = owner.partition(":")
-    pid_text, _, rest = rest.partition(":")
-    token, _, _ = rest.partition(":")
+    parsed = _parse(owner)
     with _state_lock:
-        pid, ours = _this_process()
-    return host == _HOST and pid_text == str(pid) and token == ours
+        pid, token, _ = _this_process()
+    return (
+        parsed is not None
+        and parsed.space is not None
+        and parsed.host == _HOST
+        and parsed.pid == pid
+        and parsed.token == token
+    )
 
 
 def owner_is_dead(owner: str) -> bool:
-    """True only when `owner` was a process of this host that has exited, or a call of
-    this process that has ended."""
-    host, _, rest = owner.partition(":")
-    pid_text, _, rest = rest.partition(":")
-    token, _, _ = rest.partition(":")
-    if host != _HOST or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        with _state_lock:
-            _, ours = _this_process()
+    """True only when `owner` was a process of this host and PID namespace that has
+    exited, or a call of this process that has ended."""
+    parsed = _parse(owner)
+    if parsed is None or parsed.host != _HOST or parsed.space is None:
+        return False  # another host's, or an earlier version's: its lease says
+    with _state_lock:
+        pid, ours, where = _this_process()
+        space = where.rpartition(".")[0]
+        if parsed.space != space or space == _UNKNOWN:
+            return False  # a pid of another namespace or boot means nothing here
+        if parsed.pid == pid:
             # Another token under our pid: a process before us that had the same pid.
-            return token != ours or owner not in _live
+            return parsed.token != ours or owner not in _live
     try:
-        os.kill(pid, 0)
+        os.kill(parsed.pid, 0)
     except ProcessLookupError:
         return True
     except (PermissionError, OSError):
         return False  # exists under another user, or cannot tell: treat as alive
-    return _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    # A killed child that its parent has not reaped yet still answers kill(pid, 0).
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[-1].split()
-    except OSError:
+    fields = _stat(parsed.pid)
+    if fields is None:
         return False
-    return bool(fields) and fields[0] == b"Z"
+    if fields[0] == b"Z":
+        # A killed child that its parent has not reaped yet still answers kill(pid, 0).
+        return True
+    # The pid was given to another process since (the owner's start time differs).
+    return bool(parsed.started) and _started_of(fields) not in (None, parsed.started)
+
+
+def _started_of(fields: list[bytes]) -> str | None:
+    # The 22nd field of stat, the 20th after the name: its start, in ticks since boot.
+    if len(fields) < 20 or not fields[19].isdigit():
+        return None
+    return fields[19].decode()
 
 
 def gone_in_words(owner: str) -> str:
     """What became of `owner`, one that `owner_is_dead` found dead, for a message."""
-    _, _, rest = owner.partition(":")
-    pid_text, _, rest = rest.partition(":")
-    token, _, _ = rest.partition(":")
+    parsed = _parse(owner)
     with _state_lock:
-        pid, ours = _this_process()
-    if pid_text == str(pid) and token == ours:
+        pid, ours, _ = _this_process()
+    if parsed is not None and parsed.pid == pid and parsed.token == ours:
         return "the call of this process that held it has ended"
-    return f"the process that held it (pid {pid_text} on this host) has exited"
+    shown = parsed.pid if parsed is not None else owner
+    return f"the process that held it (pid {shown} on this host) has exited"

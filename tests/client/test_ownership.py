@@ -9,9 +9,10 @@ real time: the clock is a `ManualClock`, and each wait on a gate is bounded.
 from __future__ import annotations
 
 import json
+import os
 import re
-import socket
 import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -199,10 +200,16 @@ def test_a_caller_that_lost_its_lease_says_so(tmp_path: Path) -> None:
 
 
 def dead_owner() -> str:
-    """The owner name of a process of this host that has exited."""
-    with subprocess.Popen(["true"]) as child:
-        child.wait()
-    return f"{socket.gethostname().replace(':', '_')}:{child.pid}:0123456789ab:1"
+    """The owner name a process of this host (and PID namespace) wrote, and then exited."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from idemclient._store import new_owner; print(new_owner())"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
 
 
 def test_a_dead_owners_send_counts_as_maybe_applied(tmp_path: Path) -> None:

@@ -59,3 +59,12 @@ def age(store: Path, seconds: float) -> None:
             " finished_at = finished_at - ?",
             (seconds, seconds, seconds),
         )
+
+
+def lapse_leases(store: Path) -> None:
+    """Every lease in the store as lapsed: the time its holder had is over. An owner an
+    earlier version named says nothing of its PID namespace, so its lease is respected
+    until then, whether or not its pid is alive here."""
+    assert store.is_absolute()
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE operations SET lease_expires = 0 WHERE lease_expires IS NOT NULL")

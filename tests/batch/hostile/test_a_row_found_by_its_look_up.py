@@ -2,7 +2,9 @@
 write, or not at all: killed at that write (SIGKILL), or the store failing there, the
 next run looks it up again and pays nothing. A store left by an earlier version that
 recorded it in two writes and was killed between them (a row known, in flight, never
-attempted) is looked up before that row's first send, never sent blind."""
+attempted) is looked up before that row's first send, never sent blind, once the lease
+that version's process left has lapsed: its owner's name does not say in which PID
+namespace its pid is, so it is never judged dead by that pid."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from idemclient.testing import LiveServer
 
 from ..support import command, payroll, references, run
-from .old_version import TWO_WRITES, extract, old_process
+from .old_version import TWO_WRITES, extract, lapse_leases, old_process
 
 DAY = 86_400.0
 ROWS = 3
@@ -102,7 +104,14 @@ def test_a_row_an_earlier_version_left_half_recorded_is_looked_up_not_sent(
         **old_process(old),
     )
     assert killed.returncode == -9, (killed.returncode, killed.stderr)
+    # Its owner's name says nothing of its PID namespace: a run at once respects its
+    # lease, sends nothing for that row, and says to run again.
     again = run(argv)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "3 found on the server by look-up" in again.stdout
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert "1 in flight" in again.stdout
+    assert_paid_once(live)
+    lapse_leases(tmp_path / "b.db")
+    last = run(argv)
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert "found on the server by look-up" in last.stdout
     assert_paid_once(live)
