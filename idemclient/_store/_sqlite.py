@@ -8,7 +8,9 @@ behind a lock; processes share the file through SQLite's own locking.
 
 The methods both backends run the same way are in `_sqlstore`, on the statements of
 `_statements` spelled for SQLite here. What is SQLite's own stays in this module: the
-file and its fsync level per commit, the group commit of intents, IMMEDIATE
+file and its two connections (one whose every commit is flushed to disk, one whose
+commits are not: no fsync level is switched per commit), the group commit of intents,
+IMMEDIATE
 transactions (a takeover reads and writes with no other process in between), and
 registration in chunks.
 """
@@ -26,7 +28,7 @@ from typing import Any, ClassVar
 
 from .._db.dialect import SQLITE
 from .._db.errors import sqlite_error
-from .._db.sqlite import immediate
+from .._db.sqlite import MEMORY, connect, immediate
 from .._errors import StoreError, StoreUnavailable
 from .._outcome import State
 from ._base import Durability, Headers, Intent
@@ -100,9 +102,22 @@ class SQLiteStore(SQLStore):
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
         self._queue: list[_Admission] = []
+        self._busy_timeout = busy_timeout
+        # Two connections, each with one fsync level set once: commits that must survive
+        # a power loss (`durable`) go through `_flushed` (synchronous FULL: the log is
+        # flushed at each commit), the rest through `_conn` (NORMAL: flushed at
+        # checkpoints). Switching one connection's level costs a statement before and
+        # after every intent, on the hottest path of the library.
         self._conn = open_database(self._path, busy_timeout=busy_timeout)
-        self._synchronous: str | None = None
+        self._flushed: sqlite3.Connection | None = None  # opened at its first commit
+        #: the connection the thread that holds the lock is using, if any
+        self._held: sqlite3.Connection | None = None
         self._closed = False
+        try:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise self._translate(exc) from exc
 
     @property
     def path(self) -> str:
@@ -191,13 +206,31 @@ class SQLiteStore(SQLStore):
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+                if self._flushed is not None:
+                    self._flushed.close()
 
     # -- the connection --------------------------------------------------------------
 
     def _use(self, *, durable: bool = False) -> _Using:
-        """The connection, under the lock, with the fsync level this commit needs, and
+        """The connection with the fsync level this commit needs, under the lock, and
         SQLite's errors turned into ours (naming the file)."""
         return _Using(self, durable)
+
+    def _flushing(self) -> sqlite3.Connection:
+        """The connection whose every commit is flushed to disk (opened on first use: a
+        store that never needs one never opens it). In memory there is no disk, and a
+        second connection would be another database: the one connection serves."""
+        if self._flushed is None:
+            if self._path == MEMORY:
+                return self._conn
+            flushed = connect(self._path, busy_timeout=self._busy_timeout, check=False)
+            try:
+                flushed.execute("PRAGMA synchronous = FULL")
+            except BaseException:
+                flushed.close()
+                raise
+            self._flushed = flushed
+        return self._flushed
 
     # Outside a transaction, each statement commits on its own.
     _write = _use
@@ -217,11 +250,12 @@ class _Using:
     """`SQLiteStore._use`: a context manager of its own rather than a generator, since
     every store call enters one (twice per operation)."""
 
-    __slots__ = ("durable", "store")
+    __slots__ = ("durable", "outer", "store")
 
     def __init__(self, store: SQLiteStore, durable: bool) -> None:
         self.store = store
         self.durable = durable
+        self.outer: sqlite3.Connection | None = None
 
     def __enter__(self) -> sqlite3.Connection:
         store = self.store
@@ -229,28 +263,34 @@ class _Using:
         try:
             if store._closed:
                 raise StoreUnavailable(store._path, "is closed")
-            synchronous = "FULL" if self.durable else "NORMAL"
-            # Inside a transaction this thread holds (a read while registering), the
-            # level is the transaction's: SQLite changes it only between transactions.
-            if synchronous != store._synchronous and not store._conn.in_transaction:
+            held = store._held
+            if held is not None and held.in_transaction:
+                # Inside a transaction this thread holds (a read while registering):
+                # its connection, and its level. The other would wait for its lock.
+                conn = held
+            elif self.durable:
                 try:
-                    store._conn.execute(f"PRAGMA synchronous = {synchronous}")
+                    conn = store._flushing()
                 except sqlite3.Error as exc:
                     raise store._translate(exc) from exc
-                store._synchronous = synchronous
+            else:
+                conn = store._conn
+            self.outer, store._held = held, conn
         except BaseException:
             store._lock.release()
             raise
-        return store._conn
+        return conn
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, _tb: object
     ) -> None:
+        store = self.store
         try:
             if isinstance(error, sqlite3.Error):
-                raise self.store._translate(error) from error
+                raise store._translate(error) from error
         finally:
-            self.store._lock.release()
+            store._held = self.outer
+            store._lock.release()
 
 
 def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:

@@ -66,9 +66,14 @@ def test_store_file_is_private_and_in_wal_mode(store: SQLiteStore, store_path: P
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def traced(store: SQLiteStore) -> list[str]:
-    statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
+def traced(store: SQLiteStore) -> list[tuple[int, str]]:
+    """Every statement the store runs from now on, with the fsync level (`PRAGMA
+    synchronous`: 2 FULL, 1 NORMAL) of the connection that ran it."""
+    statements: list[tuple[int, str]] = []
+    connections = {store._conn, store._flushing()}
+    for conn in connections:
+        level = conn.execute("PRAGMA synchronous").fetchone()[0]
+        conn.set_trace_callback(lambda sql, level=level: statements.append((level, sql)))
     return statements
 
 
@@ -83,20 +88,19 @@ def traced(store: SQLiteStore) -> list[str]:
 def test_durability_levels_decide_which_commits_are_fsynced(
     store_path: Path, durability: Durability, intent_fsynced: bool, outcome_fsynced: bool
 ) -> None:
+    """In WAL mode, synchronous=FULL flushes the log at each commit; NORMAL does not.
+    Each commit runs on a connection whose level was set once, when it was opened: no
+    level is switched per operation (a statement before and after each intent)."""
     with SQLiteStore(store_path, durability=durability) as store:
         statements = traced(store)
         owner = new_owner()
         store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
-        insert = next(i for i, s in enumerate(statements) if s.startswith("INSERT"))
-        pragmas = [s for s in statements[:insert] if "synchronous" in s]
-        # In WAL mode, synchronous=FULL syncs the log at each commit; NORMAL does not.
-        level_at_insert = pragmas[-1] if pragmas else "PRAGMA synchronous = NORMAL"
-        assert level_at_insert.endswith("FULL") is intent_fsynced
-        statements.clear()
         store.finish("op-1", owner=owner, state=State.SUCCEEDED, progress=progress())
-        pragmas = [s for s in statements if "synchronous" in s]
-        level_at_finish = pragmas[-1] if pragmas else level_at_insert
-        assert level_at_finish.endswith("FULL") is outcome_fsynced
+        store.begin(make_intent("op-2", "key-2"), owner=owner, now=NOW, lease_until=NOW + 60)
+    assert not [sql for _, sql in statements if "PRAGMA" in sql.upper()]
+    insert = next(level for level, sql in statements if sql.startswith("INSERT"))
+    update = next(level for level, sql in statements if sql.startswith("UPDATE"))
+    assert (insert == 2, update == 2) == (intent_fsynced, outcome_fsynced)
 
 
 def test_default_durability_is_intent(store: SQLiteStore) -> None:
