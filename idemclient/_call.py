@@ -67,7 +67,8 @@ from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
 from ._server_time import ServerTime, ServerTimes
 from ._states import NEW, Event, after, stop
-from ._store._base import Intent, OperationRecord, Progress, Store
+from ._store._base import Intent, OperationRecord, Progress
+from ._store._interface import OperationStore
 from .profiles import DEFAULT as DEFAULT_PROFILE
 
 __all__ = [
@@ -118,7 +119,7 @@ class CallOptions:
 class Settings:
     """Everything a transport needs besides the inner transport; shared by its mounts."""
 
-    store: Store
+    store: OperationStore
     policy: RetryPolicy
     clock: Clock
     budget: RetryBudget
@@ -1406,7 +1407,7 @@ def in_flight_until(sent: float, in_flight_for: float) -> float:
     return sent + in_flight_for + CLOCK_SKEW
 
 
-def clock_went_back(store: Store, step: float, *, now: float, seen: str) -> int:
+def clock_went_back(store: OperationStore, step: float, *, now: float, seen: str) -> int:
     """Keep, in `store`, that a clock of its users went back `step` seconds to `now`
     (seen as `seen` says): its unfinished operations are of unknown age from now on,
     and once they may have been applied are looked up rather than sent again."""
@@ -1433,7 +1434,7 @@ def keep_step(settings: Settings, step: float, *, seen: str) -> int:
     return marked
 
 
-def check_store_clock(store: Store, clock: Clock) -> float:
+def check_store_clock(store: OperationStore, clock: Clock) -> float:
     """As a client or transport starts: note the clock's time in the store, and keep a
     step back if it reads earlier than the latest time the store has seen (this clock,
     or another user's, went back). Returns that latest time (0.0 for a new store)."""

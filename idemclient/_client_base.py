@@ -28,7 +28,7 @@ from ._hooks import Hooks
 from ._operations import Op
 from ._outcome import Outcome
 from ._policy import RetryPolicy
-from ._store import Store
+from ._store import OperationStore
 from ._wrap import HttpxClient, wrap_with
 
 __all__ = [
@@ -77,7 +77,7 @@ class ClientBase(Generic[HttpxClient]):
         self.http = client
 
     @property
-    def store(self) -> Store:
+    def store(self) -> OperationStore:
         """The store, as given or as opened from the path or URL given. An `AsyncClient`
         opens it here, in the calling thread, if it has not yet (its own calls open it in
         a worker thread)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._errors import StoreUnavailable
-from ._store import Store
+from ._store import AdminStore, OperationStore
 
 __all__ = ["DeferredStore", "opened", "unopened"]
 
@@ -26,20 +26,20 @@ class DeferredStore:
 
     def __init__(
         self,
-        open_: Callable[[], Store],
-        start: Callable[[Store], None] | None = None,
+        open_: Callable[[], OperationStore],
+        start: Callable[[OperationStore], None] | None = None,
         *,
         where: str = "not opened yet",
     ) -> None:
         self._open = open_
         self._start = start
         self._where = where
-        self._store: Store | None = None
+        self._store: OperationStore | None = None
         self._started = start is None
         self._closed = False
         self._lock = threading.Lock()
 
-    def opened(self) -> Store:
+    def opened(self) -> OperationStore:
         """The store, opened and started first if it was not yet (this blocks)."""
         store = self._store
         if store is not None and self._started:
@@ -77,7 +77,7 @@ class DeferredStore:
         store = self._store
         if store is not None and self._started:
             return getattr(store, name)
-        if callable(getattr(Store, name, None)):
+        if callable(getattr(AdminStore, name, None)):
             return functools.partial(self._call, name)
         return getattr(self.opened(), name)
 
@@ -89,11 +89,11 @@ class DeferredStore:
         return f"DeferredStore({'not opened yet' if store is None else repr(store)})"
 
 
-def opened(store: Store) -> Store:
+def opened(store: OperationStore) -> OperationStore:
     """`store` itself, opened first if it is a `DeferredStore` (this blocks)."""
     return store.opened() if isinstance(store, DeferredStore) else store
 
 
-def unopened(store: Store) -> bool:
+def unopened(store: OperationStore) -> bool:
     """Whether `store` is a `DeferredStore` not yet opened and started."""
     return isinstance(store, DeferredStore) and not store.ready

@@ -16,7 +16,7 @@ from ._operations import Blocking, Close, Http, Op, Sent, arun, run, send_regist
 from ._outcome import Outcome, from_record
 from ._profile import existing_url
 from ._redaction import origin_of
-from ._store import OperationRecord
+from ._store import OperationRecord, as_admin
 
 __all__ = ["aresume", "read_existing", "resume", "resumed"]
 
@@ -55,7 +55,8 @@ def _moved(settings: Settings, record: OperationRecord, origin: str | None) -> O
             f" profile; at {to.host} this client speaks {speaks}. It is not moved there:"
             " an operation is never sent on under another profile"
         )
-    return settings.store.move(record.operation_id, origin=origin, now=settings.clock.time())
+    store = as_admin(settings.store, needed_by="resume(origin=...), which moves operations")
+    return store.move(record.operation_id, origin=origin, now=settings.clock.time())
 
 
 def _check_origin(origin: str | None) -> None:

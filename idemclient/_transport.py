@@ -58,7 +58,7 @@ from ._hosts import ByHost
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._server_time import ServerTimes
-from ._store import Store
+from ._store import OperationStore
 from ._store._open import open_store
 from ._worker import Workers
 from .profiles import DEFAULT, named
@@ -78,7 +78,7 @@ T = TypeVar("T")
 
 
 def make_settings(
-    store: Store | str | os.PathLike[str],
+    store: OperationStore | str | os.PathLike[str],
     *,
     policy: RetryPolicy | None = None,
     clock: Clock | None = None,
@@ -89,7 +89,7 @@ def make_settings(
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
     deferred: bool = False,
-    start: Callable[[Store, Clock], object] | None = None,
+    start: Callable[[OperationStore, Clock], object] | None = None,
     profile: str | Profile | None = None,
     server_clock: bool = True,
     profile_by_host: bool = True,
@@ -118,11 +118,11 @@ def make_settings(
     begin = functools.partial(_start, start or check_store_clock, clock)
     if isinstance(store, str | os.PathLike) and deferred:
         where = "a PostgreSQL store" if is_postgres_url(store) else os.fspath(store)
-        opened: Store = cast(Store, DeferredStore(opening, begin, where=where))
+        opened: OperationStore = cast(OperationStore, DeferredStore(opening, begin, where=where))
     else:
-        given = opened = opening()  # opens a path; a Store object is only checked
+        given = opened = opening()  # opens a path; a store object is only checked
         if deferred:
-            opened = cast(Store, DeferredStore(lambda: given, begin))
+            opened = cast(OperationStore, DeferredStore(lambda: given, begin))
         else:
             begin(given)
     return Settings(
@@ -162,7 +162,9 @@ def _kept_at_close(settings: Settings, step: float) -> None:
         )
 
 
-def _start(start: Callable[[Store, Clock], object], clock: Clock, store: Store) -> None:
+def _start(
+    start: Callable[[OperationStore, Clock], object], clock: Clock, store: OperationStore
+) -> None:
     start(store, clock)
 
 
@@ -184,7 +186,7 @@ def call_extensions(
 
 def _settings(
     owner: str,
-    store: Store | str | os.PathLike[str] | None,
+    store: OperationStore | str | os.PathLike[str] | None,
     settings: Settings | None,
     options: Any,
     *,
@@ -227,7 +229,7 @@ class _Wrapping(Generic[Inner]):
         self,
         inner: Inner | None = None,
         *,
-        store: Store | str | os.PathLike[str] | None = None,
+        store: OperationStore | str | os.PathLike[str] | None = None,
         settings: Settings | None = None,
         **options: Any,
     ) -> None:

@@ -18,7 +18,7 @@ from ._hooks import Hooks
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._retrofit import replace_transports, transport_of
-from ._store import Store
+from ._store import OperationStore
 from ._transport import (
     DEFAULT_MAX_REQUEST_BODY,
     AsyncIdempotentTransport,
@@ -30,8 +30,9 @@ __all__ = ["HttpxClient", "StoreArg", "start_store", "wrap", "wrap_with"]
 
 HttpxClient = TypeVar("HttpxClient", httpx.Client, httpx.AsyncClient)
 
-#: What a client takes as its store: a `Store`, or a path or URL to open one from.
-StoreArg = Store | str | os.PathLike[str]
+#: What a client takes as its store: a store object (an `OperationStore`), or a path or
+#: URL to open one from.
+StoreArg = OperationStore | str | os.PathLike[str]
 
 
 def wrap(
@@ -113,7 +114,7 @@ def wrap_with(client: httpx.Client | httpx.AsyncClient, settings: Settings) -> N
         replace_transports(client, lambda inner: AsyncIdempotentTransport(inner, settings=settings))
 
 
-def start_store(store: Store, clock: Clock) -> None:
+def start_store(store: OperationStore, clock: Clock) -> None:
     """What a client does to its store as it starts: check the clock against the
     latest time the store has seen, and reap old bodies by the store's time."""
     now = clock.time()
@@ -122,4 +123,7 @@ def start_store(store: Store, clock: Clock) -> None:
     # batch per client start, so the table never becomes the largest one you own. By
     # the store's time, not only this clock's: a clock that jumped ahead drops no body
     # early at this start.
-    store.reap(now=min(now, seen) if seen else now)
+    # A store without `reap` (a client's part of the interface only) keeps its own.
+    reap = getattr(store, "reap", None)
+    if reap is not None:
+        reap(now=min(now, seen) if seen else now)

@@ -110,6 +110,7 @@ LAYERS: tuple[Layer, ...] = (
         " engine reads and writes, without a database",
         (
             "idemclient._store._base",
+            "idemclient._store._interface",
             "idemclient._store._rows",
             "idemclient._store._owners",
             "idemclient._store._cipher",
@@ -273,6 +274,8 @@ FEATURES: dict[str, Feature] = {
             "idemclient._profile": "it speaks each profile's dialect, from the server's side",
             "idemclient._reconcile": "it reads a look-up template's quoting as the client"
             " writes it",
+            "idemclient._fingerprint": "the store contract's intents carry the fingerprint"
+            " a client records for them",
         },
     ),
 }

@@ -41,10 +41,10 @@ from .._store._base import (
     Claim,
     OperationRecord,
     Progress,
-    SendingStore,
     StoredResponse,
     owner_sent_until,
 )
+from .._store._interface import SendingStore
 from .._store._owners import new_owner, release_owner
 from .judgement import Verdict
 

@@ -1,25 +1,43 @@
-"""Turning what a caller passes as `store=` into a `Store`."""
+"""Turning what a caller passes as `store=` into a store."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from typing import TypeVar, overload
 
 from .._db import is_postgres_url, postgres_missing
-from ._base import Store
+from ._interface import AdminStore, OperationStore
 from ._sqlite import SQLiteStore
 
 __all__ = ["open_store"]
 
+S = TypeVar("S", bound=OperationStore)
 
+
+@overload
 def open_store(
-    spec: Store | str | os.PathLike[str],
+    spec: str | os.PathLike[str],
     *,
     secret_headers: Collection[str] = (),
     persist_headers: Collection[str] = (),
-) -> Store:
-    """A `Store` given as it is, a PostgreSQL URL, or the path of a SQLite file, opened
-    with the header names given. A `Store` object has its own: naming headers beside
+) -> AdminStore: ...
+
+
+@overload
+def open_store(
+    spec: S, *, secret_headers: Collection[str] = (), persist_headers: Collection[str] = ()
+) -> S: ...
+
+
+def open_store(
+    spec: OperationStore | str | os.PathLike[str],
+    *,
+    secret_headers: Collection[str] = (),
+    persist_headers: Collection[str] = (),
+) -> OperationStore:
+    """A store given as it is, a PostgreSQL URL, or the path of a SQLite file, opened
+    with the header names given. A store object has its own: naming headers beside
     one is refused, since a store shared by clients writes by one rule."""
     names = {"secret_headers": secret_headers, "persist_headers": persist_headers}
     if not isinstance(spec, str | os.PathLike):

@@ -1,6 +1,6 @@
 """What both store backends do the same way, written once.
 
-`SQLStore` implements the `Store` protocol (declared once, in `_base`): it holds
+`SQLStore` implements the `AdminStore` protocol (declared once, in `_interface`): it holds
 every method whose logic is the same on
 SQLite and on PostgreSQL: the takeover of a lease, attempts, finishing, settling, the
 conflicts of a registration, the look-ups, reaping and purging. So the lease fencing
@@ -49,12 +49,12 @@ from ._base import (
     NotFound,
     OperationRecord,
     Progress,
-    Store,
     StoredResponse,
     holder_is_live,
     owner_sent_until,
 )
 from ._cipher import PLAIN, BodyEncryption, Cipher
+from ._interface import AdminStore
 from ._owners import owner_is_dead
 from ._rows import as_stored, dump_headers, intent_from_row, mismatch, record_from_row
 from ._statements import Statements
@@ -68,8 +68,8 @@ def _prefixes(id_prefix: str, reference_prefix: str) -> tuple[object, ...]:
     return (len(id_prefix), id_prefix, len(reference_prefix), reference_prefix)
 
 
-class SQLStore(Store, ABC):
-    """The shared half of a `Store` backend; see the module docstring."""
+class SQLStore(AdminStore, ABC):
+    """The shared half of a SQL backend of `AdminStore`; see the module docstring."""
 
     durability: Durability
     max_stored_body: int
@@ -671,7 +671,7 @@ class SQLStore(Store, ABC):
         server_time: ServerTime | None = None,
     ) -> Begin:
         """Lease `record`, just read in this transaction, unless it is finished or a
-        live owner holds it; `look_up`: for a look-up (see `SendingStore.claim`).
+        live owner holds it; `look_up`: for a look-up (see `OperationStore.claim`).
         `server_time`: the server's time now, if the caller knows it (see
         `Statements.take_over`)."""
         if record.state.finished:

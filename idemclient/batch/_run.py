@@ -77,7 +77,7 @@ from .._profile import Profile, Resolved
 from .._reconcile import LookupRules, Verdict
 from .._redaction import redact_url, shown_url
 from .._server_time import DATE_RESOLUTION, ServerTime
-from .._store import Intent, NotFound, OperationRecord, Store, StoredResponse
+from .._store import Intent, NotFound, OperationRecord, Store, StoredResponse, as_admin
 from .._version import __version__
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from . import _resave as resave
@@ -2208,7 +2208,7 @@ def make_run(
     path = options.get("path", _defaults(submit)["path"])
     return run_on(
         batch,
-        store=client.settings.store,
+        store=as_admin(client.settings.store, needed_by="a batch"),
         clock=client.settings.clock,
         policy=client.policy,
         http=client.http,

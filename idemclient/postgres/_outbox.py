@@ -34,7 +34,7 @@ from .._operations import (
     settle,
 )
 from .._store._postgres import PostgresStore
-from ..store import OperationRecord, Store
+from ..store import OperationRecord, OperationStore, Store
 
 __all__ = ["asend_pending", "record_pending", "send_pending"]
 
@@ -45,7 +45,7 @@ def _http(client: AnyClient) -> httpx.Client | httpx.AsyncClient:
     return client.http if isinstance(client, Client | AsyncClient) else client
 
 
-def _postgres_store(store: Store) -> PostgresStore:
+def _postgres_store(store: OperationStore) -> PostgresStore:
     store = opened(store)
     if not isinstance(store, PostgresStore):
         raise TypeError(

@@ -11,6 +11,9 @@ Use it in-process (`ReferenceServer().transport` in any httpx client, sync or as
 `respx_side_effect` with respx), over a real loopback socket (`serve`, `spawn`, or the
 `idemclient server` command), or through the pytest fixtures `reference_server` and
 `live_reference_server`. See docs/server.md.
+
+Beside the server: `store_contract`, the suite every store backend passes (imported
+on its own: it needs pytest).
 """
 
 from ._adapters.asgi import ReferenceApp

@@ -18,10 +18,10 @@ from idemclient._transport import make_settings
 from idemclient.errors import ForeignStore, StoreTooNew, StoreUnavailable
 from idemclient.postgres import PostgresStore
 from idemclient.store import Durability
+from idemclient.testing.store_contract import progress, succeed
 from tests.support.pgcluster import Cluster
 
 from ..store.conftest import NOW, make_intent
-from .test_store_contract import progress, succeed
 
 
 def snapshot(url: str, schema: str) -> list[tuple[Any, ...]]:
