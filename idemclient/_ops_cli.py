@@ -18,10 +18,10 @@ from ._cli_duration import duration
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._errors import OutcomeError, StoreError
 from ._reconcile import DEFAULT_STATUSES
-from ._store import AdminStore, OperationRecord
 from ._store._open import open_store
 from .hooks import Hooks, RetryEvent
 from .profiles import BUILTIN, DEFAULT, Profile
+from .store import AdminStore, OperationRecord
 
 __all__ = ["JSON_OPTION", "VERBOSE_OPTION", "interactive", "ops", "retry_line", "styled_state"]
 

@@ -259,8 +259,8 @@ FEATURES: dict[str, Feature] = {
             "idemclient._cli_duration",
         ),
         {
-            "idemclient._store": "the operator's commands read and change the store"
-            " through its admin interface",
+            "idemclient._store": "a command opens the store `--store` names as the client"
+            " opens it (`_store._open`)",
             "idemclient._db": "`--store` tells a PostgreSQL URL from a path as the store does",
             "idemclient._reconcile": "`ops reconcile` judges a look-up as the client does",
         },
