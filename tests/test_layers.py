@@ -285,6 +285,8 @@ FEATURES: dict[str, Feature] = {
 EXCEPTIONS: dict[tuple[str, str], str] = {
     # -- the command group mounts each feature's command -----------------------------------
     ("idemclient.cli", "idemclient.batch._cli"): "mounts `batch submit`: goes with batch's seam",
+    ("idemclient.cli", "idemclient.testing._adapters.cli"): "mounts `idemclient server`, loaded"
+    " by name when asked for (see `BY_NAME`)",
     ("idemclient._ops_cli", "idemclient.batch._identity"): "a batch row's look-up by"
     " default: goes with batch's seam",
     ("idemclient._ops_cli", "idemclient.batch._lookup"): "the batch's default look-up:"
@@ -373,7 +375,22 @@ def imports_of(name: str) -> Iterator[Import]:
     yield from walk(ast.parse(path.read_text()), "top")
 
 
-IMPORTS: list[Import] = [found for name in MODULES for found in imports_of(name)]
+#: Imports made by name (`importlib.import_module`), which the source's import statements
+#: do not show: importer -> {module: why}. Every module that imports by name is here.
+BY_NAME: dict[str, dict[str, str]] = {
+    # The top level imports each everyday name at its first use; its imports for the
+    # type checker name the same modules, and it is the top of every layer anyway.
+    "idemclient": {},
+    "idemclient.cli": {
+        "idemclient.testing._adapters.cli": "`idemclient server`, loaded when asked for"
+    },
+}
+
+IMPORTS: list[Import] = [found for name in MODULES for found in imports_of(name)] + [
+    Import(importer, target, ("*",), 0, "by name")
+    for importer, targets in BY_NAME.items()
+    for target in targets
+]
 INTERNAL = [f for f in IMPORTS if f.target in MODULES and f.target != f.importer]
 
 
@@ -511,6 +528,28 @@ def test_every_seam_named_is_used() -> None:
         )
     ]
     assert unused == []
+
+
+def test_every_import_by_name_is_declared() -> None:
+    by_name: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and ast.unparse(node.func).split(".")[-1] in ("import_module", "__import__")
+        ]
+        if calls:
+            named = {
+                node.value
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and node.value in MODULES
+            }
+            by_name[name] = named
+    assert sorted(by_name) == sorted(BY_NAME)
+    for importer, targets in BY_NAME.items():
+        assert set(targets) <= by_name[importer], importer
 
 
 def test_every_exception_is_still_needed() -> None:
