@@ -46,7 +46,7 @@ from .._outcome import State
 from .._profile import Profile, codes_in
 from .._store import NEVER_APPLIED_STATUSES, OperationRecord
 from ._identity import RowIdentity
-from ._report import refusal_of
+from ._report_row import refusal_of
 
 __all__ = [
     "CORRECTED_MARK",

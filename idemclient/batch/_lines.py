@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import astuple, fields
 from typing import overload
 
-from ._report import ReportRow
+from ._report_row import ReportRow
 from ._scratch import scratch
 
 __all__ = ["Lines", "Stored"]

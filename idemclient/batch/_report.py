@@ -1,32 +1,25 @@
-"""What a batch run came to: one line per row, a summary, the exit code, and the file.
-
-The report file is checked before anything is sent (`check_report_path`): a path that
-cannot be written is refused while nothing has happened yet, and so is the input file
-or the store itself. It is written atomically (a temporary file beside it, then a
-rename), so a reader never sees half of one, and an earlier report is replaced only by
-a whole new one. CSV cells that a spreadsheet would run as a formula (`=`, `+`, `-`,
-`@`, and a leading tab or carriage return) are written with a leading `'`. A JSON
-report holds the batch's metadata, the summary and the rows.
+"""What a batch run came to: one line per row (`_report_row`), a summary, the exit code,
+and the file (`_report_file`: checked before anything is sent, written atomically). A
+JSON report holds the batch's metadata, the summary and the rows.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import enum
 import json
 import os
-import secrets
 import signal
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._outcome import Outcome, State
+from .._outcome import State
+from ._report_file import check_report_path, csv_cell, replace_atomically
+from ._report_row import REPORT_COLUMNS, UNSETTLED, ReportRow
 
 __all__ = ["REPORT_COLUMNS", "ExitCode", "Report", "ReportRow", "check_report_path"]
 
@@ -67,134 +60,6 @@ _BY_SIGNAL = {
 }
 
 #: Statuses about the credentials, not the row: fix the token, then run again.
-_CREDENTIALS = frozenset({401, 407})
-_UNSETTLED = frozenset(
-    s.value for s in (State.NOT_SENT, State.INDETERMINATE, State.PENDING, State.IN_FLIGHT)
-)
-#: Unsettled, and nothing of it can have been applied (the store keeps an unsettled
-#: operation that may have been applied as indeterminate, or in flight).
-_NOT_APPLIED = frozenset(s.value for s in (State.NOT_SENT, State.PENDING))
-
-
-@dataclass(frozen=True, slots=True)
-class ReportRow:
-    """One row of the report. `replayed`: sent in this run, the server answered it with
-    the answer it keeps for its key (an earlier attempt's, maybe another run's).
-    `already_done`: done before this run (answered from the store, or found on the
-    server by a look-up): nothing was sent for it now. `reason`: what happened to the
-    row, in words."""
-
-    row: int
-    ref: str
-    key: str
-    state: str
-    http_status: int | None
-    resource_id: str | None
-    attempts: int
-    replayed: bool
-    reason: str = ""
-    already_done: bool = False
-    #: may have been applied, and only a look-up settles it that a rerun would not make:
-    #: `idemclient ops reconcile`, as `reason` says
-    reconcile: bool = False
-
-    @classmethod
-    def of(
-        cls,
-        row: int,
-        ref: str,
-        outcome: Outcome,
-        reason: str = "",
-        *,
-        already_done: bool | None = None,
-    ) -> ReportRow:
-        """The line of a row that came to `outcome`; `already_done` defaults to
-        whether the store answered it with a final answer (a row the store holds in
-        flight, being sent by another process, is not done)."""
-        return cls(
-            row=row,
-            ref=ref,
-            key=outcome.key,
-            state=outcome.state.value,
-            http_status=outcome.last_status,
-            resource_id=resource_id(outcome.response.content if outcome.response else None),
-            attempts=outcome.attempts,
-            replayed=outcome.replayed and not outcome.from_store,
-            reason=reason,
-            already_done=(
-                outcome.from_store and outcome.state.finished
-                if already_done is None
-                else already_done
-            ),
-        )
-
-    @property
-    def credentials_refused(self) -> bool:
-        """The server refused the credentials for this row, which is unsettled."""
-        return self.state in _UNSETTLED and self.http_status in _CREDENTIALS
-
-    @property
-    def maybe_applied(self) -> bool:
-        """Unsettled, and may have been applied (indeterminate, or in flight)."""
-        return self.state in _UNSETTLED and self.state not in _NOT_APPLIED
-
-
-def resource_id(content: bytes | None) -> str | None:
-    """The `id` of the payment an answer's JSON body names (or of its only item)."""
-    if not content:
-        return None
-    try:
-        body = json.loads(content)
-    except ValueError:
-        return None
-    if isinstance(body, dict) and isinstance(body.get("data"), list) and len(body["data"]) == 1:
-        body = body["data"][0]
-    value = body.get("id") if isinstance(body, dict) else None
-    return str(value) if value is not None else None
-
-
-#: Where an error body says why, in the dialects payment APIs speak: problem+json
-#: (`detail`, `title`), Stripe's and others' `error.message`, DRF's `detail`, PayPal's
-#: `message` and its `details[].description`, `errors[].message`.
-_WHY = (
-    ("detail",),
-    ("message",),
-    ("error", "message"),
-    ("error",),
-    ("errors", 0, "message"),
-    ("errors", 0, "detail"),
-    ("details", 0, "description"),
-    ("details", 0, "issue"),
-    ("error_description",),
-    ("title",),
-)
-#: A refusal's reason is cut to this many characters in the report.
-MAX_REFUSAL = 300
-
-
-def refusal_of(content: bytes | None) -> str | None:
-    """What a refusal's JSON body says is wrong, in one line (None when it says
-    nothing readable): for the report's reason, beside the status."""
-    if not content:
-        return None
-    try:
-        body = json.loads(content)
-    except ValueError:
-        return None
-    for path in _WHY:
-        value: Any = body
-        for step in path:
-            if isinstance(step, int):
-                value = value[step] if isinstance(value, list) and len(value) > step else None
-            else:
-                value = value.get(step) if isinstance(value, dict) else None
-        if isinstance(value, str) and value.strip():
-            said = " ".join(value.split())
-            return said if len(said) <= MAX_REFUSAL else said[: MAX_REFUSAL - 1] + "…"
-    return None
-
-
-REPORT_COLUMNS = tuple(f.name for f in fields(ReportRow))
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +156,7 @@ class Report:
             return ExitCode.BAD_INPUT
         # A row a rerun cannot settle is not a reason to run again: it would loop.
         states = self._tallied().states
-        if states & _UNSETTLED:
+        if states & UNSETTLED:
             return ExitCode.RUN_AGAIN
         if self.to_reconcile:
             return ExitCode.RECONCILE
@@ -394,9 +259,9 @@ class Report:
         target = Path(path)
         suffix = target.suffix.lower()
         if suffix == ".json":
-            _replace(target, self._write_json)
+            replace_atomically(target, self._write_json)
         elif suffix == ".csv":
-            _replace(target, self._write_csv)
+            replace_atomically(target, self._write_csv)
         else:
             raise ValueError(f"report {target}: use a .csv or .json file name")
 
@@ -404,7 +269,7 @@ class Report:
         writer = csv.DictWriter(out, fieldnames=REPORT_COLUMNS)
         writer.writeheader()
         for row in self.rows:
-            writer.writerow({name: _cell(value) for name, value in asdict(row).items()})
+            writer.writerow({name: csv_cell(value) for name, value in asdict(row).items()})
 
     def _write_json(self, out: TextIO) -> None:
         """`json.dumps(self.document(), indent=2)`, byte for byte, a row at a time."""
@@ -429,71 +294,3 @@ _COUNTED = (
     "already_done",
     "reconcile",
 )
-#: What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cell(value: object) -> object:
-    """A CSV cell a spreadsheet shows as text, never runs: a leading quote."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
-
-
-def _replace(target: Path, write: Callable[[TextIO], None]) -> None:
-    """Write a file beside `target` with `write`, then rename it over `target`.
-
-    The file is created with mode 0666 less the umask, as any file a program writes for
-    people to read (`mkstemp` makes 0600, which the rename would keep)."""
-    handle, temporary = _temporary_beside(target)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _temporary_beside(target: Path) -> tuple[int, str]:
-    """A new file beside `target` (its descriptor and path), never an existing one."""
-    for _ in range(100):
-        path = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-            return os.open(path, flags, 0o666), str(path)
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {target}")  # pragma: no cover
-
-
-def check_report_path(path: str | os.PathLike[str], *, not_these: tuple[Path, ...] = ()) -> None:
-    """Refuse, with a `ValueError` saying why, a report path that cannot be written:
-    a name that is not .csv or .json, a missing or unwritable directory, a directory,
-    or one of `not_these` (the input file, the store). Writes nothing that stays."""
-    target = Path(path)
-    if target.suffix.lower() not in (".csv", ".json"):
-        raise ValueError(f"report {target}: use a .csv or .json file name")
-    if target.is_dir():
-        raise ValueError(f"report {target} is a directory: give a file name")
-    for other in not_these:
-        if _same_file(target, other):
-            raise ValueError(f"report {target} is {other} itself: it would be overwritten")
-    directory = target.parent
-    if not directory.is_dir():
-        raise ValueError(f"report {target}: the directory {directory} does not exist")
-    try:
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        raise ValueError(f"report {target}: cannot write in {directory} ({exc.strerror})") from None
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False

@@ -121,7 +121,8 @@ from ._plan import (
     recorded_payload,
 )
 from ._remembered import BELIEVED_FOR, believed, reading
-from ._report import Report, ReportRow, refusal_of, resource_id
+from ._report import Report
+from ._report_row import ReportRow, refusal_of, resource_id
 from ._resave import HELD_ADVICE, Held
 from ._rows import Batch, PayoutRow
 from ._sender import Sender, credentials_of, target_of
