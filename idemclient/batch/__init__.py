@@ -7,9 +7,10 @@ report.write("report.csv")
 """
 
 from .._errors import BatchInvalid
+from ._progress_counts import BatchProgress
 from ._report import ExitCode, Report, ReportRow
 from ._rows import AmountFormat, Batch, PayoutRow, read_batch
-from ._run import BatchProgress, asubmit, submit
+from ._run import asubmit, submit
 
 __all__ = [
     "AmountFormat",

@@ -25,7 +25,8 @@ from .._store import Store
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ._plan import Step
 from ._rows import Batch
-from ._run import SubmitOptions, _Row, _Run, run_on
+from ._run import SubmitOptions, _Run, run_on
+from ._run_rows import RunRow
 from ._sender import target_of
 
 __all__ = ["Preview", "PreviewRow", "preview"]
@@ -149,7 +150,7 @@ def preview(
     return Preview(run)
 
 
-def _shown(run: _Run, item: _Row) -> PreviewRow:
+def _shown(run: _Run, item: RunRow) -> PreviewRow:
     plan, identity = item.plan, item.identity
     record = plan.record
     method = url = body = None

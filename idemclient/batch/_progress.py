@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from ._run import BatchProgress
+from ._progress_counts import BatchProgress
 
 __all__ = ["ProgressView", "counts", "fitted"]
 

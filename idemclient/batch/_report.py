@@ -7,19 +7,33 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime
 import enum
 import json
+import math
 import os
 import signal
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._outcome import State
+from .._errors import BatchInvalid
+from .._outcome import Outcome, State
+from .._reconcile import Verdict
+from .._redaction import shown_url
+from .._store import OperationRecord
+from ._lookup import (
+    Asked,
+    Trouble,
+)
+from ._plan import (
+    SERVER_FIELDS,
+)
 from ._report_file import check_report_path, csv_cell, replace_atomically
-from ._report_row import REPORT_COLUMNS, UNSETTLED, ReportRow
+from ._report_row import REPORT_COLUMNS, UNSETTLED, ReportRow, refusal_of, resource_id
+from ._run_rows import RunRow
 
 __all__ = ["REPORT_COLUMNS", "ExitCode", "Report", "ReportRow", "check_report_path"]
 
@@ -294,3 +308,251 @@ _COUNTED = (
     "already_done",
     "reconcile",
 )
+
+
+# -- the words of each row's line ----------------------------------------------------
+
+
+#: Answers that are about the credentials, not the row: stop starting new rows.
+_REFUSED_CREDENTIALS = frozenset({401, 407})
+
+
+def refusal_reasons(refused: BatchInvalid) -> dict[int, str]:
+    """Each row's reasons for a refusal, by row number (the file's own are left out)."""
+    found: dict[int, list[str]] = defaultdict(list)
+    for number, why in refused.problems:
+        if number:
+            found[number].append(why)
+    return {number: "; ".join(whys) for number, whys in found.items()}
+
+
+def report_line(
+    item: RunRow,
+    *,
+    key: str,
+    state: State,
+    status: int | None,
+    resource: str | None,
+    replayed: bool,
+    reason: str,
+    attempts: int = 0,
+) -> ReportRow:
+    """A report line; `replayed`: its answer was there before this run (the store's,
+    a look-up's), nothing was sent for it now: it is already done, not a replay."""
+    return ReportRow(
+        row=item.row.number,
+        ref=item.identity.reference,
+        key=key,
+        state=state.value,
+        http_status=status,
+        resource_id=resource,
+        attempts=attempts,
+        replayed=False,
+        reason=reason,
+        already_done=replayed,
+    )
+
+
+#: How the evidence of a row settled by a look-up begins (`_reconcile.apply`, and
+#: `_record_found` below).
+FOUND_EVIDENCE = ("settled by look-up", "found by look-up")
+
+
+def recorded_line(
+    item: RunRow,
+    record: OperationRecord | None,
+    *,
+    key: str | None = None,
+    reason: str = "",
+    replayed: bool = True,
+) -> ReportRow:
+    """A row as the store has it (not sent, when it has nothing), without sending."""
+    if record is None:
+        return report_line(
+            item,
+            key=key or item.identity.key,
+            state=State.NOT_SENT,
+            status=None,
+            resource=None,
+            replayed=False,
+            reason=reason,
+        )
+    response = record.response
+    state = State.NOT_SENT if record.state is State.PENDING else record.state
+    if not reason and state.finished and record.evidence.startswith(FOUND_EVIDENCE):
+        reason = (
+            "already done: answered from the store (found on the server by look-up in an"
+            " earlier run)"
+        )
+    elif not reason:
+        reason = {
+            State.SUCCEEDED: "already done: answered from the store (done in an earlier run)",
+            State.FAILED: f"refused in an earlier run ({record.evidence}"
+            f"{server_said(None if response is None else response.body)})",
+        }.get(state, f"{state.words} in the store, being sent elsewhere: run again")
+    return report_line(
+        item,
+        key=record.key,
+        state=state,
+        status=None if response is None else response.status_code,
+        resource=None if response is None else resource_id(response.body),
+        replayed=replayed and state.finished,
+        reason=reason,
+        attempts=record.attempts,
+    )
+
+
+def changed_line(item: RunRow, record: OperationRecord | None) -> ReportRow:
+    """A known row the store holds otherwise than when the run planned it (another
+    process purged or moved it): not sent by this run."""
+    return recorded_line(
+        item,
+        record,
+        key=item.identity.key if record is None else record.key,
+        reason="not sent: changed in the store while this run went; run the same command again",
+        replayed=False,
+    )
+
+
+def unsettled_line(item: RunRow, key: str, verdict: Verdict) -> ReportRow:
+    """A row found on the server whose payment is not final yet: not sent."""
+    return report_line(
+        item,
+        key=key,
+        state=State.INDETERMINATE,
+        status=None,
+        resource=found_id(verdict),
+        replayed=False,
+        reason=f"found on the server, not final yet ({verdict.why}): not sent; run again"
+        " later to settle it",
+    )
+
+
+def found_reason(verdict: Verdict) -> str:
+    return f"found on the server by look-up, not sent ({verdict.why})"
+
+
+def found_id(verdict: Verdict) -> str | None:
+    item = verdict.item
+    value = None if item is None else item.get("id")
+    return None if value is None else str(value)
+
+
+def server_said(content: bytes | None) -> str:
+    """What the server's answer says was wrong, after a colon (nothing if it says
+    nothing readable)."""
+    refusal = refusal_of(content)
+    return f": {refusal}" if refusal else ""
+
+
+def evidence_after(outcome: Outcome) -> str:
+    """The outcome's evidence, after what was said already (nothing when it has none)."""
+    return f"; {outcome.evidence}" if outcome.evidence else ""
+
+
+def evidence_in_parens(outcome: Outcome) -> str:
+    """The outcome's evidence in parentheses, or nothing when it has none."""
+    return f" ({outcome.evidence})" if outcome.evidence else ""
+
+
+def reason_of(outcome: Outcome, *, budget: bool) -> str:
+    state = outcome.state
+    if budget and not state.finished:
+        then = "may have been applied" if outcome.maybe_applied else "not applied"
+        return f"stopped by the retry budget: {then}; run again{evidence_in_parens(outcome)}"
+    if state is State.SUCCEEDED:
+        if outcome.from_store:
+            return "already done: answered from the store (done in an earlier run)"
+        if outcome.replayed:
+            return "answered by the server from an earlier attempt under the same key"
+        return "sent now"
+    if state is State.FAILED:
+        earlier = " in an earlier run" if outcome.from_store else ""
+        said = server_said(outcome.response.content if outcome.response is not None else None)
+        if said:  # the server's own words on what was wrong
+            return f"refused by the server{earlier} ({outcome.evidence or 'refused'}{said})"
+        return f"refused by the server{earlier}{evidence_in_parens(outcome)}"
+    if outcome.last_status in _REFUSED_CREDENTIALS:
+        return (
+            f"the server refused the credentials (HTTP {outcome.last_status}): check the"
+            " token; not applied"
+            if not outcome.maybe_applied
+            else f"the server refused the credentials (HTTP {outcome.last_status}) after an"
+            " attempt that may have been applied: check the token, then run again"
+        )
+    if state is State.INDETERMINATE:
+        return f"may have been applied{evidence_in_parens(outcome)}: run again"
+    if state is State.IN_FLIGHT:
+        return f"being sent by another caller{evidence_in_parens(outcome)}: run again"
+    return f"not sent{evidence_in_parens(outcome)}: run again"
+
+
+def conflict_with(item: RunRow, asked: Asked, payload: Mapping[str, object]) -> str:
+    """Why a row's reference the server holds with other content refuses the batch:
+    what differs, field by field, between the row (`payload`) and what was found."""
+    verdict = asked.verdict
+    reference = item.identity.reference
+    if verdict.finding == "ambiguous":
+        return (
+            f"reference {reference!r}: the server holds {len(verdict.others)} payments with"
+            f" this content (GET {shown_url(asked.url)}); settle it by hand before submitting it"
+        )
+    shown = []
+    for payment in verdict.others[:3]:
+        diffs = [
+            f"{name} {shown_value(value)} here, {shown_value(payment.get(name))} there"
+            for name, value in payload.items()
+            if name not in SERVER_FIELDS
+            and name != "reference"
+            and (name in ("amount", "currency") or name in payment)
+            and payment.get(name) != value
+        ]
+        name = payment.get("id", "a payment")
+        shown.append(f"{name}: " + ("; ".join(diffs) or "content not shown"))
+    return (
+        f"reference {reference!r} is already on the server with other content (GET"
+        f" {shown_url(asked.url)}): " + " | ".join(shown)
+    )
+
+
+def shown_value(value: object) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def not_working(asked: Asked) -> str:
+    """Why the batch is refused for a look-up that does not work, and what to do
+    (see `Trouble`): only where there is no such look-up here is going without one
+    said to be a way, and never for refused credentials."""
+    got = f"GET {shown_url(asked.url)} got {asked.verdict.why}"
+    if asked.trouble is Trouble.CREDENTIALS:
+        status = asked.response.status_code if asked.response is not None else 401
+        return (
+            f"the server refused the credentials (HTTP {status}) when asked GET"
+            f" {shown_url(asked.url)}: check the token (--token or IDEMCLIENT_TOKEN)."
+            " Nothing was sent"
+        )
+    if asked.trouble is Trouble.ABSENT:
+        return (
+            f"the look-up does not work: {got}. Nothing was sent. Check --url,"
+            " --path and --lookup; where the server offers no look-up at all, --no-lookup"
+            " sends without one (read what it risks in its help)"
+        )
+    if asked.trouble is Trouble.REFUSED:
+        return (
+            f"the look-up does not work: {got}. Nothing was sent. Check --url,"
+            " --path and --lookup, and that the token may list payments"
+        )
+    return f"the look-up does not work: {got}. Nothing was sent"
+
+
+def whole_seconds(value: float) -> str:
+    """A wait in whole seconds, rounded up: a wait is never said shorter than it is."""
+    return str(max(1, math.ceil(value)))
+
+
+def utc_text(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

@@ -36,17 +36,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
-import enum
 import functools
 import inspect
 import logging
-import math
 import threading
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
 import httpx
@@ -54,8 +50,8 @@ import httpx
 from .. import _reconcile
 from .._client import AsyncClient, Client, read_existing
 from .._clock import Clock
-from .._errors import BatchInvalid, IdemError, OperationMismatch, OutcomeError, ReconcileRequired
-from .._hooks import Hooks, RetryEvent, log_fields
+from .._errors import BatchInvalid, OperationMismatch, OutcomeError, ReconcileRequired
+from .._hooks import log_fields
 from .._keys import DEFAULT_NAMESPACE
 from .._operations import (
     Blocking,
@@ -110,7 +106,6 @@ from ._lookup import (
 from ._plan import (
     JSON_BODY,
     SCOPE_ADVICE,
-    SERVER_FIELDS,
     Request,
     RowPlan,
     Step,
@@ -120,11 +115,42 @@ from ._plan import (
     plan_row,
     recorded_payload,
 )
+from ._progress_counts import BatchProgress, LookingProgress, SendingProgress, Stopped
 from ._remembered import BELIEVED_FOR, believed, reading
-from ._report import Report
-from ._report_row import ReportRow, refusal_of, resource_id
+from ._report import (
+    Report,
+    changed_line,
+    conflict_with,
+    evidence_after,
+    found_id,
+    found_reason,
+    not_working,
+    reason_of,
+    recorded_line,
+    refusal_reasons,
+    report_line,
+    unsettled_line,
+    utc_now,
+    utc_text,
+    whole_seconds,
+)
+from ._report_row import ReportRow
 from ._resave import HELD_ADVICE, Held
 from ._rows import Batch, PayoutRow
+from ._run_rows import (
+    CHUNK,
+    KNOWN_CODES,
+    NEW_CODES,
+    NEW_PLAN,
+    SENDING,
+    At,
+    RunCounts,
+    RunRow,
+    Target,
+    new_code,
+    recorded_intent,
+    start_of,
+)
 from ._sender import Sender, credentials_of, target_of
 
 __all__ = ["DEFAULT_LOOKUP", "BatchProgress", "asubmit", "submit"]
@@ -132,253 +158,7 @@ __all__ = ["DEFAULT_LOOKUP", "BatchProgress", "asubmit", "submit"]
 logger = logging.getLogger("idemclient.batch")
 
 
-#: Answers that are about the credentials, not the row: stop starting new rows.
-_REFUSED_CREDENTIALS = frozenset({401, 407})
 _BUDGET = "retry budget"
-
-
-@dataclass(frozen=True, slots=True)
-class BatchProgress:
-    """Live counts while a batch runs (given to `on_progress`)."""
-
-    total: int
-    done: int
-    succeeded: int
-    replayed: int
-    retrying: int
-    indeterminate: int
-    not_sent: int
-    failed: int
-    #: done before this run (the store's answer, or a look-up's): nothing sent now
-    already_done: int = 0
-    #: what the counts are of: "sending" (every row of the batch), or "looking up"
-    #: (the rows asked on the server before their first send: `done` of `total`
-    #: answered, `retrying` asked again after an answer that said "later")
-    phase: str = "sending"
-    #: looking up: payments found on the server (recorded, not sent), and rows with
-    #: none (an earlier run's answer, kept, counts too)
-    found: int = 0
-    not_found: int = 0
-
-
-class _Stopped(IdemError):
-    """Raised from a row's retry hook once the run is asked to stop: the transport
-    records where the row got to and gives its lease back."""
-
-
-class _Tracker:
-    """Counts as rows finish and retry; tells `on_progress`, one change at a time."""
-
-    def __init__(
-        self,
-        total: int,
-        on_progress: Callable[[BatchProgress], None] | None,
-        stopping: threading.Event,
-    ) -> None:
-        self._lock = threading.Lock()
-        self._on_progress = on_progress
-        self._stopping = stopping
-        self._total = total
-        self._states: dict[str, int] = {}
-        self._replayed = 0
-        self._already_done = 0
-        self._retrying: set[str] = set()
-        self.credentials_refused = False
-
-    def hooks(self, key: str) -> Hooks:
-        def retrying(_event: RetryEvent) -> None:
-            if self._stopping.is_set():
-                raise _Stopped("the batch was interrupted")
-            with self._lock:
-                self._retrying.add(key)
-                self._tell()
-
-        return Hooks(on_retry=retrying)
-
-    def finished(self, key: str, line: ReportRow) -> None:
-        with self._lock:
-            self._retrying.discard(key)
-            self._states[line.state] = self._states.get(line.state, 0) + 1
-            self._replayed += line.replayed
-            self._already_done += line.already_done
-            if line.credentials_refused:
-                self.credentials_refused = True
-            self._tell()
-
-    def _tell(self) -> None:
-        if self._on_progress is None:
-            return
-        states = self._states
-        self._on_progress(
-            BatchProgress(
-                total=self._total,
-                done=sum(states.values()),
-                succeeded=states.get("succeeded", 0),
-                replayed=self._replayed,
-                retrying=len(self._retrying),
-                indeterminate=states.get("indeterminate", 0) + states.get("in_flight", 0),
-                not_sent=states.get("not_sent", 0) + states.get("pending", 0),
-                failed=states.get("failed", 0),
-                already_done=self._already_done,
-            )
-        )
-
-
-class _Looking:
-    """Counts the look-ups as they are answered; tells `on_progress` (phase "looking
-    up"), one change at a time."""
-
-    def __init__(self, on_progress: Callable[[BatchProgress], None] | None) -> None:
-        self._lock = threading.Lock()
-        self._on_progress = on_progress
-        self.total = 0
-        self.done = 0
-        self.found = 0
-        self.not_found = 0
-        self._waiting = 0
-
-    def start(self, total: int) -> None:
-        with self._lock:
-            self.total = total
-            self._tell()
-
-    def answered(self, verdict: Verdict) -> None:
-        with self._lock:
-            self.done += 1
-            self.found += verdict.finding == "found"
-            self.not_found += verdict.finding == "not_found"
-            self._tell()
-
-    def passed(self) -> None:
-        """A row to look up that needs it no more (the store knows better now)."""
-        with self._lock:
-            self.done += 1
-            self._tell()
-
-    def waiting(self, now: bool) -> None:
-        """A look-up waits to be asked again (`now`), or is asked again."""
-        with self._lock:
-            self._waiting += 1 if now else -1
-            self._tell()
-
-    def _tell(self) -> None:
-        if self._on_progress is None or not self.total:
-            return
-        self._on_progress(
-            BatchProgress(
-                total=self.total,
-                done=self.done,
-                succeeded=0,
-                replayed=0,
-                retrying=self._waiting,
-                indeterminate=0,
-                not_sent=0,
-                failed=0,
-                phase="looking up",
-                found=self.found,
-                not_found=self.not_found,
-            )
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """Where and how rows are sent and looked up."""
-
-    path: str
-    operation: str
-    namespace: uuid.UUID
-    lookup: LookupSettings | None
-    #: rows whose very content (`_duplicates`), or payment (`_resave`), the store holds
-    #: under another reference are new payments, not refused or held: every row (True),
-    #: or those of these references (as the file has them, in NFC)
-    new_payments: bool | frozenset[str] = False
-
-    def is_new_payment(self, item: _Row) -> bool:
-        """The operator says this row is a new payment, whatever the store holds."""
-        named = self.new_payments
-        return named is True or (not isinstance(named, bool) and item.identity.bare in named)
-
-
-@dataclass(slots=True)
-class _Row:
-    """One row as the run works on it. Its request (payload and body) is made again
-    when needed rather than kept: a hundred thousand rows hold their rows once."""
-
-    index: int
-    row: PayoutRow
-    identity: RowIdentity
-    plan: RowPlan
-    #: the look-up's finding, when it was looked up
-    asked: Asked | None = None
-    #: what it is sent as (method POST): None until it is known to be sent
-    outgoing: Intent | None = None
-    #: it was pointed at this run's URL (the reason, in words)
-    reopened: str = ""
-
-
-@dataclass
-class _Counts:
-    found: int = 0
-    found_unsettled: int = 0
-    reopened: int = 0
-    #: refused or never sent before, their content corrected in the file since: sent
-    corrected: int = 0
-    budget: int = 0
-    not_started: int = 0
-    looked_up: int = 0
-    #: not asked again: an earlier run's "nothing found", kept and believed
-    remembered: int = 0
-    #: rows left unsettled while the server asked them to wait (Retry-After)
-    waited: int = 0
-    waited_not_sent: int = 0
-    #: the longest such wait (seconds), and when the last of them ends
-    longest_wait: float = 0.0
-    wait_until: float = 0.0
-
-
-#: Rows are planned, looked up, recorded and sent a chunk at a time: a run holds one
-#: chunk of rows at a time (and one report line a row, on disk: `_lines`), however
-#: long the file.
-CHUNK = 1_000
-
-
-class _At(enum.IntEnum):
-    """Where a row is in the run: one byte a row (`_Run.status`), what the run keeps of
-    it between its phases. The rest (its identity, what the store knows of it) is made
-    again from the file and the store, a chunk at a time, when a phase needs it."""
-
-    #: not planned yet (a run stopped while planning)
-    UNPLANNED = 0
-    #: its report line is written
-    DONE = 1
-    #: refused: the batch is refused
-    REFUSED = 2
-    #: to be looked up on the server before anything is sent
-    ASK = 3
-    #: to be looked up, and an earlier run kept a "nothing found" for it: judged once
-    #: the server's time is known (`_remembered`)
-    KEPT = 4
-    #: new to the store: registered, then sent under its key
-    NEW = 5
-    #: known to the store: sent under its recorded key
-    KNOWN = 6
-    #: never applied at another URL or with other credentials: pointed at this run's,
-    #: then sent under its key
-    REOPEN = 7
-    #: pointed at this run's URL: sent under its key (its record says why)
-    REOPENED = 8
-    #: refused or never sent before, its content corrected since, and new to the store
-    #: under an identity of its own (`_corrections`): registered, then sent under it
-    CORRECTION = 9
-
-
-_SENDING = frozenset({_At.NEW, _At.KNOWN, _At.REOPENED, _At.CORRECTION})
-#: Where a row planned new to the store may be, before anything is recorded.
-_NEW_CODES = (_At.ASK, _At.NEW, _At.CORRECTION)
-#: Rows sent as the store holds them now (planned again to know it).
-_KNOWN = (_At.KNOWN, _At.REOPENED, _At.CORRECTION)
-_NEW_PLAN = RowPlan(Step.NEW)
 
 
 class _Run:
@@ -392,7 +172,7 @@ class _Run:
         clock: Clock,
         policy: RetryPolicy,
         http: httpx.Client | httpx.AsyncClient,
-        target: _Target,
+        target: Target,
         resolved: Resolved | None = None,
         retention: float | None = None,
         concurrency: int,
@@ -417,20 +197,20 @@ class _Run:
         self.target = target
         self.concurrency = concurrency
         self.stopping = threading.Event()
-        self.tracker = _Tracker(len(batch.rows), on_progress, self.stopping)
+        self.tracker = SendingProgress(len(batch.rows), on_progress, self.stopping)
         #: the attempts the transport holds, for a run cut short for good (`abandon`)
         self.in_flight = InFlight(clock)
         #: the operations this run's threads hold now (being sent, or settled by a
         #: look-up): what an abandoned run writes as it stands (`abandon`)
         self._holding: set[str] = set()
-        self.looking = _Looking(on_progress)
+        self.looking = LookingProgress(on_progress)
         self._notify = notify or (lambda text: logger.info("%s", text))
         #: told each look-up retry (the command's --verbose), beside its log record
         self.on_lookup_retry: Callable[[str], None] | None = None
-        #: where each row is (`_At`), and the report's lines, out of memory (`_lines`)
+        #: where each row is (`At`), and the report's lines, out of memory (`_lines`)
         self.status = bytearray(len(batch.rows))
         self.lines = Lines()
-        self.counts = _Counts()
+        self.counts = RunCounts()
         #: what refuses the batch, met as the look-ups are answered (row number, why)
         self._problems: list[tuple[int, str]] = []
         self._advices: dict[str, None] = {}  # said once each, in the order met
@@ -442,7 +222,7 @@ class _Run:
         self._planned_at = 0.0
         #: what the plan found, by step, for a dry run's summary
         self.steps: Counter[str] = Counter()
-        self.started = _utc_now()
+        self.started = utc_now()
         self.metadata = dict(metadata or {})
         self._template: Intent | None = None
         #: the URL every new row is recorded with (marked with the credentials' digest)
@@ -486,7 +266,7 @@ class _Run:
 
     # -- a chunk at a time -----------------------------------------------------------
 
-    def _chunks(self, codes: Collection[_At] | None = None) -> Iterator[tuple[int, int]]:
+    def _chunks(self, codes: Collection[At] | None = None) -> Iterator[tuple[int, int]]:
         """The rows a chunk at a time, as (start, stop): those with a row at one of
         `codes`, if given."""
         total = len(self.status)
@@ -496,7 +276,7 @@ class _Run:
             if wanted is None or any(code in self.status[start:stop] for code in wanted):
                 yield start, stop
 
-    def _planned(self, start: int, stop: int, codes: Collection[_At] | None = None) -> list[_Row]:
+    def _planned(self, start: int, stop: int, codes: Collection[At] | None = None) -> list[RunRow]:
         """Rows `start` to `stop` (those at one of `codes`, if given), each with what the
         store knows of it now, planned as of when the run planned (`plan_row`)."""
         batch, target, sender = self.batch, self.target, self._sender
@@ -522,7 +302,7 @@ class _Run:
         for index, row, identity in zip(indexes, rows, identities, strict=True):
             found = recorded(by_id, identity)
             if isinstance(found, str):  # recorded under two forms of one reference
-                items.append(_Row(index, row, identity, RowPlan(Step.REFUSED, why=found)))
+                items.append(RunRow(index, row, identity, RowPlan(Step.REFUSED, why=found)))
                 continue
             plan = plan_row(
                 identity,
@@ -547,23 +327,23 @@ class _Run:
                 correct=self._correct,
             )
             # A corrected content sent under a key of its own is that identity's.
-            items.append(_Row(index, row, plan.identity or identity, plan))
+            items.append(RunRow(index, row, plan.identity or identity, plan))
         return items
 
-    def each_planned(self) -> Iterator[_Row]:
+    def each_planned(self) -> Iterator[RunRow]:
         """Every row, planned as the store has it now, a chunk at a time (a dry run's
         rows)."""
         for start, stop in self._chunks():
             yield from self._planned(start, stop)
 
-    def _new_row(self, index: int, row: PayoutRow) -> _Row:
+    def _new_row(self, index: int, row: PayoutRow) -> RunRow:
         """A row the store did not know when the run planned (`index`, `row`): its
         identity alone."""
         batch, target = self.batch, self.target
         identity = identify(
             row, scope=batch.scope, operation=target.operation, namespace=target.namespace
         )
-        return _Row(index, row, identity, _NEW_PLAN)
+        return RunRow(index, row, identity, NEW_PLAN)
 
     def _tally(self, name: str, by: int = 1) -> None:
         """Add to one of the counts: rows are answered by several threads at once."""
@@ -609,20 +389,20 @@ class _Run:
                         )
                         if plan.advice and (0, plan.advice) not in problems:
                             problems.insert(0, (0, plan.advice))
-                        self.status[item.index] = _At.REFUSED
+                        self.status[item.index] = At.REFUSED
                     elif plan.step is Step.DONE:
                         assert plan.record is not None
-                        self._done(item, _recorded_line(item, plan.record))
+                        self._done(item, recorded_line(item, plan.record))
                     else:
-                        self.status[item.index] = _at(plan)
+                        self.status[item.index] = start_of(plan)
                         if kin is not None and plan.step is Step.NEW:
                             # In every Unicode form a reference may be recorded in.
                             kin.add(form for value in tails_of(item.row) for form in forms(value))
             if kin is not None:
                 gathered = kin.gather(self.store)
                 resave.backfill(self.store, target.operation)  # rows without a digest yet
-                for start, stop in self._chunks(_NEW_CODES):
-                    items = self._planned(start, stop, _NEW_CODES)
+                for start, stop in self._chunks(NEW_CODES):
+                    items = self._planned(start, stop, NEW_CODES)
                     # Twins only where a reference ended with one of the file's values.
                     twins_here = self._twins(items, kin) if gathered else []
                     twinned += twins_here
@@ -641,7 +421,7 @@ class _Run:
                 problems[:0] = [(0, HELD_ADVICE), *holds]
             raise refused(batch.source, sorted(problems, key=lambda p: p[0]))
 
-    def _resaved(self, items: Sequence[_Row], twinned: set[int]) -> list[tuple[int, str]]:
+    def _resaved(self, items: Sequence[RunRow], twinned: set[int]) -> list[tuple[int, str]]:
         """Of `items`, the new rows whose payment the store holds under another
         reference (`_resave`), but those the operator names new payments, and the twins
         said already: found through the store's index of payment digests."""
@@ -661,7 +441,7 @@ class _Run:
         by_number = {item.row.number: item for item in new}
         held = []
         for twin in resave.held(self.store, self.target.operation, rows, self._of_this_file):
-            self.status[by_number[twin.number].index] = _At.REFUSED
+            self.status[by_number[twin.number].index] = At.REFUSED
             held.append((twin.number, twin.why()))
         return held
 
@@ -673,12 +453,12 @@ class _Run:
             self._references = frozenset(scoped(batch.scope, row.reference) for row in batch.rows)
         return reference in self._references
 
-    def _digest(self, item: _Row) -> str:
+    def _digest(self, item: RunRow) -> str:
         """The digest of the payment a row makes (`_resave`)."""
         payload = self.request_of(item.row, item.identity).payload
         return resave.payment_digest(payload, item.identity.reference)
 
-    def _twins(self, items: Sequence[_Row], kin: Kin) -> list[tuple[int, str]]:
+    def _twins(self, items: Sequence[RunRow], kin: Kin) -> list[tuple[int, str]]:
         """Of `items`, the new rows whose very content the store holds under another
         reference (`_duplicates`), among the operations `kin` gathered for their values."""
         new = [
@@ -691,7 +471,7 @@ class _Run:
         if not named:
             return []
         records = {r.operation_id: r for r in self.store.find(operation_ids=named)}
-        index = by_tail(map(_recorded_intent, records.values()), self.target.operation)
+        index = by_tail(map(recorded_intent, records.values()), self.target.operation)
         if not index:
             return []
         paths = Paths()
@@ -703,7 +483,7 @@ class _Run:
             # As the store has them now (one purged meanwhile is no twin any more).
             stored = [records[t.operation_id] for t in listed if t.operation_id in records]
             if stored:
-                self.status[item.index] = _At.REFUSED
+                self.status[item.index] = At.REFUSED
                 problems.append((item.row.number, twin_problem(item.identity, stored)))
         return problems
 
@@ -730,7 +510,7 @@ class _Run:
         """Whether any row is to be looked up; if so, say so, and forget the kept
         "nothing found" answers too old to believe."""
         lookup = self.target.lookup
-        count = self.status.count(_At.ASK)
+        count = self.status.count(At.ASK)
         self.counts.looked_up = count
         if lookup is None or not count:
             return False
@@ -746,44 +526,42 @@ class _Run:
 
     def askings(self) -> Feed:
         """The rows to look up, a chunk at a time; those whose "nothing found" an
-        earlier run kept wait (`_At.KEPT`) for `kept_askings`, to be judged once the
+        earlier run kept wait (`At.KEPT`) for `kept_askings`, to be judged once the
         server's time is known (`_remembered`)."""
-        return _Rows(self, (_At.ASK,), self._to_ask)
+        return _Rows(self, (At.ASK,), self._to_ask)
 
-    def _to_ask(self, start: int, stop: int) -> list[_Row]:
-        items = [item for item in self._planned(start, stop, (_At.ASK,)) if self._still_asked(item)]
+    def _to_ask(self, start: int, stop: int) -> list[RunRow]:
+        items = [item for item in self._planned(start, stop, (At.ASK,)) if self._still_asked(item)]
         kept = self._kept([item for item in items if _rememberable(item)])
         to_ask = []
         for item in items:
             if _looked_up_as(item)[0] in kept:
-                self.status[item.index] = _At.KEPT
+                self.status[item.index] = At.KEPT
             else:
                 to_ask.append(item)
         return to_ask
 
-    def time_probe(self) -> list[_Row]:
+    def time_probe(self) -> list[RunRow]:
         """One row whose kept answer waits, to ask first when the client does not know
         the server's time yet (no look-up was answered so far): its answer tells it,
         and the others are judged by it. None otherwise."""
-        at = self.status.find(_At.KEPT)
+        at = self.status.find(At.KEPT)
         if at < 0:
             return []
-        items = self._planned(at, at + 1, (_At.KEPT,))
+        items = self._planned(at, at + 1, (At.KEPT,))
         if not items or self._knows_server_time(items[0]):
             return []
-        self.status[at] = _At.ASK
+        self.status[at] = At.ASK
         return items
 
     def kept_askings(self) -> Feed:
         """The rows `askings` held back, a chunk at a time: each whose kept "nothing
         found" is believed (`_remembered.believed`) is answered by it now; the others
         are to ask."""
-        return _Rows(self, (_At.KEPT,), self._kept_to_ask)
+        return _Rows(self, (At.KEPT,), self._kept_to_ask)
 
-    def _kept_to_ask(self, start: int, stop: int) -> list[_Row]:
-        items = [
-            item for item in self._planned(start, stop, (_At.KEPT,)) if self._still_asked(item)
-        ]
+    def _kept_to_ask(self, start: int, stop: int) -> list[RunRow]:
+        items = [item for item in self._planned(start, stop, (At.KEPT,)) if self._still_asked(item)]
         kept = self._kept(items)
         now = self.clock.time()
         to_ask = []
@@ -793,11 +571,11 @@ class _Run:
                 self._tally("remembered")
                 self.answered(item)
             else:
-                self.status[item.index] = _At.ASK
+                self.status[item.index] = At.ASK
                 to_ask.append(item)
         return to_ask
 
-    def _still_asked(self, item: _Row) -> bool:
+    def _still_asked(self, item: RunRow) -> bool:
         """Whether a row to look up is still one: planned again as the store has it
         now, another process may have finished it, or recorded it otherwise."""
         plan = item.plan
@@ -806,14 +584,14 @@ class _Run:
         self.looking.passed()
         if plan.step is Step.DONE:
             assert plan.record is not None
-            self._done(item, _recorded_line(item, plan.record))
+            self._done(item, recorded_line(item, plan.record))
         elif plan.step is Step.REFUSED:
             self._problem(item, f"reference {item.identity.reference!r} {plan.why}", plan.advice)
         else:
-            self.status[item.index] = _at(plan)
+            self.status[item.index] = start_of(plan)
         return False
 
-    def _knows_server_time(self, item: _Row) -> bool:
+    def _knows_server_time(self, item: RunRow) -> bool:
         """Whether the client knows the look-up's server's time (an answer of it told
         it): a server that sends no `Date` leaves it unknown, and costs a probe a run."""
         url = httpx.URL(self._lookup_url(self.asking(item).url))
@@ -823,7 +601,7 @@ class _Run:
             return True
         return settings.server_times is None or settings.server_time(url, stamped=0.0) is not None
 
-    def _server_time(self, item: _Row, kept: NotFound) -> ServerTime | None:
+    def _server_time(self, item: RunRow, kept: NotFound) -> ServerTime | None:
         """The server's time now, if the client knows it, to judge `kept` by."""
         url = self._lookup_url(self.asking(item).url)
         try:
@@ -831,14 +609,14 @@ class _Run:
         except TypeError:  # not a wrapped client: judged by this clock alone
             return None
 
-    def _kept(self, items: Sequence[_Row]) -> dict[str, NotFound]:
+    def _kept(self, items: Sequence[RunRow]) -> dict[str, NotFound]:
         """What the store keeps of the look-ups of `items` that found nothing."""
         if not items:
             return {}
         ids = [_looked_up_as(item)[0] for item in items]
         return {kept.operation_id: kept for kept in self.store.not_found(ids)}
 
-    def _believed(self, item: _Row, kept: NotFound, now: float) -> bool:
+    def _believed(self, item: RunRow, kept: NotFound, now: float) -> bool:
         """Answer a row's look-up with an earlier run's kept "nothing found", if it is
         believed (`_remembered.believed`)."""
         key = _looked_up_as(item)[1]
@@ -863,7 +641,7 @@ class _Run:
             asking.url,
             Verdict(
                 "not_found",
-                f"nothing found when it was asked, at {_utc(kept.asked_at)} (an earlier"
+                f"nothing found when it was asked, at {utc_text(kept.asked_at)} (an earlier"
                 " run's look-up, kept)",
             ),
             None,
@@ -878,7 +656,7 @@ class _Run:
         query values."""
         return str(redact_url(self.http.build_request("GET", url).url))
 
-    def asking(self, item: _Row) -> Asking:
+    def asking(self, item: RunRow) -> Asking:
         """One row's look-up (made when it is asked, not all at once): by the reference
         and key it was recorded with, if the store knows it."""
         lookup = self.target.lookup
@@ -897,7 +675,7 @@ class _Run:
             clock=self.clock,
         )
 
-    def asking_other_forms(self, item: _Row) -> list[Asking]:
+    def asking_other_forms(self, item: RunRow) -> list[Asking]:
         """The row's look-ups by the other Unicode forms of its reference (its NFD form,
         where it differs): a payment an earlier version sent with the reference as its
         file had it is found by a server that compares bytes too. None for a row the
@@ -926,7 +704,7 @@ class _Run:
             return ""
         return f" ({found} payment(s) the look-ups found on the server are recorded as found)"
 
-    def answered(self, item: _Row) -> None:
+    def answered(self, item: RunRow) -> None:
         """Keep a row's look-up as it comes (see `_remembered`): a payment found is
         recorded as the row's outcome now (`_record_found`, `_settle_known`); a
         "nothing found" for a row never applied is kept; a row that may have been
@@ -941,7 +719,11 @@ class _Run:
             self._troubled(asked)
             return
         if verdict.finding in ("mismatch", "ambiguous"):
-            self._problem(item, _conflict(self, item, asked), SCOPE_ADVICE)
+            self._problem(
+                item,
+                conflict_with(item, asked, self.request_of(item.row, item.identity).payload),
+                SCOPE_ADVICE,
+            )
             return
         step = item.plan.step
         if step is Step.ELSEWHERE:
@@ -961,7 +743,7 @@ class _Run:
             else:
                 if not asked.remembered:
                     self._remember(item)
-                self.status[item.index] = _new(item.plan)
+                self.status[item.index] = new_code(item.plan)
             return
         record = item.plan.record
         assert record is not None
@@ -969,7 +751,7 @@ class _Run:
             if not asked.remembered:
                 self._remember(item)
             # Sent as it is (pointed at this run's URL first, if it is to be: `record`).
-            self.status[item.index] = _At.REOPEN if step is Step.REOPEN else _At.KNOWN
+            self.status[item.index] = At.REOPEN if step is Step.REOPEN else At.KNOWN
             return
         with self._holds(record.operation_id):
             reopened = None
@@ -979,12 +761,12 @@ class _Run:
                     return
                 record = reopened
             if self._settle_known(item, verdict, record):
-                self.status[item.index] = _At.REOPENED if reopened else _At.KNOWN
+                self.status[item.index] = At.REOPENED if reopened else At.KNOWN
 
-    def _problem(self, item: _Row, why: str, advice: str = "") -> None:
+    def _problem(self, item: RunRow, why: str, advice: str = "") -> None:
         """A row that refuses the batch: why, and what to do (said once)."""
         with self._lock:
-            self.status[item.index] = _At.REFUSED
+            self.status[item.index] = At.REFUSED
             self._problems.append((item.row.number, why))
             if advice:
                 self._advices[advice] = None
@@ -1000,7 +782,7 @@ class _Run:
             ):
                 self._later = asked
 
-    def _remember(self, item: _Row) -> None:
+    def _remember(self, item: RunRow) -> None:
         """Keep a row's look-up that found nothing (`Store.remember_not_found`)."""
         asked, lookup = item.asked, self.target.lookup
         assert asked is not None
@@ -1027,7 +809,7 @@ class _Run:
         nothing is sent, and the run is to be made again later."""
         if self._lasting is not None:
             raise BatchInvalid(
-                self.batch.source, [(0, _not_working(self._lasting) + self._found_so_far())]
+                self.batch.source, [(0, not_working(self._lasting) + self._found_so_far())]
             )
         if self._later is not None:
             self.cut_short = self._later
@@ -1052,29 +834,29 @@ class _Run:
         """Point the rows never applied at another URL at this run's, and register the
         new rows, in one transaction (a chunk at a time inside it). What the look-ups
         found is recorded already, as each came (`answered`)."""
-        for start, stop in self._chunks((_At.REOPEN,)):
-            for item in self._planned(start, stop, (_At.REOPEN,)):
+        for start, stop in self._chunks((At.REOPEN,)):
+            for item in self._planned(start, stop, (At.REOPEN,)):
                 if item.plan.step is not Step.REOPEN:  # reopened meanwhile, by another
-                    self.status[item.index] = _At.KNOWN
+                    self.status[item.index] = At.KNOWN
                     continue
                 if self._reopen(item) is not None:
-                    self.status[item.index] = _At.REOPENED
-        if _At.NEW in self.status or _At.CORRECTION in self.status:
+                    self.status[item.index] = At.REOPENED
+        if At.NEW in self.status or At.CORRECTION in self.status:
             self._register()
 
     def _register(self) -> None:
         def intents() -> Iterator[Intent]:
-            for start, stop in self._chunks((_At.NEW, _At.CORRECTION)):
+            for start, stop in self._chunks((At.NEW, At.CORRECTION)):
                 chunk = self.batch.rows[start:stop]
                 # A correction is planned again for its identity (`_corrections`): read
                 # inside the registration's transaction.
                 corrections = (
-                    {item.index: item for item in self._planned(start, stop, (_At.CORRECTION,))}
-                    if bytes([_At.CORRECTION]) in self.status[start:stop]
+                    {item.index: item for item in self._planned(start, stop, (At.CORRECTION,))}
+                    if bytes([At.CORRECTION]) in self.status[start:stop]
                     else {}
                 )
                 for index in range(start, stop):
-                    if self.status[index] == _At.NEW:
+                    if self.status[index] == At.NEW:
                         yield self._intent(self._new_row(index, chunk[index - start]))
                     elif index in corrections:
                         yield self._intent(corrections[index])
@@ -1085,8 +867,8 @@ class _Run:
         except OperationMismatch as exc:
             named = {operation_id for operation_id, _why in exc.conflicts}
             numbers = {}
-            for start, stop in self._chunks((_At.NEW, _At.CORRECTION)):
-                for item in self._planned(start, stop, (_At.NEW, _At.CORRECTION)):
+            for start, stop in self._chunks((At.NEW, At.CORRECTION)):
+                for item in self._planned(start, stop, (At.NEW, At.CORRECTION)):
                     if item.identity.operation_id in named:
                         numbers[item.identity.operation_id] = item.row.number
             raise BatchInvalid(
@@ -1102,22 +884,22 @@ class _Run:
         (`_resave`), a chunk at a time: a later file re-saved by a spreadsheet is found
         by it, whatever its references. After the registration's commit: a row left
         without one (the process killed between) is digested by the next run."""
-        for start, stop in self._chunks((_At.NEW, _At.CORRECTION)):
+        for start, stop in self._chunks((At.NEW, At.CORRECTION)):
             chunk = self.batch.rows[start:stop]
             items = [
                 self._new_row(index, chunk[index - start])
                 for index in range(start, stop)
-                if self.status[index] == _At.NEW
+                if self.status[index] == At.NEW
             ]
-            if bytes([_At.CORRECTION]) in self.status[start:stop]:
-                items += self._planned(start, stop, (_At.CORRECTION,))
+            if bytes([At.CORRECTION]) in self.status[start:stop]:
+                items += self._planned(start, stop, (At.CORRECTION,))
             self._note_contents(items)
 
-    def _note_contents(self, items: Sequence[_Row]) -> None:
+    def _note_contents(self, items: Sequence[RunRow]) -> None:
         """Keep the digest of each row's payment beside its record (`_resave`)."""
         self.store.note_contents((item.identity.operation_id, self._digest(item)) for item in items)
 
-    def _intent(self, item: _Row) -> Intent:
+    def _intent(self, item: RunRow) -> Intent:
         """A new row's intent, exactly as the transport will find it when it is sent."""
         assert self._fingerprint is not None, "planned first"
         body = self.request_of(item.row, item.identity).body
@@ -1134,7 +916,7 @@ class _Run:
             profile=self.resolved.profile.name,
         )
 
-    def _record_found(self, item: _Row) -> None:
+    def _record_found(self, item: RunRow) -> None:
         """A row the store did not know, found on the server: recorded settled in one
         write (`Store.record_settled`), never sent."""
         asked = item.asked
@@ -1142,7 +924,7 @@ class _Run:
         verdict = asked.verdict
         if verdict.state is None:
             self._tally("found_unsettled")
-            self._done(item, _unsettled_line(item, item.identity.key, verdict))
+            self._done(item, unsettled_line(item, item.identity.key, verdict))
             return
         response = asked.response
         intent = self._intent(item)
@@ -1167,14 +949,14 @@ class _Run:
             ) from exc
         if not record.state.finished or record.attempts:
             # Another process recorded it first, and may be sending it: as it stands.
-            self._done(item, _recorded_line(item, record, replayed=False))
+            self._done(item, recorded_line(item, record, replayed=False))
             return
         self._note_contents([item])
         self._tell(_reconcile.settled(record, response))
         self._tally("found")
-        self._done(item, _recorded_line(item, record, reason=_found_reason(verdict)))
+        self._done(item, recorded_line(item, record, reason=found_reason(verdict)))
 
-    def _found_elsewhere(self, item: _Row) -> None:
+    def _found_elsewhere(self, item: RunRow) -> None:
         """A row finished at another origin or with other credentials, and found here
         by its look-up: done here too, as the look-up says (nothing is written: the
         record stays what it was where it was finished)."""
@@ -1184,25 +966,25 @@ class _Run:
         verdict = asked.verdict
         if verdict.state is None:
             self._tally("found_unsettled")
-            self._done(item, _unsettled_line(item, record.key, verdict))
+            self._done(item, unsettled_line(item, record.key, verdict))
             return
         self._tally("found")
         response = asked.response
         self._done(
             item,
-            _line(
+            report_line(
                 item,
                 key=record.key,
                 state=verdict.state,
                 status=None if response is None else response.status_code,
-                resource=_item_id(verdict),
+                resource=found_id(verdict),
                 replayed=True,
-                reason=f"{item.plan.why}; {_found_reason(verdict)}",
+                reason=f"{item.plan.why}; {found_reason(verdict)}",
                 attempts=record.attempts,
             ),
         )
 
-    def _settle_known(self, item: _Row, verdict: Verdict, record: OperationRecord) -> bool:
+    def _settle_known(self, item: RunRow, verdict: Verdict, record: OperationRecord) -> bool:
         """Apply a look-up to a known record; True if the row is to be sent.
 
         Found and final: settled, not sent. Not found: no longer maybe applied, sent
@@ -1253,7 +1035,7 @@ class _Run:
                     item.row.number,
                     item.identity.reference,
                     busy.outcome,
-                    _reason(busy.outcome, budget=False),
+                    reason_of(busy.outcome, budget=False),
                 ),
             )
             return False
@@ -1305,12 +1087,12 @@ class _Run:
                     f"found on the server, not final yet ({verdict.why}): not sent;"
                     f" run again later to settle it ({exc.outcome.state.words})"
                 )
-            line = _line(
+            line = report_line(
                 item,
                 key=record.key,
                 state=State.INDETERMINATE,
                 status=None,
-                resource=_item_id(verdict),
+                resource=found_id(verdict),
                 replayed=False,
                 reason=reason,
             )
@@ -1320,7 +1102,7 @@ class _Run:
         if outcome.state.finished:
             if verdict.finding == "found":
                 self._tally("found")
-                reason = _found_reason(verdict)
+                reason = found_reason(verdict)
             else:  # its answer, read as a replay, was the application's refusal
                 reason = (
                     f"refused by the server, never applied: not sent again ({outcome.evidence};"
@@ -1368,7 +1150,7 @@ class _Run:
             return
         hooks.outcome(outcome)
 
-    def _reopen(self, item: _Row) -> OperationRecord | None:
+    def _reopen(self, item: RunRow) -> OperationRecord | None:
         """Point a row never applied at another URL at this run's request, same key;
         the record as it is now (None: settled meanwhile, and reported)."""
         record = item.plan.record
@@ -1402,7 +1184,7 @@ class _Run:
         # Changed since it was planned (another process): what is stored now decides.
         current = self.store.get(record.operation_id)
         if current is not None and current.state.finished:
-            self._done(item, _recorded_line(item, current))
+            self._done(item, recorded_line(item, current))
             return None
         if current is None or target_of(current.url) != target_of(intent.url):
             raise BatchInvalid(
@@ -1416,10 +1198,10 @@ class _Run:
     def sendings(self) -> Feed:
         """The rows to send, a chunk at a time, in the file's order: a new row as it
         was registered, a known one as the store holds it now."""
-        return _Rows(self, _SENDING, self._to_send)
+        return _Rows(self, SENDING, self._to_send)
 
-    def _to_send(self, start: int, stop: int) -> list[_Row]:
-        known = _KNOWN
+    def _to_send(self, start: int, stop: int) -> list[RunRow]:
+        known = KNOWN_CODES
         planned = (
             {item.index: item for item in self._planned(start, stop, known)}
             if any(bytes([code]) in self.status[start:stop] for code in known)
@@ -1429,16 +1211,16 @@ class _Run:
         chunk = self.batch.rows[start:stop]
         for index in range(start, stop):
             code = self.status[index]
-            if code == _At.NEW:
+            if code == At.NEW:
                 jobs.append(self._new_row(index, chunk[index - start]))
             elif code in known:
                 item = planned[index]
                 record = item.plan.record
                 if record is None or item.plan.step is Step.REFUSED:
-                    self._done(item, _changed_line(item, record))
+                    self._done(item, changed_line(item, record))
                     continue
-                item.outgoing = _recorded_intent(record)
-                if code == _At.REOPENED:
+                item.outgoing = recorded_intent(record)
+                if code == At.REOPENED:
                     # Why it was pointed at this run's URL, as its record says.
                     why, corrected = _reopened_why(record)
                     if corrected:
@@ -1448,7 +1230,7 @@ class _Run:
                 jobs.append(item)
         return jobs
 
-    def send(self, item: _Row) -> Op[None]:
+    def send(self, item: RunRow) -> Op[None]:
         """Send one row with its key (a step, see `_operations`), and report it."""
         if self.stopping.is_set():
             return
@@ -1465,7 +1247,7 @@ class _Run:
                 sent = yield from read_existing(
                     settings_of(self.http), sent, httpx.URL(outgoing.url)
                 )
-            except (_Stopped, Abandoned):
+            except (Stopped, Abandoned):
                 yield Blocking(self.stopped, (item,))
                 return
             if sent.response is not None:
@@ -1484,7 +1266,7 @@ class _Run:
             with self._lock:
                 self._holding.discard(operation_id)
 
-    def sent(self, item: _Row, outcome: Outcome, error: OutcomeError | None = None) -> None:
+    def sent(self, item: RunRow, outcome: Outcome, error: OutcomeError | None = None) -> None:
         budget = _BUDGET in outcome.evidence or _BUDGET in str(error or "")
         now = self.clock.time()
         # Left unsettled while the server's wait (Retry-After) still runs.
@@ -1514,9 +1296,11 @@ class _Run:
                 # Sent without a look-up by reference, a rerun would stop here again.
                 reconcile = True
                 then = f"a rerun cannot settle it: settle it with `{command}`"
-            reason = f"may have been applied: never sent again ({why}{_also(outcome)}); {then}"
+            reason = (
+                f"may have been applied: never sent again ({why}{evidence_after(outcome)}); {then}"
+            )
         else:
-            reason = _reason(outcome, budget=budget)
+            reason = reason_of(outcome, budget=budget)
         if item.reopened:
             reason = f"sent again under its key to this run's URL ({item.reopened}); {reason}"
         if item.plan.corrected:
@@ -1527,7 +1311,7 @@ class _Run:
             self._notify(f"row {item.row.number} ({item.identity.reference}): {reason}")
         self._done(item, line)
 
-    def not_started(self, item: _Row) -> None:
+    def not_started(self, item: RunRow) -> None:
         """A row not sent: the server refused the credentials, or the run was stopped."""
         record = item.outgoing or self._intent(item)
         stopped = self.stopping.is_set()
@@ -1536,7 +1320,7 @@ class _Run:
                 self.counts.not_started += 1
         self._done(
             item,
-            _recorded_line(
+            recorded_line(
                 item,
                 self.store.get(record.operation_id),
                 key=record.key,
@@ -1548,14 +1332,14 @@ class _Run:
             ),
         )
 
-    def stopped(self, item: _Row) -> None:
+    def stopped(self, item: RunRow) -> None:
         """A row whose retries were cut short by `stop`."""
         outgoing = item.outgoing or self._intent(item)
         current = self.store.get(outgoing.operation_id)
         maybe = current is None or current.maybe_applied or current.state is State.IN_FLIGHT
         self._done(
             item,
-            _recorded_line(
+            recorded_line(
                 item,
                 current,
                 key=outgoing.key,
@@ -1565,9 +1349,9 @@ class _Run:
             ),
         )
 
-    def _done(self, item: _Row, line: ReportRow) -> None:
+    def _done(self, item: RunRow, line: ReportRow) -> None:
         self.lines.put(item.index, line)
-        self.status[item.index] = _At.DONE
+        self.status[item.index] = At.DONE
         self.tracker.finished(line.key, line)
 
     # -- the report ------------------------------------------------------------------
@@ -1576,17 +1360,17 @@ class _Run:
         """The report as things stand: rows not done yet are shown as the store has
         them (an interrupted run), or as not sent when it does not know them. A batch
         `refused` shows each row it names as not sent, with the reason."""
-        why = {} if refused is None else _reasons(refused)
-        done = bytes([_At.DONE])
+        why = {} if refused is None else refusal_reasons(refused)
+        done = bytes([At.DONE])
         for start, stop in self._chunks():
             if self.status[start:stop] == done * (stop - start):
                 continue
             # As the store has them now (a chunk at a time): their line, not kept.
-            undone = [code for code in _At if code not in (_At.DONE, _At.UNPLANNED)]
+            undone = [code for code in At if code not in (At.DONE, At.UNPLANNED)]
             items = {item.index: item for item in self._planned(start, stop, undone)}
             chunk = self.batch.rows[start:stop]
             for index in range(start, stop):
-                if self.status[index] == _At.DONE:
+                if self.status[index] == At.DONE:
                     continue
                 row, item = chunk[index - start], items.get(index)
                 if item is None:  # stopped while planning
@@ -1609,14 +1393,14 @@ class _Run:
             what = "not sent" if counts.waited_not_sent == counts.waited else "not settled"
             longest = counts.longest_wait
             beyond = (
-                f", longer than a row may wait ({_seconds(self._patience())} s)"
+                f", longer than a row may wait ({whole_seconds(self._patience())} s)"
                 if longest > self._patience()
                 else ""
             )
             notes.append(
                 f"{counts.waited} row(s) {what}: the server asked to wait"
-                f" {_seconds(longest)} s (Retry-After){beyond}: run the same command again"
-                f" after {_utc(counts.wait_until)}"
+                f" {whole_seconds(longest)} s (Retry-After){beyond}: run the same command again"
+                f" after {utc_text(counts.wait_until)}"
             )
         if counts.found:
             notes.append(f"{counts.found} found on the server by look-up (recorded, not sent)")
@@ -1654,7 +1438,7 @@ class _Run:
             "profile": self.resolved.profile.name,
             "store": self.store.path,
             "started_at": self.started,
-            "finished_at": _utc_now(),
+            "finished_at": utc_now(),
             "idemclient": __version__,
             "looked_up": counts.looked_up,
             "found_by_lookup": counts.found,
@@ -1673,7 +1457,7 @@ class _Run:
             held=isinstance(refused, Held),
         )
 
-    def _refused(self, item: _Row, why: str) -> ReportRow:
+    def _refused(self, item: RunRow, why: str) -> ReportRow:
         """A row the batch was refused for: not sent. Unsettled, it is as the store has
         it (maybe applied stays indeterminate); finished, it is not done here (a row
         paid at a sandbox is not paid here, one paid with other content is not this
@@ -1682,8 +1466,8 @@ class _Run:
         reason = why if why.startswith(resave.HELD) else f"refused, not sent: {why}"
         record = item.plan.record
         if record is not None and not record.state.finished:
-            return _recorded_line(item, record, reason=reason, replayed=False)
-        return _line(
+            return recorded_line(item, record, reason=reason, replayed=False)
+        return report_line(
             item,
             key=item.identity.key if record is None else record.key,
             state=State.NOT_SENT,
@@ -1694,16 +1478,16 @@ class _Run:
             attempts=0 if record is None else record.attempts,
         )
 
-    def _not_sent_for_others(self, item: _Row) -> ReportRow:
+    def _not_sent_for_others(self, item: RunRow) -> ReportRow:
         """A row of a batch refused for other rows: as the store has it (nothing was
         sent; a row done before stays done)."""
         reason = "not sent: the batch was refused (see why in the errors); nothing was sent"
         record = item.plan.record
         if item.plan.step is Step.DONE:
-            return _recorded_line(item, record)
-        return _recorded_line(item, record, key=item.identity.key, reason=reason, replayed=False)
+            return recorded_line(item, record)
+        return recorded_line(item, record, key=item.identity.key, reason=reason, replayed=False)
 
-    def _not_done(self, item: _Row) -> ReportRow:
+    def _not_done(self, item: RunRow) -> ReportRow:
         """A row the run did not finish (interrupted, or cut short): as the store has
         it."""
         record = item.plan.record
@@ -1714,7 +1498,7 @@ class _Run:
             reason = "interrupted while being sent: may have been applied; run again"
         else:
             reason = "not sent: interrupted; run again"
-        return _recorded_line(
+        return recorded_line(
             item,
             record,
             key=item.identity.key if record is None else record.key,
@@ -1743,10 +1527,10 @@ class _Run:
         asked_for = ""
         if wait is not None and wait > 0:
             asked_for = (
-                f", and the server asked to wait {_seconds(wait)} s (Retry-After), longer"
-                f" than a row may wait ({_seconds(self._patience())} s)"
+                f", and the server asked to wait {whole_seconds(wait)} s (Retry-After), longer"
+                f" than a row may wait ({whole_seconds(self._patience())} s)"
             )
-            when = f"after {_utc(self.clock.time() + wait)}"
+            when = f"after {utc_text(self.clock.time() + wait)}"
         return (
             f"the look-ups were cut short: GET {asked.url} got {got}{tries}{asked_for}; the"
             f" server is busy or unavailable, and nothing was sent: run the same command"
@@ -1766,33 +1550,18 @@ class _Rows:
     def __init__(
         self,
         run: _Run,
-        codes: Collection[_At],
-        ready: Callable[[int, int], list[_Row]],
+        codes: Collection[At],
+        ready: Callable[[int, int], list[RunRow]],
     ) -> None:
         self._chunks = run._chunks(codes)
         self._ready = ready
 
-    def next_chunk(self) -> list[_Row]:
+    def next_chunk(self) -> list[RunRow]:
         for start, stop in self._chunks:
             jobs = self._ready(start, stop)
             if jobs:
                 return jobs
         return []
-
-
-def _at(plan: RowPlan) -> _At:
-    """Where a row planned so starts (a row done or refused is dealt with at once)."""
-    if plan.look_up:
-        return _At.ASK
-    if plan.step is Step.NEW:
-        return _new(plan)
-    return {Step.KNOWN: _At.KNOWN, Step.REOPEN: _At.REOPEN}[plan.step]
-
-
-def _new(plan: RowPlan) -> _At:
-    """Where a row new to the store goes: registered under its own identity, or under
-    its corrected content's (`_corrections`)."""
-    return _At.CORRECTION if plan.identity is not None else _At.NEW
 
 
 def _reopened_why(record: OperationRecord) -> tuple[str, bool]:
@@ -1810,227 +1579,10 @@ _REOPENED = " under the same key: "
 _CORRECTED = " with its corrected content, under the same key: "
 
 
-def _changed_line(item: _Row, record: OperationRecord | None) -> ReportRow:
-    """A known row the store holds otherwise than when the run planned it (another
-    process purged or moved it): not sent by this run."""
-    return _recorded_line(
-        item,
-        record,
-        key=item.identity.key if record is None else record.key,
-        reason="not sent: changed in the store while this run went; run the same command again",
-        replayed=False,
-    )
-
-
 # -- report lines ----------------------------------------------------------------------
 
 
-def _line(
-    item: _Row,
-    *,
-    key: str,
-    state: State,
-    status: int | None,
-    resource: str | None,
-    replayed: bool,
-    reason: str,
-    attempts: int = 0,
-) -> ReportRow:
-    """A report line; `replayed`: its answer was there before this run (the store's,
-    a look-up's), nothing was sent for it now: it is already done, not a replay."""
-    return ReportRow(
-        row=item.row.number,
-        ref=item.identity.reference,
-        key=key,
-        state=state.value,
-        http_status=status,
-        resource_id=resource,
-        attempts=attempts,
-        replayed=False,
-        reason=reason,
-        already_done=replayed,
-    )
-
-
-#: How the evidence of a row settled by a look-up begins (`_reconcile.apply`, and
-#: `_record_found` below).
-_FOUND_EVIDENCE = ("settled by look-up", "found by look-up")
-
-
-def _recorded_line(
-    item: _Row,
-    record: OperationRecord | None,
-    *,
-    key: str | None = None,
-    reason: str = "",
-    replayed: bool = True,
-) -> ReportRow:
-    """A row as the store has it (not sent, when it has nothing), without sending."""
-    if record is None:
-        return _line(
-            item,
-            key=key or item.identity.key,
-            state=State.NOT_SENT,
-            status=None,
-            resource=None,
-            replayed=False,
-            reason=reason,
-        )
-    response = record.response
-    state = State.NOT_SENT if record.state is State.PENDING else record.state
-    if not reason and state.finished and record.evidence.startswith(_FOUND_EVIDENCE):
-        reason = (
-            "already done: answered from the store (found on the server by look-up in an"
-            " earlier run)"
-        )
-    elif not reason:
-        reason = {
-            State.SUCCEEDED: "already done: answered from the store (done in an earlier run)",
-            State.FAILED: f"refused in an earlier run ({record.evidence}"
-            f"{_said(None if response is None else response.body)})",
-        }.get(state, f"{state.words} in the store, being sent elsewhere: run again")
-    return _line(
-        item,
-        key=record.key,
-        state=state,
-        status=None if response is None else response.status_code,
-        resource=None if response is None else resource_id(response.body),
-        replayed=replayed and state.finished,
-        reason=reason,
-        attempts=record.attempts,
-    )
-
-
-def _recorded_intent(record: OperationRecord) -> Intent:
-    """A recorded operation as the intent it is sent again as: its own request."""
-    return Intent(
-        operation_id=record.operation_id,
-        key=record.key,
-        key_given=True,
-        method=record.method,
-        url=record.url,
-        headers=record.headers,
-        body=record.body,
-        fingerprint=record.fingerprint,
-        reference=record.reference,
-        profile=record.profile,
-    )
-
-
-def _reasons(refused: BatchInvalid) -> dict[int, str]:
-    """Each row's reasons for a refusal, by row number (the file's own are left out)."""
-    found: dict[int, list[str]] = defaultdict(list)
-    for number, why in refused.problems:
-        if number:
-            found[number].append(why)
-    return {number: "; ".join(whys) for number, whys in found.items()}
-
-
-def _unsettled_line(item: _Row, key: str, verdict: Verdict) -> ReportRow:
-    """A row found on the server whose payment is not final yet: not sent."""
-    return _line(
-        item,
-        key=key,
-        state=State.INDETERMINATE,
-        status=None,
-        resource=_item_id(verdict),
-        replayed=False,
-        reason=f"found on the server, not final yet ({verdict.why}): not sent; run again"
-        " later to settle it",
-    )
-
-
-def _found_reason(verdict: Verdict) -> str:
-    return f"found on the server by look-up, not sent ({verdict.why})"
-
-
-def _item_id(verdict: Verdict) -> str | None:
-    item = verdict.item
-    value = None if item is None else item.get("id")
-    return None if value is None else str(value)
-
-
-def _said(content: bytes | None) -> str:
-    """What the server's answer says was wrong, after a colon (nothing if it says
-    nothing readable)."""
-    refusal = refusal_of(content)
-    return f": {refusal}" if refusal else ""
-
-
-def _also(outcome: Outcome) -> str:
-    """The outcome's evidence, after what was said already (nothing when it has none)."""
-    return f"; {outcome.evidence}" if outcome.evidence else ""
-
-
-def _evidence(outcome: Outcome) -> str:
-    """The outcome's evidence in parentheses, or nothing when it has none."""
-    return f" ({outcome.evidence})" if outcome.evidence else ""
-
-
-def _reason(outcome: Outcome, *, budget: bool) -> str:
-    state = outcome.state
-    if budget and not state.finished:
-        then = "may have been applied" if outcome.maybe_applied else "not applied"
-        return f"stopped by the retry budget: {then}; run again{_evidence(outcome)}"
-    if state is State.SUCCEEDED:
-        if outcome.from_store:
-            return "already done: answered from the store (done in an earlier run)"
-        if outcome.replayed:
-            return "answered by the server from an earlier attempt under the same key"
-        return "sent now"
-    if state is State.FAILED:
-        earlier = " in an earlier run" if outcome.from_store else ""
-        said = _said(outcome.response.content if outcome.response is not None else None)
-        if said:  # the server's own words on what was wrong
-            return f"refused by the server{earlier} ({outcome.evidence or 'refused'}{said})"
-        return f"refused by the server{earlier}{_evidence(outcome)}"
-    if outcome.last_status in _REFUSED_CREDENTIALS:
-        return (
-            f"the server refused the credentials (HTTP {outcome.last_status}): check the"
-            " token; not applied"
-            if not outcome.maybe_applied
-            else f"the server refused the credentials (HTTP {outcome.last_status}) after an"
-            " attempt that may have been applied: check the token, then run again"
-        )
-    if state is State.INDETERMINATE:
-        return f"may have been applied{_evidence(outcome)}: run again"
-    if state is State.IN_FLIGHT:
-        return f"being sent by another caller{_evidence(outcome)}: run again"
-    return f"not sent{_evidence(outcome)}: run again"
-
-
-def _conflict(run: _Run, item: _Row, asked: Asked) -> str:
-    verdict = asked.verdict
-    reference = item.identity.reference
-    if verdict.finding == "ambiguous":
-        return (
-            f"reference {reference!r}: the server holds {len(verdict.others)} payments with"
-            f" this content (GET {shown_url(asked.url)}); settle it by hand before submitting it"
-        )
-    payload = run.request_of(item.row, item.identity).payload
-    shown = []
-    for payment in verdict.others[:3]:
-        diffs = [
-            f"{name} {_value(value)} here, {_value(payment.get(name))} there"
-            for name, value in payload.items()
-            if name not in SERVER_FIELDS
-            and name != "reference"
-            and (name in ("amount", "currency") or name in payment)
-            and payment.get(name) != value
-        ]
-        name = payment.get("id", "a payment")
-        shown.append(f"{name}: " + ("; ".join(diffs) or "content not shown"))
-    return (
-        f"reference {reference!r} is already on the server with other content (GET"
-        f" {shown_url(asked.url)}): " + " | ".join(shown)
-    )
-
-
-def _value(value: object) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
-
-
-def _looked_up_as(item: _Row) -> tuple[str, str]:
+def _looked_up_as(item: RunRow) -> tuple[str, str]:
     """The operation id and key a row is looked up (and sent) as: its record's, if the
     store knows it."""
     record = item.plan.record
@@ -2039,7 +1591,7 @@ def _looked_up_as(item: _Row) -> tuple[str, str]:
     return item.identity.operation_id, item.identity.key
 
 
-def _rememberable(item: _Row) -> bool:
+def _rememberable(item: RunRow) -> bool:
     """Whether a look-up of this row that finds nothing sends it at once, so that
     such an answer is worth keeping (`_remembered`): nothing of it can have been
     applied anywhere, and it is no row finished elsewhere."""
@@ -2055,47 +1607,8 @@ def _reading(lookup: LookupSettings) -> str:
     return reading(lookup.reference_field, lookup.rules.reliable_404)
 
 
-def _not_working(asked: Asked) -> str:
-    """Why the batch is refused for a look-up that does not work, and what to do
-    (see `Trouble`): only where there is no such look-up here is going without one
-    said to be a way, and never for refused credentials."""
-    got = f"GET {shown_url(asked.url)} got {asked.verdict.why}"
-    if asked.trouble is Trouble.CREDENTIALS:
-        status = asked.response.status_code if asked.response is not None else 401
-        return (
-            f"the server refused the credentials (HTTP {status}) when asked GET"
-            f" {shown_url(asked.url)}: check the token (--token or IDEMCLIENT_TOKEN)."
-            " Nothing was sent"
-        )
-    if asked.trouble is Trouble.ABSENT:
-        return (
-            f"the look-up does not work: {got}. Nothing was sent. Check --url,"
-            " --path and --lookup; where the server offers no look-up at all, --no-lookup"
-            " sends without one (read what it risks in its help)"
-        )
-    if asked.trouble is Trouble.REFUSED:
-        return (
-            f"the look-up does not work: {got}. Nothing was sent. Check --url,"
-            " --path and --lookup, and that the token may list payments"
-        )
-    return f"the look-up does not work: {got}. Nothing was sent"
-
-
-def _seconds(value: float) -> str:
-    """A wait in whole seconds, rounded up: a wait is never said shorter than it is."""
-    return str(max(1, math.ceil(value)))
-
-
-def _utc(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _name(source: str) -> str:
     return source.rsplit("/", 1)[-1]
-
-
-def _utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 _HEADERS = (("content-type", "application/json"),)
@@ -2114,7 +1627,7 @@ def _phases(run: _Run) -> Op[Report]:
         return stopped
     stop_asking = threading.Event()
 
-    def ask(item: _Row) -> Op[None]:
+    def ask(item: RunRow) -> Op[None]:
         timing = (run.clock, run.policy.attempt_timeout, run.lookup_retried, run.looking.waiting)
         item.asked = yield from asked(run.asking(item), *timing)
         for other in run.asking_other_forms(item):  # a decomposed reference (`_identity`)
@@ -2252,7 +1765,7 @@ def run_on(
         resolved=resolved,
         retention=policy.key_retention if retention_set(policy) else resolved.key_retention,
         http=http,
-        target=_Target(
+        target=Target(
             path,
             operation,
             namespace,

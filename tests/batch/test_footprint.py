@@ -16,7 +16,8 @@ from idemclient import Client, ManualClock, State
 from idemclient.batch import Batch
 from idemclient.batch import _sender as sender_module
 from idemclient.batch._identity import RowIdentity, identify
-from idemclient.batch._run import CHUNK, _Row, _Run, make_run, run_sync
+from idemclient.batch._run import _Run, make_run, run_sync
+from idemclient.batch._run_rows import CHUNK, RunRow
 from idemclient.store import SQLiteStore
 
 
@@ -87,7 +88,7 @@ def test_the_rows_a_run_sends_are_made_a_chunk_at_a_time(tmp_path: Path) -> None
         # A new row's intent is made again when it is sent, as it was registered.
         assert item.outgoing is None
         assert item.asked is None
-        held = [getattr(item, name) for name in _Row.__slots__]
+        held = [getattr(item, name) for name in RunRow.__slots__]
         held += [getattr(item.identity, name) for name in RowIdentity.__slots__]
         assert not any(isinstance(value, bytes | httpx.Request) for value in held)
     assert len({id(item.plan) for item in first}) == 1  # every new row shares one plan
@@ -95,7 +96,7 @@ def test_the_rows_a_run_sends_are_made_a_chunk_at_a_time(tmp_path: Path) -> None
     assert feed.next_chunk() == []
 
 
-@pytest.mark.parametrize("kind", [_Row, RowIdentity])
+@pytest.mark.parametrize("kind", [RunRow, RowIdentity])
 def test_the_per_row_records_have_slots_and_keep_no_derived_id(kind: type) -> None:
     assert kind.__dictoffset__ == 0  # no instance dictionary: slots only
     # The operation id is made from the operation and the reference when asked.
