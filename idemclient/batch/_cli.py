@@ -849,7 +849,7 @@ def _run_interruptibly(
     """The run's report (or its error), from a thread of its own. A first Ctrl-C (or
     SIGTERM, SIGHUP) stops it: no new row, and the rows in flight get `_GRACE` seconds
     to finish their attempt. A second one, or the grace's end, stops waiting: the rows
-    still in flight are written in the store as they stand (`_Run.abandon`: an attempt
+    still in flight are written in the store as they stand (`RunState.abandon`: an attempt
     handed to the transport counts, maybe applied), and the report shows every row as
     the store has it. Signals are noted (`told`), never raised here."""
     outcome: list[Report | BaseException] = []

@@ -24,13 +24,8 @@ from .._outcome import Outcome, State
 from .._reconcile import Verdict
 from .._redaction import shown_url
 from .._store import OperationRecord
-from ._lookup import (
-    Asked,
-    Trouble,
-)
-from ._plan import (
-    SERVER_FIELDS,
-)
+from ._lookup import Asked, Trouble
+from ._plan import SERVER_FIELDS
 from ._report_file import check_report_path, csv_cell, replace_atomically
 from ._report_row import REPORT_COLUMNS, UNSETTLED, ReportRow, refusal_of, resource_id
 from ._run_rows import RunRow
@@ -354,7 +349,7 @@ def report_line(
 
 
 #: How the evidence of a row settled by a look-up begins (`_reconcile.apply`, and
-#: `_record_found` below).
+#: `_recording.Recording._record_found`).
 FOUND_EVIDENCE = ("settled by look-up", "found by look-up")
 
 

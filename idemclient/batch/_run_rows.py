@@ -9,17 +9,9 @@ import uuid
 from dataclasses import dataclass
 
 from .._store import Intent, OperationRecord
-from ._identity import (
-    RowIdentity,
-)
-from ._lookup import (
-    Asked,
-    LookupSettings,
-)
-from ._plan import (
-    RowPlan,
-    Step,
-)
+from ._identity import RowIdentity
+from ._lookup import Asked, LookupSettings
+from ._plan import RowPlan, Step
 from ._rows import PayoutRow
 
 __all__ = [
@@ -101,7 +93,7 @@ CHUNK = 1_000
 
 
 class At(enum.IntEnum):
-    """Where a row is in the run: one byte a row (`_Run.status`), what the run keeps of
+    """Where a row is in the run: one byte a row (`RunState.status`), what the run keeps of
     it between its phases. The rest (its identity, what the store knows of it) is made
     again from the file and the store, a chunk at a time, when a phase needs it."""
 
