@@ -294,11 +294,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 }
 
 #: Cycles that stand today (the modules of each), with what removes them.
-CYCLES: dict[frozenset[str], str] = {
-    frozenset(
-        {"idemclient.batch._advice", "idemclient.batch._lookup", "idemclient.batch._plan"}
-    ): "batch's own, split by phase in batch's split",
-}
+CYCLES: dict[frozenset[str], str] = {}
 
 
 # -- reading the imports ---------------------------------------------------------------

@@ -34,7 +34,7 @@ from .._policy import RetryPolicy, backoff_ceiling
 from .._reconcile import LookupRules, Unquotable, Verdict, fill, judge, listed
 from .._retry_after import parse_retry_after
 from .._server_time import parse_date
-from ._plan import KEY_FIELD, matches_payment, shows_row
+from ._matching import KEY_FIELD, matches_payment, shows_row
 
 __all__ = [
     "DEFAULT_LOOKUP",

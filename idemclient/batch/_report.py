@@ -25,7 +25,7 @@ from .._reconcile import Verdict
 from .._redaction import shown_url
 from .._store import OperationRecord
 from ._lookup import Asked, Trouble
-from ._plan import SERVER_FIELDS
+from ._matching import SERVER_FIELDS
 from ._report_file import check_report_path, csv_cell, replace_atomically
 from ._report_row import REPORT_COLUMNS, UNSETTLED, ReportRow, refusal_of, resource_id
 from ._run_rows import RunRow

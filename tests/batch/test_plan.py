@@ -15,13 +15,13 @@ from idemclient._store import OperationRecord, StoredResponse
 from idemclient.batch import Batch
 from idemclient.batch._identity import identify, is_batch_operation, legacy_key
 from idemclient.batch._lookup import next_wait
+from idemclient.batch._matching import matches_payment
 from idemclient.batch._plan import (
     JSON_BODY,
     Request,
     Step,
     differences,
     legacy_candidates,
-    matches_payment,
     past_retention,
     plan_row,
 )
