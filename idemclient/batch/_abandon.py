@@ -26,12 +26,12 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 
-from .._clock import Clock
+from .. import State
 from .._errors import IdemError
-from .._hooks import AttemptEndEvent, AttemptEvent, Hooks
-from .._outcome import State
-from .._store import OperationRecord, Progress, Store
-from .._store._owners import of_this_process
+from .._seam import Progress, of_this_process
+from ..clock import Clock
+from ..hooks import AttemptEndEvent, AttemptEvent, Hooks
+from ..store import OperationRecord, Store
 
 __all__ = ["Abandoned", "InFlight"]
 

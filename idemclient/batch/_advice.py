@@ -25,12 +25,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from .. import _reconcile
-from .._db import POSTGRES_SCHEMES
-from .._outcome import State
-from .._profile import Profile
-from .._redaction import origin_of, redact_url
-from ..profiles import BUILTIN
+from .. import State
+from .._seam import POSTGRES_SCHEMES, origin_of, reconcile, redact_url
+from ..profiles import BUILTIN, Profile
 from ._lookup import DEFAULT_LOOKUP, LookupSettings
 
 __all__ = ["Commands", "rerun_settles"]
@@ -39,7 +36,7 @@ __all__ = ["Commands", "rerun_settles"]
 def rerun_settles(lookup: LookupSettings | None) -> bool:
     """Whether running the file again can settle a row that may have been applied and
     is past the key retention: only through a look-up by the reference alone."""
-    return lookup is not None and _reconcile.by_reference_alone(lookup.template)
+    return lookup is not None and reconcile.by_reference_alone(lookup.template)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +109,7 @@ class Commands:
 
 def _extra_statuses(statuses: Mapping[str, State]) -> tuple[tuple[str, str], ...]:
     """The statuses a run mapped beyond (or unlike) the defaults, as `--status` takes them."""
-    defaults = _reconcile.DEFAULT_STATUSES
+    defaults = reconcile.DEFAULT_STATUSES
     return tuple(
         (name, state.value)
         for name, state in sorted(statuses.items())

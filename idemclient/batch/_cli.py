@@ -19,11 +19,9 @@ from pathlib import Path
 import click
 import httpx
 
+from .. import State
 from .._cli_duration import duration
-from .._cli_store import STORE_HELP, StoreLocation
-from .._hosts import normal_host, provider_at
-from .._keys import DEFAULT_NAMESPACE
-from .._ops_cli import (
+from .._cli_options import (
     JSON_OPTION,
     PROFILE_BY_HOST_OPTION,
     RELIABLE_404_HELP,
@@ -31,10 +29,11 @@ from .._ops_cli import (
     STATUS_HELP,
     parse_statuses,
 )
-from .._outcome import State
-from .._policy import RetryPolicy
-from .._profile import Profile
-from ..profiles import BUILTIN, DEFAULT
+from .._cli_store import STORE_HELP, StoreLocation
+from .._seam import normal_host, provider_at
+from ..keys import DEFAULT_NAMESPACE
+from ..policy import RetryPolicy
+from ..profiles import BUILTIN, DEFAULT, Profile
 from ._cli_submit import fail, submit_file
 from ._lookup import DEFAULT_LOOKUP
 from ._report import ExitCode

@@ -24,19 +24,15 @@ from typing import Any, NoReturn
 import click
 import httpx
 
-from .. import _cli_errors
-from .._budget import RetryBudget
+from .. import Client, State, _cli_errors
+from .._cli_options import retry_line
 from .._cli_store import describe_missing
-from .._client import Client
-from .._clock import SystemClock
 from .._errors import BatchInvalid, StoreError
-from .._hooks import AttemptEvent, Hooks
-from .._ops_cli import retry_line
-from .._outcome import State
-from .._policy import RetryPolicy
-from .._profile import Profile
-from .._redaction import redact_url, shown_url
-from .._store._open import open_store
+from .._seam import open_store, redact_url, shown_url
+from ..clock import SystemClock
+from ..hooks import AttemptEvent, Hooks
+from ..policy import RetryBudget, RetryPolicy
+from ..profiles import Profile
 from ._identity import scoped
 from ._preview import Preview, preview
 from ._progress import ProgressView

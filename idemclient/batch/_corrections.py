@@ -41,10 +41,11 @@ from typing import Any
 
 import httpx
 
-from .._keys import derive_key
-from .._outcome import State
-from .._profile import Profile, codes_in
-from .._store import NEVER_APPLIED_STATUSES, OperationRecord
+from .. import State
+from .._seam import NEVER_APPLIED_STATUSES, codes_in
+from ..keys import derive_key
+from ..profiles import Profile
+from ..store import OperationRecord
 from ._identity import RowIdentity
 from ._report_row import refusal_of
 

@@ -34,10 +34,9 @@ from json.encoder import encode_basestring
 
 import httpx
 
-from .._operations import Fingerprints, fingerprints
-from .._outcome import State
-from .._redaction import origin_of
-from .._store import Intent, OperationRecord
+from .. import State
+from .._seam import Fingerprints, Intent, fingerprints, origin_of
+from ..store import OperationRecord
 from ._identity import OPERATION_ID_PREFIX, RowIdentity, is_batch_operation, nfc
 from ._plan import JSON_BODY, Request, differences
 from ._rows import PayoutRow

@@ -29,9 +29,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._keys import key_from_identity
-from .._outcome import State
-from .._store import OperationRecord
+from .. import State
+from ..keys import key_from_identity
+from ..store import OperationRecord
 from ._rows import PayoutRow
 
 __all__ = [

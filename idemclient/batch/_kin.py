@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from .._store import Store
+from ..store import Store
 from ._duplicates import reference_tails
 from ._scratch import scratch
 

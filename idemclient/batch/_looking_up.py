@@ -10,14 +10,18 @@ from collections.abc import Sequence
 
 import httpx
 
+from .. import State
 from .._errors import BatchInvalid
-from .._hooks import log_fields
-from .._operations import Feed, settings_of
-from .._outcome import State
-from .._reconcile import Verdict
-from .._redaction import redact_url, shown_url
-from .._server_time import ServerTime
-from .._store import NotFound
+from .._seam import (
+    Feed,
+    NotFound,
+    ServerTime,
+    Verdict,
+    log_fields,
+    redact_url,
+    settings_of,
+    shown_url,
+)
 from ._identity import forms
 from ._lookup import Asked, Asking, LookupRetry, LookupSettings, Trouble
 from ._plan import SCOPE_ADVICE, Step, recorded_payload

@@ -28,12 +28,21 @@ from typing import Any
 
 import httpx
 
-from .._clock import Clock
-from .._operations import Http, Op, Pause
-from .._policy import RetryPolicy, backoff_ceiling
-from .._reconcile import LookupRules, Unquotable, Verdict, fill, judge, listed
-from .._retry_after import parse_retry_after
-from .._server_time import parse_date
+from .._seam import (
+    Http,
+    LookupRules,
+    Op,
+    Pause,
+    Unquotable,
+    Verdict,
+    backoff_ceiling,
+    fill,
+    judge,
+    listed,
+    parse_date,
+)
+from ..clock import Clock
+from ..policy import RetryPolicy, parse_retry_after
 from ._matching import KEY_FIELD, matches_payment, shows_row
 
 __all__ = [

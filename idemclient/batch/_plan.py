@@ -47,11 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .._hosts import provider_at
-from .._operations import CLOCK_SKEW, same
-from .._outcome import State
-from .._redaction import origin_of
-from .._store import NEVER_APPLIED_STATUSES, OperationRecord
+from .. import State
+from .._seam import CLOCK_SKEW, NEVER_APPLIED_STATUSES, origin_of, provider_at, same
+from ..store import OperationRecord
 from ._identity import RowIdentity, is_batch_operation, same_text
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import httpx
 
 from .._errors import BatchInvalid
-from .._operations import fingerprints, intent_for
+from .._seam import fingerprints, intent_for
 from . import _resave as resave
 from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
 from ._identity import forms, scoped

@@ -18,11 +18,11 @@ from typing import Any, TextIO, Unpack
 
 import httpx
 
-from .._clock import Clock
-from .._policy import RetryPolicy
-from .._profile import Profile
-from .._store import Store
+from ..clock import Clock
+from ..policy import RetryPolicy
 from ..profiles import DEFAULT as DEFAULT_PROFILE
+from ..profiles import Profile
+from ..store import Store
 from ._plan import Step
 from ._rows import Batch
 from ._run import SubmitOptions, _Run, run_on

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import IdemError
-from .._hooks import Hooks, RetryEvent
-from .._reconcile import Verdict
+from .._seam import Verdict
+from ..hooks import Hooks, RetryEvent
 from ._report_row import ReportRow
 
 __all__ = ["BatchProgress", "LookingProgress", "SendingProgress", "Stopped"]

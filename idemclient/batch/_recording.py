@@ -8,14 +8,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 
-from .. import _reconcile
+from .. import Outcome, State
 from .._errors import BatchInvalid, OperationMismatch, OutcomeError
-from .._operations import settings_of
-from .._outcome import Outcome, State
-from .._reconcile import Verdict
-from .._redaction import shown_url
-from .._server_time import DATE_RESOLUTION
-from .._store import Intent, OperationRecord, StoredResponse
+from .._seam import (
+    DATE_RESOLUTION,
+    Intent,
+    StoredResponse,
+    Verdict,
+    reconcile,
+    settings_of,
+    shown_url,
+)
+from ..store import OperationRecord
 from ._plan import Step, past_retention
 from ._report import found_id, found_reason, reason_of, recorded_line, report_line, unsettled_line
 from ._report_row import ReportRow
@@ -169,7 +173,7 @@ class Recording(RunState):
             self._done(item, recorded_line(item, record, replayed=False))
             return
         self._note_contents([item])
-        self._tell(_reconcile.settled(record, response))
+        self._tell(reconcile.settled(record, response))
         self._tally("found")
         self._done(item, recorded_line(item, record, reason=found_reason(verdict)))
 
@@ -219,10 +223,10 @@ class Recording(RunState):
         # The look-up's answer says the server's time (its Date): both clocks judge a
         # record stamped before this client started watching its clock.
         watched_since = settings_of(self.http).watched_since
-        server_at = _reconcile.answered_at(asked.response)
+        server_at = reconcile.answered_at(asked.response)
         running = (
             verdict.finding == "not_found"
-            and _reconcile.still_in_flight(
+            and reconcile.still_in_flight(
                 record,
                 now=now,
                 in_flight_for=self.resolved.profile.in_flight_for,
@@ -244,7 +248,7 @@ class Recording(RunState):
             return True
         lookup = self.target.lookup
         try:
-            taken = _reconcile.take(self.store, self.clock, record.operation_id)
+            taken = reconcile.take(self.store, self.clock, record.operation_id)
         except OutcomeError as busy:  # another process is sending it right now
             self._done(
                 item,
@@ -260,7 +264,7 @@ class Recording(RunState):
             self._done(item, ReportRow.of(item.row.number, item.identity.reference, taken))
             return False
         try:
-            outcome = _reconcile.apply(
+            outcome = reconcile.apply(
                 self.store,
                 self.clock,
                 taken,
@@ -271,17 +275,17 @@ class Recording(RunState):
                 # Asked before this lease was taken, maybe long before (every row is
                 # asked first): its "none" is judged as of then.
                 asked_at=asked.at if asked.at is not None else now,
-                by_reference=lookup is not None and _reconcile.by_reference_alone(lookup.template),
+                by_reference=lookup is not None and reconcile.by_reference_alone(lookup.template),
                 watched_since=watched_since,
             )
         except OutcomeError as exc:
             self._tell(exc.outcome)
-            reconcile = False
-            named = _reconcile.kept_payment(record)
+            only_by_hand = False
+            named = reconcile.kept_payment(record)
             if verdict.finding == "not_found" and not running and named is not None:
                 # Its 409 names the payment made under its key: this look-up misses it.
                 # Every rerun would ask the same look-up and get the same "none".
-                reconcile = True
+                only_by_hand = True
                 command = self.commands.reconcile(record.operation_id)
                 reason = (
                     f"not found on the server ({verdict.why}), but the HTTP 409 it was"
@@ -313,7 +317,7 @@ class Recording(RunState):
                 replayed=False,
                 reason=reason,
             )
-            self._done(item, dataclasses.replace(line, reconcile=reconcile))
+            self._done(item, dataclasses.replace(line, reconcile=only_by_hand))
             return False
         self._tell(outcome)
         if outcome.state.finished:

@@ -37,9 +37,7 @@ are sent once every look-up is in.
 
 from __future__ import annotations
 
-from .._operations import CLOCK_SKEW
-from .._server_time import DATE_RESOLUTION, ServerTime, went_back
-from .._store import NotFound
+from .._seam import CLOCK_SKEW, DATE_RESOLUTION, NotFound, ServerTime, went_back
 from ._sender import Sender, target_of
 
 __all__ = ["BELIEVED_FOR", "believed", "reading"]

@@ -19,11 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import Outcome, State
 from .._errors import BatchInvalid
-from .._outcome import Outcome, State
-from .._reconcile import Verdict
-from .._redaction import shown_url
-from .._store import OperationRecord
+from .._seam import Verdict, shown_url
+from ..store import OperationRecord
 from ._lookup import Asked, Trouble
 from ._matching import SERVER_FIELDS
 from ._report_file import check_report_path, csv_cell, replace_atomically

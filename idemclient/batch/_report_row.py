@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .._outcome import Outcome, State
+from .. import Outcome, State
 
 __all__ = ["MAX_REFUSAL", "REPORT_COLUMNS", "UNSETTLED", "ReportRow", "refusal_of", "resource_id"]
 

@@ -45,10 +45,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .. import State
 from .._errors import BatchInvalid
-from .._outcome import State
-from .._redaction import origin_of
-from .._store import Intent, OperationRecord, Store
+from .._seam import Intent, origin_of
+from ..store import OperationRecord, Store
 from ._identity import OPERATION_ID_PREFIX, nfc
 
 __all__ = [

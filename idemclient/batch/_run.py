@@ -47,20 +47,26 @@ from typing import Any, TypedDict, Unpack
 
 import httpx
 
-from .. import _reconcile
-from .._client import AsyncClient, Client
-from .._clock import Clock
+from .. import AsyncClient, Client, State, __version__
 from .._errors import BatchInvalid
-from .._keys import DEFAULT_NAMESPACE
-from .._operations import Blocking, Each, Op, arun, profile_for
-from .._operations import run as run_op
-from .._outcome import State
-from .._policy import RetryPolicy, retention_set
-from .._profile import Profile
-from .._reconcile import LookupRules
-from .._store import Store, as_admin
-from .._version import __version__
+from .._seam import (
+    Blocking,
+    Each,
+    LookupRules,
+    Op,
+    arun,
+    as_admin,
+    profile_for,
+    reconcile,
+    retention_set,
+)
+from .._seam import run as run_op
+from ..clock import Clock
+from ..keys import DEFAULT_NAMESPACE
+from ..policy import RetryPolicy
 from ..profiles import DEFAULT as DEFAULT_PROFILE
+from ..profiles import Profile
+from ..store import Store
 from . import _resave as resave
 from ._identity import nfc
 from ._lines import Stored
@@ -344,7 +350,7 @@ def _lookup_settings(
     if not reference_field:
         raise ValueError("the look-up's reference field must be named, e.g. reference")
     template = lookup.replace("{path}", path)
-    _reconcile.fill(template, key="k", reference="r", name="the look-up")  # fails early
+    reconcile.fill(template, key="k", reference="r", name="the look-up")  # fails early
     if "{reference}" not in template and "{key}" not in template:
         raise ValueError(
             f"look-up {lookup!r} names no row: use {{reference}} (or {{key}}), e.g."
@@ -353,7 +359,7 @@ def _lookup_settings(
     return LookupSettings(
         template,
         LookupRules(
-            statuses=_reconcile.DEFAULT_STATUSES if statuses is None else statuses,
+            statuses=reconcile.DEFAULT_STATUSES if statuses is None else statuses,
             reliable_404=reliable_404,
         ),
         reference_field,

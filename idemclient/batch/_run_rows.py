@@ -8,7 +8,8 @@ import enum
 import uuid
 from dataclasses import dataclass
 
-from .._store import Intent, OperationRecord
+from .._seam import Intent
+from ..store import OperationRecord
 from ._identity import RowIdentity
 from ._lookup import Asked, LookupSettings
 from ._plan import RowPlan, Step

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from .._redaction import looks_secret
+from .._seam import looks_secret
 
 __all__ = ["ITERATIONS", "Sender", "credentials_of", "target_of"]
 

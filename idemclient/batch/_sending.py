@@ -7,10 +7,9 @@ import dataclasses
 
 import httpx
 
-from .._client import read_existing
+from .. import Outcome, State
 from .._errors import OutcomeError, ReconcileRequired
-from .._operations import Blocking, Close, Feed, Op, send_registered, settings_of
-from .._outcome import Outcome, State
+from .._seam import Blocking, Close, Feed, Op, read_existing, send_registered, settings_of
 from ._abandon import Abandoned
 from ._advice import rerun_settles
 from ._plan import Step

@@ -1,0 +1,118 @@
+"""The batch's one way below the client's public surface.
+
+`idemclient batch submit` does what no caller of `Client.post` does: it registers a
+whole file's intents before the first send, sends each registered operation through
+the client's own path, looks payments up and settles rows by what it finds, and
+writes the store's records itself where a look-up finds a payment. What it needs for
+that, beyond the public names (`idemclient`, `idemclient.store`, `.keys`, `.policy`,
+`.hooks`, `.clock`, `.profiles` and the error tree), is here and nowhere else, so that
+the engine, the store and the time judgements can change behind it:
+
+- running operations as effects, in this thread or awaited (`_operations`): `Op`,
+  `Blocking`, `Each`, `Feed`, `Close`, `Http`, `Pause`, `run`, `arun`; an intent
+  built as the client builds one (`intent_for`, `fingerprints`, `Fingerprints`,
+  `same`), sent once registered (`send_registered`); a client's settings and the
+  profile its host speaks (`settings_of`, `profile_for`, `read_existing`);
+- the store's records beyond the public ones (`Intent`, `StoredResponse`, `NotFound`,
+  `Progress`, `NEVER_APPLIED_STATUSES`), a client's store as the whole interface the
+  batch needs (`as_admin`), a store opened from a path or URL
+  (`open_store`, `POSTGRES_SCHEMES`) and this process as a lease's owner
+  (`of_this_process`);
+- settling by a look-up (`reconcile`, the module, so that what it calls is looked up
+  when called; and `Verdict`, `LookupRules`, `Unquotable`, `fill`, `judge`, `listed`);
+- time: the clock skew allowed between hosts (`CLOCK_SKEW`), the servers' `Date` as a
+  second clock (`ServerTime`, `DATE_RESOLUTION`, `parse_date`, `went_back`), whether a
+  policy sets the key retention (`retention_set`) and the longest wait of its backoff
+  (`backoff_ceiling`);
+- a profile resolved for a method and path (`Resolved`), the statuses a profile names
+  (`codes_in`), the provider of a host (`provider_at`, `normal_host`);
+- what is never shown or written (`redact_url`, `shown_url`, `origin_of`,
+  `looks_secret`) and a log record's fields (`log_fields`).
+"""
+
+from __future__ import annotations
+
+from . import _reconcile as reconcile
+from ._db import POSTGRES_SCHEMES
+from ._hooks import log_fields
+from ._hosts import normal_host, provider_at
+from ._operations import (
+    CLOCK_SKEW,
+    Blocking,
+    Close,
+    Each,
+    Feed,
+    Fingerprints,
+    Http,
+    Op,
+    Pause,
+    arun,
+    fingerprints,
+    intent_for,
+    profile_for,
+    run,
+    same,
+    send_registered,
+    settings_of,
+)
+from ._policy import backoff_ceiling, retention_set
+from ._profile import Resolved, codes_in
+from ._reconcile import LookupRules, Unquotable, Verdict, fill, judge, listed
+from ._redaction import looks_secret, origin_of, redact_url, shown_url
+from ._resume import read_existing
+from ._server_time import DATE_RESOLUTION, ServerTime, parse_date, went_back
+from ._store import NEVER_APPLIED_STATUSES, Intent, NotFound, Progress, StoredResponse, as_admin
+from ._store._open import open_store
+from ._store._owners import of_this_process
+
+__all__ = [
+    "CLOCK_SKEW",
+    "DATE_RESOLUTION",
+    "NEVER_APPLIED_STATUSES",
+    "POSTGRES_SCHEMES",
+    "Blocking",
+    "Close",
+    "Each",
+    "Feed",
+    "Fingerprints",
+    "Http",
+    "Intent",
+    "LookupRules",
+    "NotFound",
+    "Op",
+    "Pause",
+    "Progress",
+    "Resolved",
+    "ServerTime",
+    "StoredResponse",
+    "Unquotable",
+    "Verdict",
+    "arun",
+    "as_admin",
+    "backoff_ceiling",
+    "codes_in",
+    "fill",
+    "fingerprints",
+    "intent_for",
+    "judge",
+    "listed",
+    "log_fields",
+    "looks_secret",
+    "normal_host",
+    "of_this_process",
+    "open_store",
+    "origin_of",
+    "parse_date",
+    "profile_for",
+    "provider_at",
+    "read_existing",
+    "reconcile",
+    "redact_url",
+    "retention_set",
+    "run",
+    "same",
+    "send_registered",
+    "settings_of",
+    "shown_url",
+    "went_back",
+]
