@@ -13,11 +13,11 @@ its references for the whole file, matched on disk: `_kin`) for the requests rec
 under a reference that is one of the row's values, in any scope (``E1000``,
 ``2026-11/E1000``); among those the batch
 command made for the same operation (or an earlier version of it did), one with
-exactly this row's content is this row's twin, and the row is refused, unless the
+exactly this row's content is this row's duplicate, and the row is refused, unless the
 operator says the rows are new payments (`--new-payments`).
 
 "Exactly this row's content" is the body this row would have been sent with under the
-twin's reference: the same fingerprint (cheap, and all a reaped record keeps), or,
+duplicate's reference: the same fingerprint (cheap, and all a reaped record keeps), or,
 while the recorded body is kept, the same columns and values in any order. A scoped
 store holds every earlier month of the same employee ids: each is compared, so this
 costs a hash per earlier row of the same reference. Pure functions; the run asks the
@@ -43,16 +43,16 @@ from ._rows import PayoutRow
 from ._sender import target_of
 
 __all__ = [
-    "TWIN_ADVICE",
+    "DUPLICATE_ADVICE",
     "Paths",
     "by_tail",
+    "duplicate_problem",
+    "duplicates",
     "reference_tails",
     "tails_of",
-    "twin_problem",
-    "twins",
 ]
 
-TWIN_ADVICE = (
+DUPLICATE_ADVICE = (
     "a row whose very content (every column, the value date included) the store holds"
     " under another reference is the same payment: was this file submitted before with"
     " another --batch-ref, or none, or another --ref-column? Submit it again as it was"
@@ -136,7 +136,7 @@ class Paths:
         return ready
 
 
-def twins(
+def duplicates(
     identity: RowIdentity,
     row: PayoutRow,
     request: Request,
@@ -178,8 +178,8 @@ def _same_columns(recorded: bytes, request: Request, needles: Sequence[bytes]) -
     return not differences(payload, request.payload)
 
 
-def twin_problem(identity: RowIdentity, found: Sequence[OperationRecord]) -> str:
-    """Why a row with twins is refused, naming them."""
+def duplicate_problem(identity: RowIdentity, found: Sequence[OperationRecord]) -> str:
+    """Why a row with duplicates is refused, naming them."""
     shown = "; ".join(_described(record) for record in found[:3])
     more = f" and {len(found) - 3} more" if len(found) > 3 else ""
     return (

@@ -1,7 +1,7 @@
 """Which recorded operations may carry a new row's very content under another reference
 (`_duplicates`), found without holding the file or the store in memory.
 
-A row's twin is recorded under a reference that is one of the row's values, in any
+A row's duplicate is recorded under a reference that is one of the row's values, in any
 scope (``E1000``, ``2026-11/E1000``, ``a/b/E1000``). Asking the store for each chunk of
 rows would read every reference it holds once per chunk (a store that keeps years of
 monthly files for the same employees makes that slow); holding every value of a

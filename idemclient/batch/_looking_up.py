@@ -24,7 +24,7 @@ from .._seam import (
 )
 from ._identity import forms
 from ._lookup import Asked, Asking, LookupRetry, LookupSettings, Trouble
-from ._plan import SCOPE_ADVICE, Step, recorded_payload
+from ._plan import SCOPE_ADVICE, Decision, recorded_payload
 from ._recording import Recording
 from ._remembered import BELIEVED_FOR, believed, reading
 from ._report import conflict_with, not_working, recorded_line, utc_text
@@ -115,10 +115,10 @@ class LookingUp(Recording):
         if plan.look_up:
             return True
         self.looking.passed()
-        if plan.step is Step.DONE:
+        if plan.decision is Decision.DONE:
             assert plan.record is not None
             self._done(item, recorded_line(item, plan.record))
-        elif plan.step is Step.REFUSED:
+        elif plan.decision is Decision.REFUSED:
             self._problem(item, f"reference {item.identity.reference!r} {plan.why}", plan.advice)
         else:
             self.status[item.index] = start_of(plan)
@@ -258,8 +258,8 @@ class LookingUp(Recording):
                 SCOPE_ADVICE,
             )
             return
-        step = item.plan.step
-        if step is Step.ELSEWHERE:
+        decision = item.plan.decision
+        if decision is Decision.ELSEWHERE:
             if verdict.finding == "found":
                 self._found_elsewhere(item)
             else:
@@ -270,7 +270,7 @@ class LookingUp(Recording):
                     item.plan.advice,
                 )
             return
-        if step is Step.NEW:
+        if decision is Decision.NEW:
             if verdict.finding == "found":
                 self._record_found(item)
             else:
@@ -284,11 +284,11 @@ class LookingUp(Recording):
             if not asked.remembered:
                 self._remember(item)
             # Sent as it is (pointed at this run's URL first, if it is to be: `record`).
-            self.status[item.index] = At.REOPEN if step is Step.REOPEN else At.KNOWN
+            self.status[item.index] = At.REOPEN if decision is Decision.REOPEN else At.KNOWN
             return
         with self._holds(record.operation_id):
             reopened = None
-            if step is Step.REOPEN:
+            if decision is Decision.REOPEN:
                 reopened = self._reopen(item)
                 if reopened is None:
                     return
@@ -396,9 +396,9 @@ def _rememberable(item: RunRow) -> bool:
     such an answer is worth keeping (`_remembered`): nothing of it can have been
     applied anywhere, and it is no row finished elsewhere."""
     record = item.plan.record
-    if item.plan.step is Step.NEW:
+    if item.plan.decision is Decision.NEW:
         return True
-    if item.plan.step not in (Step.KNOWN, Step.REOPEN) or record is None:
+    if item.plan.decision not in (Decision.KNOWN, Decision.REOPEN) or record is None:
         return False
     return not record.maybe_applied and record.state is not State.IN_FLIGHT
 

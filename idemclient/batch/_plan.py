@@ -64,9 +64,9 @@ __all__ = [
     "ELSEWHERE_ADVICE",
     "OTHER_CREDENTIALS_ADVICE",
     "SCOPE_ADVICE",
+    "Decision",
     "Request",
     "RowPlan",
-    "Step",
     "differences",
     "encode_body",
     "legacy_candidates",
@@ -89,7 +89,9 @@ SCOPE_ADVICE = (
 _CREDENTIALS = frozenset({401, 407})
 
 
-class Step(enum.Enum):
+class Decision(enum.Enum):
+    """What to do with a row, decided before anything is asked or sent."""
+
     #: the store does not know the row: register it, then send it with its key
     NEW = "new"
     #: unfinished: send its recorded request with its recorded key
@@ -146,7 +148,8 @@ JSON_BODY = "application/json"
 
 @dataclass(frozen=True, slots=True)
 class RowPlan:
-    step: Step
+    #: what to do with the row
+    decision: Decision
     #: what the store holds for the row (None for NEW)
     record: OperationRecord | None = None
     #: look the reference up on the server before anything is sent
@@ -163,8 +166,8 @@ class RowPlan:
 
 
 #: Most rows of a new file: one plan shared by all of them.
-_NEW = RowPlan(Step.NEW)
-_NEW_LOOKED_UP = RowPlan(Step.NEW, look_up=True)
+_NEW = RowPlan(Decision.NEW)
+_NEW_LOOKED_UP = RowPlan(Decision.NEW, look_up=True)
 
 
 def recorded_payload(
@@ -346,13 +349,13 @@ def plan_row(
     if record is None:
         adopted = _adopted(identity, scope, legacy, legacy_key, request)
         if isinstance(adopted, str):
-            return RowPlan(Step.REFUSED, why=adopted)
+            return RowPlan(Decision.REFUSED, why=adopted)
         record = adopted
     if record is None:
         return _NEW_LOOKED_UP if look_up else _NEW
     if (record.profile or "generic") != profile:
         return RowPlan(
-            Step.REFUSED,
+            Decision.REFUSED,
             record,
             why=(
                 f"was sent under the {record.profile or 'generic'} server profile, and this"
@@ -366,15 +369,21 @@ def plan_row(
         None if same is not False or correct is None else correct(identity, record, request.payload)
     )
     if isinstance(fix, str):
-        return RowPlan(Step.REFUSED, record, why=f"was submitted before with other content: {fix}")
+        return RowPlan(
+            Decision.REFUSED, record, why=f"was submitted before with other content: {fix}"
+        )
     if fix is not None:
         if fix.reopen:  # the same key, pointed at the corrected content
             return RowPlan(
-                Step.REOPEN, record, look_up=look_up, why="its content corrected", corrected=fix.why
+                Decision.REOPEN,
+                record,
+                look_up=look_up,
+                why="its content corrected",
+                corrected=fix.why,
             )
         assert fix.identity is not None
         if fix.record is None:
-            return RowPlan(Step.NEW, look_up=look_up, identity=fix.identity, corrected=fix.why)
+            return RowPlan(Decision.NEW, look_up=look_up, identity=fix.identity, corrected=fix.why)
         # Its correction was recorded by an earlier run: as that record stands.
         plan = plan_row(
             fix.identity,
@@ -399,7 +408,7 @@ def plan_row(
             why = "was submitted before with other content: " + "; ".join(
                 differences(recorded, request.payload)
             )
-        return RowPlan(Step.REFUSED, record, why=why)
+        return RowPlan(Decision.REFUSED, record, why=why)
     return _known(record, request, other_credentials(record), look_up, now, retention, commands)
 
 
@@ -432,7 +441,7 @@ def _known(
         )
         if refused_for_target:
             return RowPlan(
-                Step.REOPEN,
+                Decision.REOPEN,
                 record,
                 look_up=ask,
                 why=f"refused with HTTP {status} at {_shown_target(record)}, never applied",
@@ -448,14 +457,17 @@ def _known(
             # of its own would pay the file again under that other account.
             advice = ELSEWHERE_ADVICE if elsewhere else OTHER_CREDENTIALS_ADVICE
             if look_up:
-                return RowPlan(Step.ELSEWHERE, record, look_up=True, why=why, advice=advice)
-            return RowPlan(Step.REFUSED, record, why=why, advice=advice)
-        return RowPlan(Step.DONE, record)
+                return RowPlan(Decision.ELSEWHERE, record, look_up=True, why=why, advice=advice)
+            return RowPlan(Decision.REFUSED, record, why=why, advice=advice)
+        return RowPlan(Decision.DONE, record)
     if moved or other_credentials:
         where = _shown_target(record) if moved else "with other credentials"
         if never_applied and record.state in (State.PENDING, State.NOT_SENT):
             return RowPlan(
-                Step.REOPEN, record, look_up=ask, why=f"recorded for {where}, never applied there"
+                Decision.REOPEN,
+                record,
+                look_up=ask,
+                why=f"recorded for {where}, never applied there",
             )
         settle = (
             f"idemclient ops reconcile {record.operation_id}"
@@ -463,7 +475,7 @@ def _known(
             else commands.reconcile(record.operation_id, where=target_of(record.url))
         )
         return RowPlan(
-            Step.REFUSED,
+            Decision.REFUSED,
             record,
             why=(
                 f"was sent {'to ' if moved else ''}{where} and may have been applied there"
@@ -472,7 +484,7 @@ def _known(
                 " IDEMCLIENT_TOKEN)"
             ),
         )
-    return RowPlan(Step.KNOWN, record, look_up=ask)
+    return RowPlan(Decision.KNOWN, record, look_up=ask)
 
 
 #: What to do about a row finished at another origin than the one this run sends to.

@@ -11,10 +11,10 @@ import httpx
 from .._errors import BatchInvalid
 from .._seam import fingerprints, intent_for
 from . import _resave as resave
-from ._duplicates import TWIN_ADVICE, Paths, by_tail, tails_of, twin_problem, twins
+from ._duplicates import DUPLICATE_ADVICE, Paths, by_tail, duplicate_problem, duplicates, tails_of
 from ._identity import forms, scoped
 from ._kin import Kin
-from ._plan import JSON_BODY, SCOPE_ADVICE, Step
+from ._plan import JSON_BODY, SCOPE_ADVICE, Decision
 from ._report import recorded_line
 from ._resave import HELD_ADVICE, Held
 from ._run_rows import NEW_CODES, At, RunRow, recorded_intent, start_of
@@ -29,7 +29,7 @@ class Planning(RunState):
 
     def plan(self) -> None:
         """Decide every row (a chunk at a time): a known reference with other content, a
-        row that may have been applied elsewhere, or a twin refuses the batch
+        row that may have been applied elsewhere, or a duplicate refuses the batch
         (`BatchInvalid`, nothing recorded or sent); a row done is reported now."""
         batch, target = self.batch, self.target
         now = self.clock.time()
@@ -44,7 +44,7 @@ class Planning(RunState):
         self._fingerprint = fingerprints("POST", url, content_type=JSON_BODY)
         self._planned_at = now
         problems: list[tuple[int, str]] = []
-        twinned: list[tuple[int, str]] = []
+        duplicated: list[tuple[int, str]] = []
         holds: list[tuple[int, str]] = []
         # A store that holds no reference (a file's first run) holds no payment under
         # another reference: nothing to check, and no value of the file to keep.
@@ -56,21 +56,21 @@ class Planning(RunState):
                 items = self._planned(start, stop)
                 for item in items:
                     plan, identity = item.plan, item.identity
-                    self.steps[plan.step.value] += 1
-                    self.steps["looked up"] += plan.look_up
-                    if plan.step is Step.REFUSED:
+                    self.decisions[plan.decision.value] += 1
+                    self.decisions["looked up"] += plan.look_up
+                    if plan.decision is Decision.REFUSED:
                         problems.append(
                             (item.row.number, f"reference {identity.reference!r} {plan.why}")
                         )
                         if plan.advice and (0, plan.advice) not in problems:
                             problems.insert(0, (0, plan.advice))
                         self.status[item.index] = At.REFUSED
-                    elif plan.step is Step.DONE:
+                    elif plan.decision is Decision.DONE:
                         assert plan.record is not None
                         self._done(item, recorded_line(item, plan.record))
                     else:
                         self.status[item.index] = start_of(plan)
-                        if kin is not None and plan.step is Step.NEW:
+                        if kin is not None and plan.decision is Decision.NEW:
                             # In every Unicode form a reference may be recorded in.
                             kin.add(form for value in tails_of(item.row) for form in forms(value))
             if kin is not None:
@@ -78,33 +78,33 @@ class Planning(RunState):
                 resave.backfill(self.store, target.operation)  # rows without a digest yet
                 for start, stop in self._chunks(NEW_CODES):
                     items = self._planned(start, stop, NEW_CODES)
-                    # Twins only where a reference ended with one of the file's values.
-                    twins_here = self._twins(items, kin) if gathered else []
-                    twinned += twins_here
-                    holds += self._resaved(items, {number for number, _ in twins_here})
+                    # Duplicates only where a reference ended with one of the file's values.
+                    duplicates_here = self._duplicates(items, kin) if gathered else []
+                    duplicated += duplicates_here
+                    holds += self._resaved(items, {number for number, _ in duplicates_here})
         finally:
             if kin is not None:
                 kin.close()
-        if problems or twinned or holds:
+        if problems or duplicated or holds:
             # Held, and nothing else wrong: the operator's word is awaited (its own exit).
-            refused = Held if not (problems or twinned) else BatchInvalid
+            refused = Held if not (problems or duplicated) else BatchInvalid
             if any("other content" in why for _, why in problems):
                 problems.insert(0, (0, SCOPE_ADVICE))
-            if twinned:
-                problems[:0] = [(0, TWIN_ADVICE), *twinned]
+            if duplicated:
+                problems[:0] = [(0, DUPLICATE_ADVICE), *duplicated]
             if holds:
                 problems[:0] = [(0, HELD_ADVICE), *holds]
             raise refused(batch.source, sorted(problems, key=lambda p: p[0]))
 
-    def _resaved(self, items: Sequence[RunRow], twinned: set[int]) -> list[tuple[int, str]]:
+    def _resaved(self, items: Sequence[RunRow], duplicated: set[int]) -> list[tuple[int, str]]:
         """Of `items`, the new rows whose payment the store holds under another
-        reference (`_resave`), but those the operator names new payments, and the twins
+        reference (`_resave`), but those the operator names new payments, and the duplicates
         said already: found through the store's index of payment digests."""
         new = [
             item
             for item in items
-            if item.plan.step is Step.NEW
-            and item.row.number not in twinned
+            if item.plan.decision is Decision.NEW
+            and item.row.number not in duplicated
             and not self.target.is_new_payment(item)
         ]
         if not new:
@@ -115,9 +115,9 @@ class Planning(RunState):
         )
         by_number = {item.row.number: item for item in new}
         held = []
-        for twin in resave.held(self.store, self.target.operation, rows, self._of_this_file):
-            self.status[by_number[twin.number].index] = At.REFUSED
-            held.append((twin.number, twin.why()))
+        for resaved in resave.held(self.store, self.target.operation, rows, self._of_this_file):
+            self.status[by_number[resaved.number].index] = At.REFUSED
+            held.append((resaved.number, resaved.why()))
         return held
 
     def _of_this_file(self, reference: str) -> bool:
@@ -128,13 +128,13 @@ class Planning(RunState):
             self._references = frozenset(scoped(batch.scope, row.reference) for row in batch.rows)
         return reference in self._references
 
-    def _twins(self, items: Sequence[RunRow], kin: Kin) -> list[tuple[int, str]]:
+    def _duplicates(self, items: Sequence[RunRow], kin: Kin) -> list[tuple[int, str]]:
         """Of `items`, the new rows whose very content the store holds under another
         reference (`_duplicates`), among the operations `kin` gathered for their values."""
         new = [
             item
             for item in items
-            if item.plan.step is Step.NEW and not self.target.is_new_payment(item)
+            if item.plan.decision is Decision.NEW and not self.target.is_new_payment(item)
         ]
         wanted = (form for item in new for value in tails_of(item.row) for form in forms(value))
         named = kin.of(wanted) if new else ()
@@ -147,12 +147,12 @@ class Planning(RunState):
         paths = Paths()
         problems = []
         for item in new:
-            listed = twins(
+            listed = duplicates(
                 item.identity, item.row, self.request_of(item.row, item.identity), index, paths
             )
-            # As the store has them now (one purged meanwhile is no twin any more).
+            # As the store has them now (one purged meanwhile is no duplicate any more).
             stored = [records[t.operation_id] for t in listed if t.operation_id in records]
             if stored:
                 self.status[item.index] = At.REFUSED
-                problems.append((item.row.number, twin_problem(item.identity, stored)))
+                problems.append((item.row.number, duplicate_problem(item.identity, stored)))
         return problems

@@ -23,7 +23,7 @@ from ..policy import RetryPolicy
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ..profiles import Profile
 from ..store import Store
-from ._plan import Step
+from ._plan import Decision
 from ._rows import Batch
 from ._run import SubmitOptions, _Run, run_on
 from ._run_rows import RunRow
@@ -31,13 +31,13 @@ from ._sender import target_of
 
 __all__ = ["Preview", "PreviewRow", "preview"]
 
-#: What each step means for the row, in words.
+#: What each decision means for the row, in words.
 _WHAT = {
-    Step.NEW: "new to the store: would be registered and sent",
-    Step.KNOWN: "unfinished in the store: its recorded request would be sent again, same key",
-    Step.DONE: "finished in the store: nothing would be sent",
-    Step.REOPEN: "never applied where it went: would be sent here, same key",
-    Step.ELSEWHERE: "finished at another origin: would be looked up here, not sent",
+    Decision.NEW: "new to the store: would be registered and sent",
+    Decision.KNOWN: "unfinished in the store: its recorded request would be sent again, same key",
+    Decision.DONE: "finished in the store: nothing would be sent",
+    Decision.REOPEN: "never applied where it went: would be sent here, same key",
+    Decision.ELSEWHERE: "finished at another origin: would be looked up here, not sent",
 }
 
 
@@ -69,9 +69,9 @@ class Preview:
     def __init__(self, run: _Run) -> None:
         self._run = run
         self.total = len(run.batch.rows)
-        steps = run.steps
-        self._counts: Counter[str] = Counter({s.value: steps.get(s.value, 0) for s in _WHAT})
-        self.looked_up = steps.get("looked up", 0)
+        decisions = run.decisions
+        self._counts: Counter[str] = Counter({s.value: decisions.get(s.value, 0) for s in _WHAT})
+        self.looked_up = decisions.get("looked up", 0)
 
     @property
     def rows(self) -> Iterator[PreviewRow]:
@@ -83,7 +83,11 @@ class Preview:
 
     def summary(self) -> str:
         counts = self._counts
-        sent = counts[Step.NEW.value] + counts[Step.REOPEN.value] + counts[Step.KNOWN.value]
+        sent = (
+            counts[Decision.NEW.value]
+            + counts[Decision.REOPEN.value]
+            + counts[Decision.KNOWN.value]
+        )
         parts = ", ".join(f"{counts.get(s.value, 0)} {s.value}" for s in _WHAT)
         looked_up = self.looked_up
         lookups = (
@@ -154,17 +158,17 @@ def _shown(run: _Run, item: RunRow) -> PreviewRow:
     plan, identity = item.plan, item.identity
     record = plan.record
     method = url = body = None
-    if plan.step in (Step.NEW, Step.REOPEN):
+    if plan.decision in (Decision.NEW, Decision.REOPEN):
         request = run.request_of(item.row, identity)
         method, url, body = "POST", request.url, request.body.decode("utf-8", "replace")
-    elif plan.step is Step.KNOWN and record is not None:
+    elif plan.decision is Decision.KNOWN and record is not None:
         method, url = record.method, target_of(record.url)
         body = record.body.decode("utf-8", "replace")
     return PreviewRow(
         row=item.row.number,
         reference=identity.reference,
-        step=plan.step.value,
-        action=_WHAT[plan.step] + (f" ({plan.why})" if plan.why else ""),
+        step=plan.decision.value,
+        action=_WHAT[plan.decision] + (f" ({plan.why})" if plan.why else ""),
         key=record.key if record is not None else identity.key,
         stored_state=record.state.value if record is not None else None,
         stored_attempts=record.attempts if record is not None else 0,

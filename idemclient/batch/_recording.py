@@ -20,7 +20,7 @@ from .._seam import (
     shown_url,
 )
 from ..store import OperationRecord
-from ._plan import Step, past_retention
+from ._plan import Decision, past_retention
 from ._report import found_id, found_reason, reason_of, recorded_line, report_line, unsettled_line
 from ._report_row import ReportRow
 from ._run_rows import At, RunRow
@@ -57,7 +57,7 @@ class Recording(RunState):
         found is recorded already, as each came (`answered`)."""
         for start, stop in self._chunks((At.REOPEN,)):
             for item in self._planned(start, stop, (At.REOPEN,)):
-                if item.plan.step is not Step.REOPEN:  # reopened meanwhile, by another
+                if item.plan.decision is not Decision.REOPEN:  # reopened meanwhile, by another
                     self.status[item.index] = At.KNOWN
                     continue
                 if self._reopen(item) is not None:

@@ -55,7 +55,7 @@ __all__ = [
     "HELD",
     "HELD_ADVICE",
     "Held",
-    "Twin",
+    "Resaved",
     "backfill",
     "payment_digest",
     "recorded_digest",
@@ -87,7 +87,7 @@ class Held(BatchInvalid):
 
 
 @dataclass(frozen=True, slots=True)
-class Twin:
+class Resaved:
     """A row held, and the row of the store it is the same payment as."""
 
     number: int
@@ -198,7 +198,7 @@ def held(
     operation: str,
     rows: Iterable[tuple[int, str, str, str]],
     of_this_file: Callable[[str], bool],
-) -> Iterator[Twin]:
+) -> Iterator[Resaved]:
     """The rows held: `rows` are (row number, reference, reference as the file has it,
     digest) of the rows a run would record anew; `of_this_file(reference)` says whether
     a reference (in NFC) is one of the file's."""
@@ -222,7 +222,7 @@ def held(
             if of_this_file(nfc(record.reference)):
                 continue  # a row of this very file: not another reference's payment
             for number, reference, bare in by_digest[digest]:
-                yield Twin(number, reference, bare, record)
+                yield Resaved(number, reference, bare, record)
 
 
 _Row = tuple[int, str, str, str]

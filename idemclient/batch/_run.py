@@ -8,7 +8,7 @@ A run goes in phases, and nothing is sent before the last one:
    not know, whether it holds the very same payment under another reference
    (`_duplicates`). A known reference with other content, a row that may have been
    applied at another URL or with other credentials, a row finished elsewhere without
-   look-ups, or a twin refuses the whole batch (`BatchInvalid`, nothing recorded or
+   look-ups, or a duplicate refuses the whole batch (`BatchInvalid`, nothing recorded or
    sent);
 2. look up (`_looking_up`): each row the store does not know, and each known one whose first send is
    to come, that may have been applied, that was finished elsewhere, or whose record is
@@ -72,7 +72,7 @@ from ._identity import nfc
 from ._lines import Stored
 from ._looking_up import LookingUp
 from ._lookup import DEFAULT_LOOKUP, LookupSettings, asked, works
-from ._plan import Step
+from ._plan import Decision
 from ._planning import Planning
 from ._progress_counts import BatchProgress
 from ._report import (
@@ -224,7 +224,7 @@ class _Run(Planning, LookingUp, Sending):
         sent; a row done before stays done)."""
         reason = "not sent: the batch was refused (see why in the errors); nothing was sent"
         record = item.plan.record
-        if item.plan.step is Step.DONE:
+        if item.plan.decision is Decision.DONE:
             return recorded_line(item, record)
         return recorded_line(item, record, key=item.identity.key, reason=reason, replayed=False)
 

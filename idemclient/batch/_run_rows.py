@@ -12,7 +12,7 @@ from .._seam import Intent
 from ..store import OperationRecord
 from ._identity import RowIdentity
 from ._lookup import Asked, LookupSettings
-from ._plan import RowPlan, Step
+from ._plan import Decision, RowPlan
 from ._rows import PayoutRow
 
 __all__ = [
@@ -134,16 +134,16 @@ NEW_CODES = (At.ASK, At.NEW, At.CORRECTION)
 KNOWN_CODES = (At.KNOWN, At.REOPENED, At.CORRECTION)
 
 
-NEW_PLAN = RowPlan(Step.NEW)
+NEW_PLAN = RowPlan(Decision.NEW)
 
 
 def start_of(plan: RowPlan) -> At:
     """Where a row planned so starts (a row done or refused is dealt with at once)."""
     if plan.look_up:
         return At.ASK
-    if plan.step is Step.NEW:
+    if plan.decision is Decision.NEW:
         return new_code(plan)
-    return {Step.KNOWN: At.KNOWN, Step.REOPEN: At.REOPEN}[plan.step]
+    return {Decision.KNOWN: At.KNOWN, Decision.REOPEN: At.REOPEN}[plan.decision]
 
 
 def new_code(plan: RowPlan) -> At:

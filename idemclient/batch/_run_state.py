@@ -27,7 +27,7 @@ from ._corrections import CORRECTED_MARK, correcting
 from ._identity import RowIdentity, forms, identify, legacy_key, nfc, other_ids, recorded
 from ._lines import Lines
 from ._lookup import Asked
-from ._plan import Request, RowPlan, Step, encode_body, legacy_candidates, plan_row
+from ._plan import Decision, Request, RowPlan, encode_body, legacy_candidates, plan_row
 from ._progress_counts import BatchProgress, LookingProgress, SendingProgress
 from ._report import utc_now
 from ._report_row import ReportRow
@@ -99,8 +99,8 @@ class RunState:
         self._later: Asked | None = None
         #: when the run planned: every later phase plans a chunk again as of then
         self._planned_at = 0.0
-        #: what the plan found, by step, for a dry run's summary
-        self.steps: Counter[str] = Counter()
+        #: what the plan found, by decision, for a dry run's summary
+        self.decisions: Counter[str] = Counter()
         self.started = utc_now()
         self.metadata = dict(metadata or {})
         self._template: Intent | None = None
@@ -179,7 +179,7 @@ class RunState:
         for index, row, identity in zip(indexes, rows, identities, strict=True):
             found = recorded(by_id, identity)
             if isinstance(found, str):  # recorded under two forms of one reference
-                items.append(RunRow(index, row, identity, RowPlan(Step.REFUSED, why=found)))
+                items.append(RunRow(index, row, identity, RowPlan(Decision.REFUSED, why=found)))
                 continue
             plan = plan_row(
                 identity,

@@ -4,7 +4,7 @@
 when the connection is closed (on POSIX, unlinked as soon as it is made, so that it
 goes with the process, however the process ends), caching only a few pages of it in
 memory. Nothing in it needs to survive: no journal, no flush to disk. The file's rows
-(`_staged`), the report's lines (`_lines`) and the file's values for the twin check
+(`_staged`), the report's lines (`_lines`) and the file's values for the duplicate check
 (`_kin`) each keep one.
 """
 

@@ -16,7 +16,7 @@ from idemclient._call import fingerprint
 from idemclient._fingerprint import bytes_fingerprint
 from idemclient._store import Intent, OperationRecord
 from idemclient.batch import Batch
-from idemclient.batch._duplicates import by_tail, tails_of, twin_problem, twins
+from idemclient.batch._duplicates import by_tail, duplicate_problem, duplicates, tails_of
 from idemclient.batch._identity import identify
 from idemclient.batch._plan import JSON_BODY, Request, encode_body
 from idemclient.keys import DEFAULT_NAMESPACE
@@ -84,7 +84,7 @@ def twins_of(records: list[OperationRecord], scope: str | None = None, column: s
     payload = row.payload(identity.reference)
     request = Request(URL, encode_body(payload), payload)
     index = by_tail([request_of(record) for record in records], "payout")
-    found = twins(identity, row, request, index)
+    found = duplicates(identity, row, request, index)
     by_id = {record.operation_id: record for record in records}
     return [by_id[twin.operation_id] for twin in found]
 
@@ -142,6 +142,6 @@ def test_only_the_very_same_content_of_the_same_operation_is_a_twin() -> None:
 def test_a_twin_is_named_with_what_became_of_it() -> None:
     row = row_of("2026-11")
     identity = identify(row, scope="2026-11", operation="payout", namespace=DEFAULT_NAMESPACE)
-    problem = twin_problem(identity, [recorded("E1"), recorded("x/E1", state=State.PENDING)])
+    problem = duplicate_problem(identity, [recorded("E1"), recorded("x/E1", state=State.PENDING)])
     assert problem.startswith("reference '2026-11/E1' is the very same payment as 'E1' (paid at")
     assert "'x/E1' (recorded, not paid yet at http://psp.test" in problem

@@ -18,8 +18,8 @@ from idemclient.batch._lookup import next_wait
 from idemclient.batch._matching import matches_payment
 from idemclient.batch._plan import (
     JSON_BODY,
+    Decision,
     Request,
-    Step,
     differences,
     legacy_candidates,
     past_retention,
@@ -138,73 +138,77 @@ def test_the_earlier_versions_key_is_known() -> None:
     ("known", "step", "look_up"),
     [
         # nothing known: look it up, then send
-        (None, Step.NEW, True),
+        (None, Decision.NEW, True),
         # finished: its answer stands, nothing is sent, no look-up
-        (record(), Step.DONE, False),
-        (record(state=State.FAILED, status=400), Step.DONE, False),
-        (record(state=State.FAILED, status=404), Step.DONE, False),  # same URL: stays
+        (record(), Decision.DONE, False),
+        (record(state=State.FAILED, status=400), Decision.DONE, False),
+        (record(state=State.FAILED, status=404), Decision.DONE, False),  # same URL: stays
         # refused for its target at another URL, never applied: the corrected request
         (
             record(state=State.FAILED, status=404, url="http://psp.test/v1/payout"),
-            Step.REOPEN,
+            Decision.REOPEN,
             False,
         ),
         (
             record(state=State.FAILED, status=405, url="http://other.test/v1/payouts"),
-            Step.REOPEN,
+            Decision.REOPEN,
             False,
         ),
         # refused credentials: the token may have been fixed (it is never stored)
-        (record(state=State.FAILED, status=401), Step.REOPEN, False),
+        (record(state=State.FAILED, status=401), Decision.REOPEN, False),
         # refused at another URL after an attempt that may have been applied: never
         # reopened; and at another origin, not done here unless found here
         (
             record(state=State.FAILED, status=404, maybe_applied=True, url="http://psp.test/v1/p"),
-            Step.DONE,
+            Decision.DONE,
             False,
         ),
         (
             record(
                 state=State.FAILED, status=404, maybe_applied=True, url="http://x.test/v1/payouts"
             ),
-            Step.ELSEWHERE,
+            Decision.ELSEWHERE,
             True,
         ),
         # finished at another origin (a sandbox): looked up here, done only if found
-        (record(url="https://sandbox.psp.test/v1/payouts"), Step.ELSEWHERE, True),
+        (record(url="https://sandbox.psp.test/v1/payouts"), Decision.ELSEWHERE, True),
         (
             record(state=State.FAILED, status=422, url="http://x.test/v1/payouts"),
-            Step.ELSEWHERE,
+            Decision.ELSEWHERE,
             True,
         ),
         # at this origin, another path: the same server, done
-        (record(url="http://psp.test/v2/payouts"), Step.DONE, False),
+        (record(url="http://psp.test/v2/payouts"), Decision.DONE, False),
         # unfinished at this URL: its own request and key; looked up when its first
         # send is to come, when it may have been applied, and when old
-        (record(state=State.PENDING, status=None), Step.KNOWN, False),
-        (record(state=State.PENDING, status=None, attempts=0), Step.KNOWN, True),
-        (record(state=State.IN_FLIGHT, status=None), Step.KNOWN, True),  # its sender died
-        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), Step.KNOWN, True),
-        (record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY), Step.KNOWN, True),
-        (record(state=State.PENDING, status=None, created_at=NOW + 30 * DAY), Step.KNOWN, True),
+        (record(state=State.PENDING, status=None), Decision.KNOWN, False),
+        (record(state=State.PENDING, status=None, attempts=0), Decision.KNOWN, True),
+        (record(state=State.IN_FLIGHT, status=None), Decision.KNOWN, True),  # its sender died
+        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), Decision.KNOWN, True),
+        (record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY), Decision.KNOWN, True),
+        (record(state=State.PENDING, status=None, created_at=NOW + 30 * DAY), Decision.KNOWN, True),
         # never applied at another URL: the corrected request
-        (record(state=State.NOT_SENT, status=None, url="http://psp.test/v2/p"), Step.REOPEN, False),
+        (
+            record(state=State.NOT_SENT, status=None, url="http://psp.test/v2/p"),
+            Decision.REOPEN,
+            False,
+        ),
         (
             record(state=State.PENDING, status=None, url="http://x/p", created_at=NOW - 2 * DAY),
-            Step.REOPEN,
+            Decision.REOPEN,
             True,
         ),
         # maybe applied at another URL: refused, to be finished where it went
         (
             record(state=State.INDETERMINATE, status=None, maybe_applied=True, url="http://x/p"),
-            Step.REFUSED,
+            Decision.REFUSED,
             False,
         ),
     ],
 )
-def test_plan_row(known: OperationRecord | None, step: Step, look_up: bool) -> None:
+def test_plan_row(known: OperationRecord | None, step: Decision, look_up: bool) -> None:
     planned = plan(known)
-    assert (planned.step, planned.look_up) == (step, look_up)
+    assert (planned.decision, planned.look_up) == (step, look_up)
     assert planned.record is known
 
 
@@ -212,28 +216,32 @@ def test_plan_row(known: OperationRecord | None, step: Step, look_up: bool) -> N
     ("known", "look_up", "step"),
     [
         # finished with other credentials (a test key, another account): looked up here
-        (record(), True, Step.ELSEWHERE),
-        (record(), False, Step.REFUSED),
+        (record(), True, Decision.ELSEWHERE),
+        (record(), False, Decision.REFUSED),
         # refused for its credentials or target, never applied: sent again, same key
-        (record(state=State.FAILED, status=404), True, Step.REOPEN),
+        (record(state=State.FAILED, status=404), True, Decision.REOPEN),
         # never applied with the other credentials: pointed at this run's, same key
-        (record(state=State.PENDING, status=None), True, Step.REOPEN),
+        (record(state=State.PENDING, status=None), True, Decision.REOPEN),
         # maybe applied with the other credentials: finish it with them
-        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), True, Step.REFUSED),
+        (
+            record(state=State.INDETERMINATE, status=None, maybe_applied=True),
+            True,
+            Decision.REFUSED,
+        ),
     ],
 )
 def test_a_row_sent_with_other_credentials(
-    known: OperationRecord, look_up: bool, step: Step
+    known: OperationRecord, look_up: bool, step: Decision
 ) -> None:
     planned = plan(known, look_up=look_up, other_credentials=lambda _record: True)
-    assert planned.step is step
-    assert plan(known, look_up=look_up).step is not step  # the same row, as this run's
+    assert planned.decision is step
+    assert plan(known, look_up=look_up).decision is not step  # the same row, as this run's
 
 
 def test_a_row_finished_elsewhere_says_where() -> None:
     sandbox = record(url="https://sandbox.psp.test/v1/payouts#sent-as=v1.00.00")
     planned = plan(sandbox, look_up=False)
-    assert planned.step is Step.REFUSED
+    assert planned.decision is Decision.REFUSED
     assert planned.why == "was paid (HTTP 201) at https://sandbox.psp.test, not at http://psp.test"
     assert "--store" in planned.advice
     assert "#" not in plan(record(state=State.FAILED, status=404, url=sandbox.url)).why
@@ -259,15 +267,15 @@ def test_a_known_reference_with_other_content_is_refused_showing_both(
 ) -> None:
     new = row_of(**changes).payload()
     planned = plan(record(), request=request_of(new))
-    assert planned.step is Step.REFUSED
+    assert planned.decision is Decision.REFUSED
     assert planned.why == f"was submitted before with other content: {why}"
 
 
 def test_a_reaped_body_is_compared_by_its_fingerprint() -> None:
     reaped = record(body=b"")
-    assert plan(reaped).step is Step.DONE
+    assert plan(reaped).decision is Decision.DONE
     changed = plan(reaped, request=request_of(row_of(amount=7).payload()))
-    assert changed.step is Step.REFUSED
+    assert changed.decision is Decision.REFUSED
     assert "old values cannot be shown" in changed.why
 
 
@@ -304,9 +312,9 @@ def legacy_plan(
 def test_an_earlier_versions_row_is_found_by_reference_and_keeps_its_key() -> None:
     old = legacy()
     planned = legacy_plan([old])
-    assert (planned.step, planned.record) == (Step.DONE, old)
+    assert (planned.decision, planned.record) == (Decision.DONE, old)
     unfinished = legacy(state=State.PENDING, status=None)
-    assert legacy_plan([unfinished]).step is Step.KNOWN
+    assert legacy_plan([unfinished]).decision is Decision.KNOWN
 
 
 def test_legacy_candidates_are_only_the_earlier_batch_commands_rows() -> None:
@@ -323,7 +331,7 @@ def test_a_reference_repeated_in_an_old_store_is_refused_with_how_to_scope_it() 
     november = legacy(key="k-nov")
     december = legacy(row_of(value_date="2026-12-31").payload(), key="k-dec")
     planned = legacy_plan([november, december], value_date="2027-01-31")
-    assert planned.step is Step.REFUSED
+    assert planned.decision is Decision.REFUSED
     assert "recorded 2 times" in planned.why
     assert "--batch-ref" in planned.why
     # The one with the very same content is this row.
@@ -340,9 +348,9 @@ def test_in_a_scope_an_earlier_row_is_its_old_key_else_the_same_content_else_non
     assert legacy_plan([other_month, exact], scope="payroll-2026-11").record is exact
     same = legacy(key="k-renamed")  # this row, paid from a file of another name
     assert legacy_plan([other_month, same], scope="payroll-2026-11").record is same
-    assert legacy_plan([other_month], scope="payroll-2026-11").step is Step.NEW
+    assert legacy_plan([other_month], scope="payroll-2026-11").decision is Decision.NEW
     twice = legacy_plan([same, legacy(key="k-again")], scope="payroll-2026-11")
-    assert twice.step is Step.REFUSED
+    assert twice.decision is Decision.REFUSED
 
 
 # -- content, age ----------------------------------------------------------------------------
