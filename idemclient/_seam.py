@@ -4,26 +4,26 @@
 whole file's intents before the first send, sends each registered operation through
 the client's own path, looks payments up and settles rows by what it finds, and
 writes the store's records itself where a look-up finds a payment. What it needs for
-that, beyond the public names (`idemclient`, `idemclient.store`, `.keys`, `.policy`,
-`.hooks`, `.clock`, `.profiles` and the error tree), is here and nowhere else, so that
-the engine, the store and the time judgements can change behind it:
+that, beyond the public names (`idemclient`, `idemclient.store` and its records,
+`.keys`, `.policy`, `.hooks`, `.clock`, `.profiles` and the error tree), is here and
+nowhere else, so that the engine, the store and the time judgements can change
+behind it:
 
 - running operations as effects, in this thread or awaited (`_operations`): `Op`,
   `Blocking`, `Each`, `Feed`, `Close`, `Http`, `Pause`, `run`, `arun`; an intent
   built as the client builds one (`intent_for`, `fingerprints`, `Fingerprints`,
   `same`), sent once registered (`send_registered`); a client's settings and the
   profile its host speaks (`settings_of`, `profile_for`, `read_existing`);
-- the store's records beyond the public ones (`Intent`, `StoredResponse`, `NotFound`,
-  `Progress`, `NEVER_APPLIED_STATUSES`), a client's store as the whole interface the
-  batch needs (`as_admin`), a store opened from a path or URL
-  (`open_store`, `POSTGRES_SCHEMES`) and this process as a lease's owner
-  (`of_this_process`);
+- the store: a client's store as the whole interface the batch needs (`as_admin`),
+  one opened from a path or URL (`open_store`, `POSTGRES_SCHEMES`), this process as
+  a lease's owner (`of_this_process`), the statuses of a request never applied
+  (`NEVER_APPLIED_STATUSES`);
 - settling by a look-up (`reconcile`, the module, so that what it calls is looked up
   when called; and `Verdict`, `LookupRules`, `Unquotable`, `fill`, `judge`, `listed`);
-- time: the clock skew allowed between hosts (`CLOCK_SKEW`), the servers' `Date` as a
-  second clock (`ServerTime`, `DATE_RESOLUTION`, `parse_date`, `went_back`), whether a
-  policy sets the key retention (`retention_set`) and the longest wait of its backoff
-  (`backoff_ceiling`);
+- time: the clock skew allowed between hosts (`CLOCK_SKEW`), the servers' `Date`
+  read as a second clock (`DATE_RESOLUTION`, `parse_date`, `went_back`), whether a
+  policy sets the key retention (`retention_set`) and the longest wait of its
+  backoff (`backoff_ceiling`);
 - a profile resolved for a method and path (`Resolved`), the statuses a profile names
   (`codes_in`), the provider of a host (`provider_at`, `normal_host`);
 - what is never shown or written (`redact_url`, `shown_url`, `origin_of`,
@@ -60,8 +60,8 @@ from ._profile import Resolved, codes_in
 from ._reconcile import LookupRules, Unquotable, Verdict, fill, judge, listed
 from ._redaction import looks_secret, origin_of, redact_url, shown_url
 from ._resume import read_existing
-from ._server_time import DATE_RESOLUTION, ServerTime, parse_date, went_back
-from ._store import NEVER_APPLIED_STATUSES, Intent, NotFound, Progress, StoredResponse, as_admin
+from ._server_time import DATE_RESOLUTION, parse_date, went_back
+from ._store import NEVER_APPLIED_STATUSES, as_admin
 from ._store._open import open_store
 from ._store._owners import of_this_process
 
@@ -76,15 +76,10 @@ __all__ = [
     "Feed",
     "Fingerprints",
     "Http",
-    "Intent",
     "LookupRules",
-    "NotFound",
     "Op",
     "Pause",
-    "Progress",
     "Resolved",
-    "ServerTime",
-    "StoredResponse",
     "Unquotable",
     "Verdict",
     "arun",

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from .. import State
 from .._errors import IdemError
-from .._seam import Progress, of_this_process
+from .._seam import of_this_process
 from ..clock import Clock
 from ..hooks import AttemptEndEvent, AttemptEvent, Hooks
-from ..store import OperationRecord, Store
+from ..store import OperationRecord, Progress, Store
 
 __all__ = ["Abandoned", "InFlight"]
 

@@ -35,8 +35,8 @@ from json.encoder import encode_basestring
 import httpx
 
 from .. import State
-from .._seam import Fingerprints, Intent, fingerprints, origin_of
-from ..store import OperationRecord
+from .._seam import Fingerprints, fingerprints, origin_of
+from ..store import Intent, OperationRecord
 from ._identity import OPERATION_ID_PREFIX, RowIdentity, is_batch_operation, nfc
 from ._plan import JSON_BODY, Request, differences
 from ._rows import PayoutRow

@@ -12,16 +12,8 @@ import httpx
 
 from .. import State
 from .._errors import BatchInvalid
-from .._seam import (
-    Feed,
-    NotFound,
-    ServerTime,
-    Verdict,
-    log_fields,
-    redact_url,
-    settings_of,
-    shown_url,
-)
+from .._seam import Feed, Verdict, log_fields, redact_url, settings_of, shown_url
+from ..store import NotFound, ServerTime
 from ._identity import forms
 from ._lookup import Asked, Asking, LookupRetry, LookupSettings, Trouble
 from ._plan import SCOPE_ADVICE, Decision, recorded_payload

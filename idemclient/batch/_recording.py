@@ -10,16 +10,8 @@ from collections.abc import Iterator, Sequence
 
 from .. import Outcome, State
 from .._errors import BatchInvalid, OperationMismatch, OutcomeError
-from .._seam import (
-    DATE_RESOLUTION,
-    Intent,
-    StoredResponse,
-    Verdict,
-    reconcile,
-    settings_of,
-    shown_url,
-)
-from ..store import OperationRecord
+from .._seam import DATE_RESOLUTION, Verdict, reconcile, settings_of, shown_url
+from ..store import Intent, OperationRecord, StoredResponse
 from ._plan import Decision, past_retention
 from ._report import found_id, found_reason, reason_of, recorded_line, report_line, unsettled_line
 from ._report_row import ReportRow

@@ -37,7 +37,8 @@ are sent once every look-up is in.
 
 from __future__ import annotations
 
-from .._seam import CLOCK_SKEW, DATE_RESOLUTION, NotFound, ServerTime, went_back
+from .._seam import CLOCK_SKEW, DATE_RESOLUTION, went_back
+from ..store import NotFound, ServerTime
 from ._sender import Sender, target_of
 
 __all__ = ["BELIEVED_FOR", "believed", "reading"]

@@ -47,8 +47,8 @@ from typing import Any
 
 from .. import State
 from .._errors import BatchInvalid
-from .._seam import Intent, origin_of
-from ..store import OperationRecord, Store
+from .._seam import origin_of
+from ..store import Intent, OperationRecord, Store
 from ._identity import OPERATION_ID_PREFIX, nfc
 
 __all__ = [

@@ -8,8 +8,7 @@ import enum
 import uuid
 from dataclasses import dataclass
 
-from .._seam import Intent
-from ..store import OperationRecord
+from ..store import Intent, OperationRecord
 from ._identity import RowIdentity
 from ._lookup import Asked, LookupSettings
 from ._plan import Decision, RowPlan

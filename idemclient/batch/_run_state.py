@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 
-from .._seam import Intent, Resolved
+from .._seam import Resolved
 from ..clock import Clock
 from ..policy import RetryPolicy
 from ..profiles import DEFAULT as DEFAULT_PROFILE
-from ..store import OperationRecord, Store
+from ..store import Intent, OperationRecord, Store
 from . import _resave as resave
 from ._abandon import InFlight
 from ._advice import Commands
