@@ -193,7 +193,7 @@ class NotFound:
     """A look-up on the server that found no payment for an operation, kept so that a
     batch killed during its look-ups need not ask them all again. Evidence of the
     moment it was asked, never the operation's state: how long it is believed, and for
-    what question, is the caller's to judge (the batch command's `_remembered`)."""
+    what question, is the caller's to judge (the batch command judges it)."""
 
     operation_id: str
     #: the key the operation is (or is to be) sent under
@@ -227,8 +227,8 @@ def owner_sent_until(record: OperationRecord, *, now: float) -> float | None:
     None if none holds it in flight. A live owner may send until its lease's end; one
     that is dead, or out of its lease, may have sent until it died, at most until its
     lease's end or now, whichever is earlier. The one rule a takeover (which keeps it
-    as the operation's `sent_at`) and a look-up's judgement (`_reconcile.last_sent`)
-    both use."""
+    as the operation's `sent_at`) and a look-up's judgement of the last send both
+    use."""
     expires = record.lease_expires
     if record.state is not State.IN_FLIGHT or expires is None:
         return None
