@@ -10,7 +10,7 @@ import sys
 import click
 
 from . import State
-from ._reconcile import DEFAULT_STATUSES
+from ._seam import reconcile
 from .hooks import RetryEvent
 
 __all__ = [
@@ -92,7 +92,7 @@ def parse_statuses(
     """`--status NAME=succeeded|failed` options as a mapping added to the defaults."""
     if not values:
         return None
-    statuses = dict(DEFAULT_STATUSES)
+    statuses = dict(reconcile.DEFAULT_STATUSES)
     for value in values:
         name, sep, state = value.partition("=")
         if not sep or not name.strip() or state.strip() not in ("succeeded", "failed"):

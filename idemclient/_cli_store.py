@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._db import POSTGRES_SCHEMES
+from ._seam import POSTGRES_SCHEMES
 
 __all__ = ["STORE_HELP", "StoreLocation", "describe_missing"]
 

@@ -28,7 +28,7 @@ from ._cli_options import (
 )
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._errors import OutcomeError, StoreError
-from ._store._open import open_store
+from ._seam import open_store
 from .hooks import Hooks
 from .profiles import BUILTIN, DEFAULT, Profile
 from .store import AdminStore, OperationRecord

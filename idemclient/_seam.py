@@ -1,10 +1,13 @@
-"""The batch's one way below the client's public surface.
+"""The features' one way below the client's public surface: the batch's, the outbox's
+and the commands'.
 
 `idemclient batch submit` does what no caller of `Client.post` does: it registers a
 whole file's intents before the first send, sends each registered operation through
 the client's own path, looks payments up and settles rows by what it finds, and
-writes the store's records itself where a look-up finds a payment. What it needs for
-that, beyond the public names (`idemclient`, `idemclient.store` and its records,
+writes the store's records itself where a look-up finds a payment. The outbox records
+an intent in the application's own transaction and sends it later; the operator's
+commands open a store by its location and judge a look-up as the client does. What
+they need for that, beyond the public names (`idemclient`, `idemclient.store` and its records,
 `.keys`, `.policy`, `.hooks`, `.clock`, `.profiles` and the error tree), is here and
 nowhere else, so that the engine, the store and the time judgements can change
 behind it:
@@ -12,8 +15,11 @@ behind it:
 - running operations as effects, in this thread or awaited (`_operations`): `Op`,
   `Blocking`, `Each`, `Feed`, `Close`, `Http`, `Pause`, `run`, `arun`; an intent
   built as the client builds one (`intent_for`, `fingerprints`, `Fingerprints`,
-  `same`), sent once registered (`send_registered`); a client's settings and the
-  profile its host speaks (`settings_of`, `profile_for`, `read_existing`);
+  `same`), recorded ahead in another transaction (`intent_ahead`), sent once
+  registered (`send_registered`), its outcome given as the client gives it
+  (`settle`); a client's settings and the profile its host speaks (`settings_of`,
+  `profile_for`, `read_existing`), and its store opened where it was deferred
+  (`opened`);
 - the store: a client's store as the whole interface the batch needs (`as_admin`),
   one opened from a path or URL (`open_store`, `POSTGRES_SCHEMES`), this process as
   a lease's owner (`of_this_process`), the statuses of a request never applied
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 from . import _reconcile as reconcile
 from ._db import POSTGRES_SCHEMES
+from ._deferred import opened
 from ._hooks import log_fields
 from ._hosts import normal_host, provider_at
 from ._operations import (
@@ -48,12 +55,14 @@ from ._operations import (
     Pause,
     arun,
     fingerprints,
+    intent_ahead,
     intent_for,
     profile_for,
     run,
     same,
     send_registered,
     settings_of,
+    settle,
 )
 from ._policy import backoff_ceiling, retention_set
 from ._profile import Resolved, codes_in
@@ -88,6 +97,7 @@ __all__ = [
     "codes_in",
     "fill",
     "fingerprints",
+    "intent_ahead",
     "intent_for",
     "judge",
     "listed",
@@ -96,6 +106,7 @@ __all__ = [
     "normal_host",
     "of_this_process",
     "open_store",
+    "opened",
     "origin_of",
     "parse_date",
     "profile_for",
@@ -108,6 +119,7 @@ __all__ = [
     "same",
     "send_registered",
     "settings_of",
+    "settle",
     "shown_url",
     "went_back",
 ]

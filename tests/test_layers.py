@@ -214,9 +214,8 @@ FEATURES: dict[str, Feature] = {
         {
             "idemclient._db": "the inbox on PostgreSQL, on the one database layer",
             "idemclient._store._postgres": "the PostgreSQL store, whose public home it is",
-            "idemclient._operations": "the outbox sends a recorded intent through the"
-            " client's seam, as the batch does",
-            "idemclient._deferred": "the outbox writes in the client's store, opened at first use",
+            "idemclient._seam": "the outbox records an intent ahead and sends it through"
+            " the features' seam, as the batch does",
         },
     ),
     "otel": Feature(
@@ -240,10 +239,8 @@ FEATURES: dict[str, Feature] = {
             "idemclient._cli_duration",
         ),
         {
-            "idemclient._store": "a command opens the store `--store` names as the client"
-            " opens it (`_store._open`)",
-            "idemclient._db": "`--store` tells a PostgreSQL URL from a path as the store does",
-            "idemclient._reconcile": "`ops reconcile` judges a look-up as the client does",
+            "idemclient._seam": "a command opens the store `--store` names, and judges a"
+            " look-up, as the client does",
         },
     ),
     "testing": Feature(

@@ -22,12 +22,12 @@ import httpx
 import psycopg
 
 from .. import AsyncClient, Client, Outcome
-from .._deferred import opened
-from .._operations import (
+from .._seam import (
     Blocking,
     Op,
     arun,
     intent_ahead,
+    opened,
     run,
     send_registered,
     settings_of,
