@@ -12,14 +12,22 @@ The promise is the one `_transport.to_thread` keeps: a call that has started run
 its end, and its caller, cancelled meanwhile, hears of the cancellation only once it
 has returned (what it wrote must be known before the caller acts on the cancellation);
 a call cancelled before a thread took it never runs.
+
+A process forked while threads were running (a web server's workers forked from an app
+that has paid, `multiprocessing` with fork) has none of them: in the child, each
+`Workers` starts afresh, with no thread, no count of threads and an empty queue (the
+calls queued in the parent are the parent's, for loops the child does not run), so its
+first call starts a thread rather than wait for one that does not exist.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -77,13 +85,17 @@ class Workers:
     """Threads that run blocking calls for event loops (see the module docstring)."""
 
     def __init__(self, max_threads: int = 8, idle: float = 10.0) -> None:
+        self._max = max_threads
+        self._idle = idle
+        self._start_afresh()
+        _ALL.add(self)
+
+    def _start_afresh(self) -> None:
         self._jobs: queue.SimpleQueue[_Job[Any]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         #: one count per thread waiting for work (as `ThreadPoolExecutor` keeps it)
         self._waiting = threading.Semaphore(0)
         self._threads = 0
-        self._max = max_threads
-        self._idle = idle
 
     async def run(self, call: Callable[[], T]) -> T:
         """`call()` in one of the threads, awaited; see the module docstring for what a
@@ -130,3 +142,16 @@ class Workers:
                 continue
             job.run()
             self._waiting.release()
+
+
+#: every `Workers` of this process, started afresh in a forked child
+_ALL: weakref.WeakSet[Workers] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for workers in list(_ALL):
+        workers._start_afresh()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
