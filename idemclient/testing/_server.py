@@ -224,7 +224,8 @@ class ReferenceServer:
         """Process the next matching requests, then hold each response `seconds`.
 
         In-process, a delay beyond the client's read timeout raises `httpx.ReadTimeout`
-        after the request was applied; over a socket the server really waits.
+        after the request was applied; over a socket the server really waits, until
+        then or until the client closes its connection (its timeout), whichever is first.
         """
         self._faults.add(Delay(seconds), times=times, path=path, key=key)
 

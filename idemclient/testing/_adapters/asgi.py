@@ -187,8 +187,8 @@ class ReferenceApp:
         if isinstance(answer, DropConnection):
             await self._drop(scope, receive, send)
             return
-        if answer.delay > 0:
-            await anyio.sleep(answer.delay)
+        if answer.delay > 0 and await _gone_within(answer.delay, receive):
+            return  # the client stopped waiting (its timeout): nobody to answer
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
         headers.append((b"content-length", str(len(answer.body)).encode()))
         await send({"type": "http.response.start", "status": answer.status, "headers": headers})
@@ -212,3 +212,14 @@ class ReferenceApp:
         await send(
             {"type": "http.response.start", "status": 500, "headers": [(b"content-length", b"1")]}
         )
+
+
+async def _gone_within(seconds: float, receive: Receive) -> bool:
+    """Hold an answer `seconds` (a `delay` fault), or until the client disconnects;
+    whether it did. A client that timed out has closed its connection: the request
+    stays applied, and a server shutting down (a test's teardown) is not held up."""
+    with anyio.move_on_after(seconds):
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        return True
+    return False
