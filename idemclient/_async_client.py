@@ -72,6 +72,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         profile: str | Profile | None = None,
         server_clock: bool = True,
         profile_by_host: bool = True,
+        time_probe: bool = False,
         **httpx_options: Any,
     ) -> None:
         settings = make_settings(
@@ -89,6 +90,7 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
             start=start_store,
             server_clock=server_clock,
             profile_by_host=profile_by_host,
+            time_probe=time_probe,
         )
         super().__init__(settings, http, httpx.AsyncClient, httpx_options)
 

@@ -139,6 +139,10 @@ class Settings:
     #: the servers' `Date` headers, a second clock for judging ages and holds (see
     #: `_server_time`); None: judged by `clock` alone (`server_clock=False`)
     server_times: ServerTimes | None = None
+    #: ask an origin its time (one `HEAD /`) before this client's first operation
+    #: there, unless an answer told it already (`time_probe=True`); off by default: the
+    #: time is learnt from the `Date` of the answers the caller's own requests get
+    time_probe: bool = False
     #: when (on `clock`) this client started watching its clock (`watch`): a stamp
     #: made since is judged by `clock` alone, as before; the servers' clocks are asked
     #: about stamps made before, while no client may have been running to see a step

@@ -58,7 +58,7 @@ class Client(ClientBase[httpx.Client]):
     (``postgresql://...``, see `idemclient.postgres`), or a `Store`.
     Everything else that `httpx.Client` takes (base_url, auth, headers, timeout,
     limits, verify, transport, mounts...) may be passed as keyword arguments, or pass
-    an `httpx.Client` you built as `http`. `server_clock`: see `wrap`.
+    an `httpx.Client` you built as `http`. `server_clock`, `time_probe`: see `wrap`.
     """
 
     def __init__(
@@ -77,6 +77,7 @@ class Client(ClientBase[httpx.Client]):
         profile: str | Profile | None = None,
         server_clock: bool = True,
         profile_by_host: bool = True,
+        time_probe: bool = False,
         **httpx_options: Any,
     ) -> None:
         settings = make_settings(
@@ -94,6 +95,7 @@ class Client(ClientBase[httpx.Client]):
             start=start_store,
             server_clock=server_clock,
             profile_by_host=profile_by_host,
+            time_probe=time_probe,
         )
         super().__init__(settings, http, httpx.Client, httpx_options)
 

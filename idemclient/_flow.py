@@ -465,8 +465,10 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
 
 
 def _ask_the_time(call: Call) -> Generator[Effect, Any, None]:
-    """Ask the operation's server its time (its `Date`) before this client first
-    records or sends an operation there, unless an answer from it told it already: the
+    """With `time_probe` (off by default: the time is then learnt from the answers to
+    the caller's own requests only), ask the operation's server its time (its `Date`)
+    before this client first records or sends an operation there, unless an answer
+    from it told it already: the
     record keeps the server's time beside its own stamps, and an operation recorded
     before (which may have been applied) is judged by the server's clock as well as this
     one, which may have been stepped while no client ran, or may be wrong now. One HEAD
@@ -475,7 +477,7 @@ def _ask_the_time(call: Call) -> Generator[Effect, Any, None]:
     or an answer without a `Date`, operations are judged by this clock alone, as
     without the probe."""
     times = call.settings.server_times
-    if times is None:
+    if times is None or not call.settings.time_probe:
         return
     origin = origin_of(call.request.url)
     clock = call.clock

@@ -353,6 +353,7 @@ def resume_command(
                 hooks=_verbose_hooks() if verbose else None,
                 profile=name,
                 server_clock=server_clock,
+                time_probe=server_clock,
                 profile_by_host=profile_by_host,
             )
         except (StoreError, ImportError, ValueError) as exc:

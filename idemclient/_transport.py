@@ -93,17 +93,25 @@ def make_settings(
     profile: str | Profile | None = None,
     server_clock: bool = True,
     profile_by_host: bool = True,
+    time_probe: bool = False,
 ) -> Settings:
     """The settings of a client or transport. `start` is what is done to the store once
     it is open (see `_client`). `deferred` (async) opens and starts the store at its
     first call, which an async client makes in a worker thread: nothing is opened now.
     `server_clock`: judge a stored operation's age and hold by the servers' `Date`
-    headers as well as `clock` (see `_server_time`); off for a server whose `Date` is
-    known to be wrong. `profile_by_host`: a known provider's API host speaks its
-    provider's profile unless one was chosen, and refuses a chosen one it contradicts
-    (see `_hosts`)."""
+    headers as well as `clock` (see `_server_time`), learnt from the answers to the
+    caller's own requests; off for a server whose `Date` is known to be wrong.
+    `time_probe`: also ask an origin its time (one `HEAD /`) before the first operation
+    there, unless an answer told it already. `profile_by_host`: a known provider's API
+    host speaks its provider's profile unless one was chosen, and refuses a chosen one it
+    contradicts (see `_hosts`)."""
     if max_request_body < 0:
         raise ValueError("max_request_body must be >= 0")
+    if time_probe and not server_clock:
+        raise ValueError(
+            "time_probe=True asks the server's time for the server_clock judgement, which"
+            " server_clock=False turns off: pass one or the other"
+        )
     # An unknown name fails before the store is opened.
     chosen = None if profile is None else named(profile)
     clock = clock or SystemClock()
@@ -138,6 +146,7 @@ def make_settings(
         hosts=ByHost(chosen, DEFAULT) if profile_by_host else None,
         watch=watch,
         server_times=ServerTimes() if server_clock else None,
+        time_probe=time_probe,
         watched_since=clock.time(),
     )
 

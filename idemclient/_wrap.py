@@ -50,6 +50,7 @@ def wrap(
     profile: str | Profile | None = None,
     server_clock: bool = True,
     profile_by_host: bool = True,
+    time_probe: bool = False,
 ) -> HttpxClient:
     """Give an existing httpx client safe retries, in place, and return it.
 
@@ -72,9 +73,14 @@ def wrap(
 
     `server_clock` (on by default): an operation that may have been applied is judged
     (its age against the key retention, its in-flight hold) by the server's `Date`
-    header as well as `clock`, and one probe (HEAD) asks for it before such an operation
-    is sent again by a process that has heard none; False for a server whose `Date` is
-    known to be wrong.
+    header as well as `clock`, read from the answers to your own requests (nothing is
+    sent for it); False for a server whose `Date` is known to be wrong.
+
+    `time_probe` (off by default): also ask each origin its time with one `HEAD /`
+    (your headers, no key, no body) before the client's first operation there, unless
+    an answer told it already. It covers a host clock stepped while no client ran
+    that the store's own times cannot show (docs/reliability.md), at the cost of a
+    request your code did not make, which strict HTTP mocks see.
     """
     settings = make_settings(
         store,
@@ -91,6 +97,7 @@ def wrap(
         start=start_store,
         server_clock=server_clock,
         profile_by_host=profile_by_host,
+        time_probe=time_probe,
     )
     wrap_with(client, settings)
     return client

@@ -223,6 +223,7 @@ def _start(
             if verbose
             else None,
             server_clock=server_clock,
+            time_probe=server_clock,
             profile_by_host=profile_by_host,
         )
     except (StoreError, ImportError) as exc:

@@ -1,6 +1,7 @@
 """`make check-deep`: the checker for as long as asked, with its seed printed.
 
     python -m tests.checker.deep --minutes 10 [--seed N] [--steps 40] [--profile NAME]
+        [--no-time-probe]
 
 Runs batches of generated histories until the time is up: in one server profile
 (`--profile`, the server speaking it and the client built with it), or by default in
@@ -37,10 +38,11 @@ FIRST_FAILURE: list[tuple[int, float]] = []
 STARTED = time.monotonic()
 
 
-def counted(profile: str) -> type[PaymentsMachine]:
-    """The checker's machine in `profile`, counting the histories it is built for and
-    noting the first that fails its invariant."""
-    machine = PaymentsMachine.for_profile(profile)
+def counted(profile: str, *, time_probe: bool = True) -> type[PaymentsMachine]:
+    """The checker's machine in `profile` (its clients built with `time_probe`),
+    counting the histories it is built for and noting the first that fails its
+    invariant."""
+    machine = PaymentsMachine.for_profile(profile, time_probe=time_probe)
 
     def __init__(self: PaymentsMachine) -> None:
         HISTORIES[profile] += 1
@@ -131,11 +133,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the server profile to run in (default: every built-in profile in turn)",
     )
+    parser.add_argument(
+        "--no-time-probe",
+        dest="time_probe",
+        action="store_false",
+        help="build the clients as by default, with no time probe (steps of the client's"
+        " clock while no client runs are then not drawn: see docs/reliability.md)",
+    )
     args = parser.parse_args(argv)
     chosen_seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     profiles = [args.profile] if args.profile else list(PROFILES)
     where = args.profile or "all profiles in turn"
     replay = f"--seed {chosen_seed}" + (f" --profile {args.profile}" if args.profile else "")
+    replay += "" if args.time_probe else " --no-time-probe"
     print(f"checker: seed={chosen_seed} profile={where} minutes={args.minutes} (replay: {replay})")
     sys.stdout.flush()
     logging.disable(logging.CRITICAL)  # the client's warnings, thousands of them
@@ -146,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.minutes * 60
     batches = 0
     chosen = batch_settings(batch, args.steps)
-    machines = {name: counted(name) for name in profiles}
+    machines = {name: counted(name, time_probe=args.time_probe) for name in profiles}
     for profile in itertools.cycle(profiles):
         if time.monotonic() >= deadline:
             break

@@ -82,3 +82,32 @@ def test_the_checker(profile: str) -> None:
             f" (make check-deep PROFILE={profile} SEED={chosen} runs them in batches of 200)"
         )
         raise
+
+
+#: The profiles the bounded run also checks with clients built by default (no time
+#: probe), and the share of `BUDGET` each gets: one whose server guards a key in flight
+#: and one whose server does not.
+BY_DEFAULT = ("reference", "paypal")
+BY_DEFAULT_SHARE = 0.05
+
+
+@pytest.mark.parametrize("profile", BY_DEFAULT)
+def test_the_checker_with_clients_built_by_default(profile: str) -> None:
+    chosen = profile_seed(f"{profile}:by-default")
+    try:
+        run_for(
+            PaymentsMachine.for_profile(profile, time_probe=False),
+            chosen_seed=chosen,
+            seconds=BUDGET * BY_DEFAULT_SHARE,
+            batch=BATCH,
+            steps=STEPS,
+            shrink=SHRINK,
+        )
+    except BaseException as failure:
+        failure.add_note(
+            f"checker seed {SEED} (IDEMCLIENT_CHECKER_SEED={SEED} replays this run); its"
+            f" {profile} histories with clients built by default: python -m"
+            f" tests.checker.deep --profile {profile} --seed {chosen} --batch {BATCH}"
+            f" --steps {STEPS} --no-time-probe"
+        )
+        raise

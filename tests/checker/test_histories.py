@@ -1,5 +1,12 @@
 """Histories the checker found, kept as they shrank: each replays its steps on the
-checker's machine and must end with the invariant holding."""
+checker's machine and must end with the invariant holding.
+
+The machine builds its clients with `time_probe=True` (see `PaymentsMachine.time_probe`):
+the histories of a client clock stepped, or set right, while no client ran are seen by
+the server's `Date` asked before a process's first operation. Clients built by default
+send only the application's requests; those histories are then outside the documented
+assumptions (docs/reliability.md, "The time probe, off by default"), and the ones at the
+end of this file pin both sides of that line."""
 
 from __future__ import annotations
 
@@ -1019,6 +1026,70 @@ def test_stripe_a_paused_caller_s_late_refusal_is_not_told_as_the_success() -> N
     full = frozenset({"begin", "claim", "register"})
     op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=full)
     state.owner_paused_then_taken_over(op=op, pause_at=6, seconds=200.0, taker="issue again")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+# -- clients built by default: no time probe (docs/reliability.md) ----------------------
+#
+# Without the probe, a process's first operation is recorded and sent before any answer
+# told it the server's time, and a resume judges what it did not stamp by this host's
+# clock alone, unless an answer came first. What the store has seen still shows a step
+# back to below its latest written time, at the next start, with nothing sent:
+
+
+def test_by_default_a_clock_set_back_below_the_stores_latest_time_is_seen_at_the_start() -> None:
+    state = PaymentsMachine.for_profile("razorpay", time_probe=False)()
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=INTENT_WRITES)
+    state.issue_again(op=op, kill_at=None, disk_full=OUTCOME_WRITES, other=False)
+    state.time_passes(seconds=DAY)
+    state.server_recovers()
+    state.client_clock_steps_unseen(offset=-2 * DAY)  # below the store's latest time
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+    assert len(state.final_resources(op)) == 1
+
+
+# ...and these, the steps the store's times cannot show, are the assumption the default
+# makes (keep the host's clock on NTP, or build the client with `time_probe=True`): with
+# the probe they pass above (`test_razorpay_a_clock_set_back_while_no_client_ran_is_seen_by_
+# the_servers_date`, `test_paypal_a_clock_stepped_forward_while_no_client_ran_is_held_by_
+# the_servers_date`); without it they pay twice. Strict: a default that came to see them
+# fails here, and the assumption is to be taken out of the docs.
+_OUTSIDE_BY_DEFAULT = pytest.mark.xfail(
+    strict=True,
+    reason="by default no request is sent to learn the server's time before a process's"
+    " first operation: a host clock stepped while no client ran, and not below the"
+    " store's latest time, is not seen (docs/reliability.md)",
+)
+
+
+@_OUTSIDE_BY_DEFAULT
+def test_by_default_a_clock_set_back_days_after_the_last_write_is_not_seen() -> None:
+    state = PaymentsMachine.for_profile("razorpay", time_probe=False)()
+    op = state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=INTENT_WRITES)
+    state.issue_again(op=op, kill_at=None, disk_full=OUTCOME_WRITES, other=False)
+    state.time_passes(seconds=7 * DAY + 1)
+    state.server_recovers()
+    state.client_clock_steps_unseen(offset=-2 * DAY)
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+@_OUTSIDE_BY_DEFAULT
+def test_by_default_a_clock_stepped_forward_while_no_client_ran_ends_the_hold() -> None:
+    state = PaymentsMachine.for_profile("paypal", time_probe=False)()
+    state.server_crashes_after(after="ADMITTED")
+    state.issue_new(way="client", by="operation_id", kill_at=None, disk_full=NOTHING)
+    state.client_clock_steps_unseen(offset=3600.0)
+    state.resume(kill_at=None, disk_full=NOTHING, way="client")
     try:
         state.never_twice_and_agreeing()
     finally:

@@ -255,8 +255,8 @@ def test_a_tls_verification_failure_is_not_retried(client: Client, psp: FakePSP)
     transport.inner = httpx.MockTransport(handler)
     with pytest.raises(NotSent) as caught:
         client.post("/v1/payments", json=PAYMENT)
-    # The time probe (HEAD) failed too, and is not asked again; the payment once.
-    assert [r.method for r in psp.requests] == ["HEAD", "POST"]
+    # The payment once, and nothing else (no time probe by default).
+    assert [r.method for r in psp.requests] == ["POST"]
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
 
 
@@ -577,11 +577,12 @@ def test_an_interrupted_call_leaves_a_truthful_record_and_no_lease(
 
 
 def test_an_interrupt_while_asking_the_time_records_and_sends_nothing(
-    client: Client, psp: FakePSP
+    store_path: Path, clock: ManualClock, psp: FakePSP
 ) -> None:
-    # Cut short during the time probe (the HEAD before a process's first operation):
-    # nothing is recorded (no intent yet), nothing was sent, and the next call asks
-    # again at once (the question was not left out for others to wait on).
+    # Cut short during the time probe (with time_probe=True, the HEAD before a
+    # process's first operation): nothing is recorded (no intent yet), nothing was
+    # sent, and the next call asks again at once (the question was not left out for
+    # others to wait on).
     methods: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -590,15 +591,21 @@ def test_an_interrupt_while_asking_the_time_records_and_sends_nothing(
             raise KeyboardInterrupt
         return psp.handler(request)
 
-    transport = transport_of(client.http)
-    assert isinstance(transport, IdempotentTransport)
-    transport.inner = httpx.MockTransport(handler)
-    with pytest.raises(KeyboardInterrupt):
-        client.post("/v1/payments", json=PAYMENT, operation_id="op")
-    assert client.store.get("op") is None
-    assert methods == ["HEAD"]
-    assert client.post("/v1/payments", json=PAYMENT, operation_id="op").succeeded
-    assert methods == ["HEAD", "HEAD", "POST"]
+    client = Client(
+        store=store_path,
+        clock=clock,
+        transport=httpx.MockTransport(handler),
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer sk_test_secret"},
+        time_probe=True,
+    )
+    with client:
+        with pytest.raises(KeyboardInterrupt):
+            client.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert client.store.get("op") is None
+        assert methods == ["HEAD"]
+        assert client.post("/v1/payments", json=PAYMENT, operation_id="op").succeeded
+        assert methods == ["HEAD", "HEAD", "POST"]
     assert sum(psp.effects.values()) == 1
 
 

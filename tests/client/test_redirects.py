@@ -118,7 +118,7 @@ def test_a_wrapped_client_follows_like_plain_httpx(tmp_path: Path) -> None:
 def test_a_hop_to_another_origin_sends_nothing_there(tmp_path: Path, code: int) -> None:
     psp = Redirecting(code, "https://evil.test/collect")
     with (
-        make(psp, tmp_path, follow_redirects=True) as client,
+        make(psp, tmp_path, follow_redirects=True, time_probe=True) as client,
         pytest.raises(Indeterminate) as raised,
     ):
         client.post("/v1/payments", json=PAYMENT, operation_id="op")

@@ -7,10 +7,13 @@ This host's clock stepped while no client ran leaves nothing in the store that s
 - stepped forward: the in-flight hold looks over while the server still holds the first
   attempt (a server that does not refuse a second request meanwhile pays both).
 
-A process that has heard no `Date` from the server asks for one first (a HEAD), and
-judges by both clocks: in the safe direction, each. Through `Client`, `AsyncClient`,
-`wrap()` and the batch, against the reference server in process (its clock and the
-client's apart on one timeline), and over a loopback socket.
+With `time_probe=True`, a process that has heard no `Date` from the server asks for
+one first (a HEAD), and judges by both clocks: in the safe direction, each. Through
+`Client`, `AsyncClient`, `wrap()` and the batch, against the reference server in
+process (its clock and the client's apart on one timeline), and over a loopback socket.
+By default nothing but the caller's requests is sent: the time is read from the
+answers they get, and a step back below the latest time the store has seen written is
+seen from the store itself (the last tests here).
 """
 
 from __future__ import annotations
@@ -82,7 +85,9 @@ class Shop:
     """One shop's processes (each a fresh client on one store file), and its PSP: the
     reference server, on a clock of its own on the same timeline."""
 
-    def __init__(self, tmp_path: Path, profile: str, *, server_clock: bool = True) -> None:
+    def __init__(
+        self, tmp_path: Path, profile: str, *, server_clock: bool = True, time_probe: bool = True
+    ) -> None:
         self.world = World()
         self.client_clock = Clock(self.world)
         self.server_clock = Clock(self.world)
@@ -92,6 +97,7 @@ class Shop:
         self.path = str(tmp_path / "shop.db")
         self.tmp = tmp_path
         self.server_clock_on = server_clock
+        self.time_probe = server_clock and time_probe
         self.payments = "/v2/checkout/orders" if profile == "paypal" else "/v1/payments"
 
     def options(self) -> dict[str, Any]:
@@ -101,6 +107,7 @@ class Shop:
             "policy": RetryPolicy(max_attempts=1, deadline=60.0),
             "profile": self.profile,
             "server_clock": self.server_clock_on,
+            "time_probe": self.time_probe,
         }
 
     def body(self, reference: str) -> dict[str, Any]:
@@ -350,6 +357,7 @@ def test_the_probe_reads_the_live_server_s_date_over_a_socket(tmp_path: Path) ->
             "store": tmp_path / "s.db",
             "clock": client_clock,
             "policy": RetryPolicy(max_attempts=1),
+            "time_probe": True,
         }
         body = {"amount": 700, "currency": "EUR", "reference": "inv-9"}
         server.drop()  # applied, then the connection is cut: maybe applied
@@ -395,3 +403,65 @@ def test_a_running_client_judges_its_own_stamps_by_its_own_clock(
     again = shop.pay("client", "inv-2")
     assert isinstance(again, ReconcileRequired), again
     assert shop.applied() == 2
+
+
+# By default (no `time_probe`): nothing but the caller's own requests.
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_by_default_a_client_sends_only_the_callers_requests(
+    shops: list[Shop], tmp_path: Path, way: str
+) -> None:
+    shop = _shop(shops, tmp_path, "reference", time_probe=False)
+    outcome = shop.pay(way)
+    assert not isinstance(outcome, IdemError), outcome
+    assert shop.wire.sent == ["POST"]  # no HEAD before the first operation
+    assert shop.applied() == 1
+
+
+def test_by_default_the_servers_time_is_learnt_from_the_answers_and_kept(
+    shops: list[Shop], tmp_path: Path
+) -> None:
+    # A process's first operation is recorded before any answer came: it keeps no
+    # server time. Its later operations keep the server's time from the answers the
+    # earlier ones got (here 40 days ahead of this clock, so the two are told apart).
+    shop = _shop(shops, tmp_path, "reference", time_probe=False)
+    shop.server_clock.offset = 40 * 24 * HOUR
+    with Client(base_url=BASE, transport=shop.wire, auth=_bearer, **shop.options()) as client:
+        client.post(shop.payments, json=shop.body("inv-1"), operation_id="inv-1")
+        client.post(shop.payments, json=shop.body("inv-2"), operation_id="inv-2")
+    assert shop.wire.sent == ["POST", "POST"]
+    with SQLiteStore(shop.path) as store:
+        first, second = (store.get(f"inv-{n}") for n in (1, 2))
+    assert first is not None
+    assert second is not None
+    assert first.server_created_at is None
+    assert second.server_created_at is not None
+    assert abs(second.server_created_at - shop.server_clock.time()) < 5
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_by_default_a_step_back_below_the_stores_latest_write_is_seen_without_asking(
+    shops: list[Shop], tmp_path: Path, way: str
+) -> None:
+    # The first process's attempt is applied and times out; a day later another
+    # process of the shop pays another invoice (the store's latest time now); the host's
+    # clock is then set back ten hours, while no process runs. The next process reads
+    # its clock behind the store's latest time: the step is kept, and the maybe-applied
+    # operation, recorded before it, is of unknown age: looked up, never sent again.
+    shop = _shop(shops, tmp_path, "reference", time_probe=False)
+    _paid_then_timed_out(shop, way)
+    shop.world.advance(30 * HOUR)
+    shop.server.reap()  # the server has let the first key go
+    assert not isinstance(shop.pay("client", "inv-2"), IdemError)
+    shop.client_clock.offset = -10 * HOUR
+    shop.wire.sent.clear()
+    again = shop.pay(way)
+    assert shop.wire.sent == []  # nothing sent: not the operation, not a probe
+    if way == "batch":
+        (row,) = again.rows  # type: ignore[attr-defined]
+        assert row.state == "indeterminate", row
+    else:
+        assert isinstance(again, ReconcileRequired), again
+        assert "clock of this store was seen to go back" in str(again)
+    assert shop.applied() == 2  # inv-1 once, inv-2 once

@@ -132,6 +132,7 @@ def _one_attempt_against(
         "store": tmp_path / "s.db",
         "clock": clock,
         "policy": RetryPolicy(max_attempts=1),
+        "time_probe": True,
     }
 
 
