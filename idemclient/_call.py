@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from . import _server_time
+from . import _time
 from ._answer import AnswerWithoutBody, stored_response
 from ._budget import RetryBudget
 from ._classify import (
@@ -65,21 +65,33 @@ from ._policy import Decision, RetryPolicy, decide, retention_set
 from ._profile import Profile, Resolved, codes_in
 from ._redaction import redact_location, redact_url
 from ._retry_after import parse_retry_after
-from ._server_time import ServerTime, ServerTimes
+from ._server_time import ServerTimes
 from ._states import NEW, Event, after, stop
 from ._store._base import Intent, OperationRecord, Progress
 from ._store._interface import OperationStore
+from ._time import (
+    CLOCK_SKEW,
+    LEASE_MARGIN,
+    ServerTime,
+    ahead,
+    in_flight_until,
+    lease_until,
+    within_retention,
+)
 from .profiles import DEFAULT as DEFAULT_PROFILE
 
 __all__ = [
     "CALL_OPTIONS",
+    "CLOCK_SKEW",
     "CONTINUATION",
+    "LEASE_MARGIN",
     "OUTCOME",
     "Call",
     "CallOptions",
     "Continuation",
     "Settings",
     "fingerprint",
+    "in_flight_until",
     "intent_for",
     "interrupted_before_sending",
     "unsettled_error",
@@ -91,9 +103,6 @@ CALL_OPTIONS = "idemclient.call"
 CONTINUATION = "idemclient.continuation"
 KEY_HEADER = "Idempotency-Key"
 
-#: A lease outlives the call's deadline by this much, so an owner still finishing its
-#: last attempt is never taken over; a dead owner's lease lapses soon after.
-LEASE_MARGIN = 10.0
 #: The longest a time probe (a HEAD, see `Call.probe`) may take: a server answers one at
 #: once, and one that does not must not take the time the operation needs to be sent.
 PROBE_TIMEOUT = 5.0
@@ -655,7 +664,7 @@ class Call:
         # The last attempt may still be reading its answer one read timeout after the
         # deadline (a timeout is per read): the lease covers that too.
         grace = min(self.policy.attempt_timeout, self.policy.deadline)
-        return self.clock.time() + max(0.0, self.remaining()) + grace + LEASE_MARGIN
+        return lease_until(self.clock.time(), remaining=self.remaining(), grace=grace)
 
     def remaining(self) -> float:
         return self.deadline - self.clock.monotonic()
@@ -693,7 +702,7 @@ class Call:
         age_sent = age + max(0.0, at - now)
         # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
         # be that much more than it looks.
-        if age_sent + CLOCK_SKEW <= retention:
+        if within_retention(age_sent, retention):
             return None
         self._reconcile = True
         when = "" if at <= now else f", {max(0.0, age_sent):.0f}s once its wait ends"
@@ -721,7 +730,7 @@ class Call:
         """The operation's age at `now`: by this clock, or by the server's if more (from
         the server's time when it was recorded, where the record keeps it)."""
         server = self.server_time(self.created_at)
-        return _server_time.age(
+        return _time.age(
             self.created_at, now=now, server=server, server_stamped=self.server_created_at
         )
 
@@ -792,7 +801,8 @@ class Call:
         """Before the first attempt: seconds to wait first (0.0 for none), or a stop."""
         now = self.clock.time()
         if self.maybe_applied:
-            age = now - self.created_at  # by this clock: a stamp ahead of it is a step back
+            # By this clock: a stamp ahead of it is a step back.
+            recorded_ahead = ahead(self.created_at, now)
             # Judged at the time it would be sent: after a wait it must keep first (the
             # in-flight hold, a server's not-before), which this call may sleep out.
             late = self.past_retention(
@@ -827,16 +837,16 @@ class Call:
                         " the server still holds its key, is unknown; look it up instead"
                     ),
                 )
-            if age < -CLOCK_SKEW:
+            if recorded_ahead:
                 # Recorded at a time this clock has not reached: the clock went back, or
                 # was fast then. Its real age is unknown, so it may be past retention.
                 self._reconcile = True
                 return Decision(
                     "stop",
                     reason=(
-                        f"maybe applied, and recorded {-age:.0f}s ahead of this clock: its"
-                        " age, and so whether the server still holds its key, is unknown;"
-                        " look it up instead"
+                        f"maybe applied, and recorded {recorded_ahead:.0f}s ahead of this"
+                        " clock: its age, and so whether the server still holds its key, is"
+                        " unknown; look it up instead"
                     ),
                 )
         if self.not_before is not None and self.not_before > now:
@@ -1164,7 +1174,7 @@ class Call:
         # Over only once over by the server's clock too: this clock may have been
         # stepped forward since `since` was stamped, which no record shows.
         server = self.server_time(sent)
-        until = _server_time.held_until(
+        until = _time.held_until(
             until, since=sent, now=now, server=server, server_since=server_since
         )
         if since is not None and until <= now:
@@ -1394,23 +1404,6 @@ class Call:
         )
 
 
-#: How far a record's time may be ahead of this clock before it counts as a clock that
-#: went back (hosts sharing a PostgreSQL store are a little apart).
-CLOCK_SKEW = 300.0
-
-
-def in_flight_until(sent: float, in_flight_for: float) -> float:
-    """Until when an attempt sent at `sent` (a time the store holds) may still be running
-    at the server: `in_flight_for` (the profile's: how long its server may still run a
-    request), plus `CLOCK_SKEW`. The host that stamped `sent` may have been up to that
-    much slow against the clock that reads it (another host of the store, or this one
-    once its clock was set right, forward), and then the send is that much later than
-    it looks. The one rule for every judgement of a stored send: a look-up's "none"
-    believed (`_reconcile.still_in_flight`), the hold of an operation that may have been
-    applied (`Call.hold_in_flight`), a batch row's."""
-    return sent + in_flight_for + CLOCK_SKEW
-
-
 def clock_went_back(store: OperationStore, step: float, *, now: float, seen: str) -> int:
     """Keep, in `store`, that a clock of its users went back `step` seconds to `now`
     (seen as `seen` says): its unfinished operations are of unknown age from now on,
@@ -1444,8 +1437,9 @@ def check_store_clock(store: OperationStore, clock: Clock) -> float:
     or another user's, went back). Returns that latest time (0.0 for a new store)."""
     now = clock.time()
     seen = store.advance_clock(now=now)
-    if seen - now > CLOCK_SKEW:
-        clock_went_back(store, seen - now, now=now, seen="at a start, against the store's times")
+    step = ahead(seen, now)
+    if step:
+        clock_went_back(store, step, now=now, seen="at a start, against the store's times")
     return seen
 
 

@@ -35,9 +35,7 @@ import httpx
 
 from . import _reconcile
 from ._call import (
-    CLOCK_SKEW,
     CONTINUATION,
-    LEASE_MARGIN,
     Call,
     Continuation,
     Settings,
@@ -67,6 +65,7 @@ from ._store import (
     new_owner,
     release_owner,
 )
+from ._time import ahead, lease_until
 
 __all__ = [
     "Body",
@@ -366,8 +365,8 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
         begin = yield from _claim(call, owner)
     record = begin.record
     now = clock.time()
-    ahead = record.created_at - now
-    if ahead > CLOCK_SKEW and not record.state.finished:
+    recorded_ahead = ahead(record.created_at, now)
+    if recorded_ahead and not record.state.finished:
         # Recorded at a time this clock has not reached: a clock (this one now, or its
         # recorder's then) went back. Kept before anything is sent: once true time has
         # caught up, nothing else would show it.
@@ -375,7 +374,7 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
             clock_went_back,
             {
                 "store": settings.store,
-                "step": ahead,
+                "step": recorded_ahead,
                 "now": now,
                 "seen": "on an operation recorded ahead",
             },
@@ -816,7 +815,7 @@ def _settle(
                 "operation_id": continuation.operation_id,
                 "owner": owner,
                 "now": now,
-                "lease_until": now + LEASE_MARGIN,
+                "lease_until": lease_until(now),
             },
         )
         if begin.claim is Claim.BUSY:

@@ -11,9 +11,9 @@ Operations:
   what it came to (`Sent`) without raising for any outcome state; `settle` turns that
   into what `Client.request` returns or raises;
 - `from_record` is the one way to make an `Outcome` from a stored record;
-- `intent_for`, `fingerprint`, `fingerprints`, `same` and `CLOCK_SKEW` are how the
-  transport sees a request and the store's clock, for the batch's plan to see them the
-  same way.
+- `intent_for`, `fingerprint`, `fingerprints`, `same`, `CLOCK_SKEW` and
+  `within_retention` are how the transport sees a request and the store's clock, for
+  the batch's plan to see them the same way.
 
 Steps: a step of a client (an operation sent, a resume, a batch's phases) is a
 generator of effects. `run` does them in the calling thread, `arun` awaiting, with every
@@ -36,7 +36,6 @@ import anyio.to_thread
 import httpx
 
 from ._call import (
-    CLOCK_SKEW,
     KEY_HEADER,
     Settings,
     buffered_body,
@@ -55,6 +54,7 @@ from ._profile import KeySlot, Profile, Resolved
 from ._redaction import looks_secret
 from ._retrofit import transport_of
 from ._store import Intent, OperationRecord
+from ._time import CLOCK_SKEW, within_retention
 from ._transport import AsyncIdempotentTransport, IdempotentTransport, call_extensions, to_thread
 
 __all__ = [
@@ -84,6 +84,7 @@ __all__ = [
     "settings_of",
     "settle",
     "target_url",
+    "within_retention",
 ]
 
 T = TypeVar("T")

@@ -27,7 +27,6 @@ import httpx
 from ._budget import RetryBudget
 from ._call import (
     CALL_OPTIONS,
-    CLOCK_SKEW,
     CallOptions,
     Settings,
     abody_from_chunks,
@@ -60,6 +59,7 @@ from ._profile import Profile
 from ._server_time import ServerTimes
 from ._store import OperationStore
 from ._store._open import open_store
+from ._time import CLOCK_SKEW
 from ._worker import Workers
 from .profiles import DEFAULT, named
 

@@ -98,6 +98,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient.policy",
             "idemclient._clock",
             "idemclient.clock",
+            "idemclient._time",
             "idemclient._server_time",
             "idemclient._hooks",
             "idemclient.hooks",

@@ -14,7 +14,7 @@
 - not found: it becomes `not_sent` and is no longer "maybe applied", so it may be
   sent again with its key; unless an attempt that may have been applied was sent
   less than the server profile's `in_flight_for` ago (`last_sent`), plus the clock skew
-  allowed between the store's hosts (`_call.in_flight_until`: a send stamped by a slow
+  allowed between the store's hosts (`_time.in_flight_until`: a send stamped by a slow
   host is later than it looks): the server may still be running it (a request it
   admitted and had not begun, a crash its recovery finishes), so nothing found yet is
   not "never applied", and it stays unsettled (`too_early`);
@@ -32,11 +32,9 @@ from dataclasses import dataclass
 import httpx
 
 from .._answer import stored_response
-from .._call import CLOCK_SKEW, LEASE_MARGIN, in_flight_until
 from .._clock import Clock
 from .._errors import Indeterminate
 from .._outcome import Outcome, State, from_record
-from .._server_time import DATE_RESOLUTION, ServerTime, held_until, over_by_server, parse_date
 from .._store._base import (
     Claim,
     OperationRecord,
@@ -46,6 +44,7 @@ from .._store._base import (
 )
 from .._store._interface import SendingStore
 from .._store._owners import new_owner, release_owner
+from .._time import CLOCK_SKEW, lease_until, look_up_none_until, parse_date
 from .judgement import Verdict
 
 __all__ = [
@@ -91,7 +90,7 @@ def take(store: SendingStore, clock: Clock, operation_id: str) -> Taken | Outcom
         # no send, so it neither makes the operation maybe applied nor moves its send
         # time, which would put off the next look-up's verdict by in_flight_for.
         begin = store.claim(
-            operation_id, owner=owner, now=now, lease_until=now + LEASE_MARGIN, look_up=True
+            operation_id, owner=owner, now=now, lease_until=lease_until(now), look_up=True
         )
     except BaseException:
         release_owner(owner)
@@ -167,7 +166,7 @@ def still_in_flight(
     """When a look-up that finds nothing will say "never applied": None if it says so
     now, else the time from which it will (the last attempt that may have been
     applied, plus the profile's `in_flight_for` and the hosts' clock skew:
-    `in_flight_until`). `asked_at`: when the look-up was asked, if before `now` (its
+    `_time.in_flight_until`). `asked_at`: when the look-up was asked, if before `now` (its
     "none" is as old as its question: an answer given within the window says nothing
     of a send the server ran after it, whenever it is read). `server_at`: the server's
     time when it answered (its `Date`), if it said: the window must be over by that
@@ -183,15 +182,14 @@ def still_in_flight(
     # The server's time at that send, where the record keeps it (not for a send an
     # owner in flight may have made since, which no one stamped).
     server_sent = record.server_sent_at if sent == record.sent_at else None
-    until = in_flight_until(sent, in_flight_for)
-    asked = now if asked_at is None else min(now, asked_at)
-    if asked >= until and over_by_server(
-        until, since=sent, server_at=server_at, server_since=server_sent
-    ):
-        return None
-    server = None if server_at is None else ServerTime(server_at, server_at + DATE_RESOLUTION)
-    # The server's time is its answer's, as close to the question as this clock knows.
-    return held_until(until, since=sent, now=asked, server=server, server_since=server_sent)
+    return look_up_none_until(
+        sent,
+        in_flight_for=in_flight_for,
+        now=now,
+        asked_at=asked_at,
+        server_at=server_at,
+        server_sent=server_sent,
+    )
 
 
 def answered_at(response: httpx.Response | None) -> float | None:

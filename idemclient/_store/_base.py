@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import dataclass
 
 from .._outcome import State
+from .._time import lease_holds
 from ._owners import owner_is_dead
 
 __all__ = [
@@ -214,12 +215,9 @@ def holder_is_live(record: OperationRecord, *, now: float) -> bool:
     """An owner holds `record`'s lease, within it, and may still be alive: its lease is
     respected (not taken over)."""
     holder = record.lease_owner
-    return (
-        holder is not None
-        and record.lease_expires is not None
-        and record.lease_expires > now
-        and not owner_is_dead(holder)
-    )
+    if holder is None or not lease_holds(record.lease_expires, now):
+        return False
+    return not owner_is_dead(holder)
 
 
 def owner_sent_until(record: OperationRecord, *, now: float) -> float | None:

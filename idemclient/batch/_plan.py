@@ -26,7 +26,7 @@ applied (a lost answer, a sender that died mid-attempt: the server may have forg
 the key sooner than --key-retention says), or whose record is old.
 
 "Old" is a record older than the server's key retention, counting the clock skew the
-client allows between hosts (`_call.CLOCK_SKEW`: a record's age may be that much more
+client allows between hosts (`_time.CLOCK_SKEW`: a record's age may be that much more
 than it looks), or of unknown age (created in the future by the clock's reckoning). A
 row recorded by an earlier version (its key from the batch reference and the value
 date) is found by its reference: in no scope, the one record with that reference is
@@ -215,9 +215,10 @@ def past_retention(
     record: OperationRecord, *, now: float, retention: float, server_now: float | None = None
 ) -> bool:
     """Older than the server's key retention, or of unknown age: a record's age may be
-    up to `CLOCK_SKEW` more than it looks (the host that recorded it was fast), and a
-    record dated after `now` (the clock went back, or another host's is ahead) may be
-    any age, and so may one a clock was seen to go back while it was unfinished
+    up to `CLOCK_SKEW` more than it looks (the host that recorded it was fast: the rule
+    of `_time.within_retention`), and a record dated after `now` (the clock went back,
+    or another host's is ahead) may be any age, and so may one a clock was seen to go
+    back while it was unfinished
     (`clock_stepped`): it may have been recorded by that clock running fast.
     `server_now`: the server's time now (by its `Date`), if known: the age is the older
     of the two (this clock may have been set back while no client ran), measured from

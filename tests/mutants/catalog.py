@@ -37,6 +37,7 @@ class Mutant:
 
 CLASSIFY = "idemclient/_classify.py"
 CALL = "idemclient/_call.py"
+TIME = "idemclient/_time.py"
 HISTORIES = "tests/checker/test_histories.py"
 BOUNDARIES = "tests/integration/test_time_boundaries.py"
 LOST_THEN_DOWN = HISTORIES + "::test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent"
@@ -176,9 +177,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "live-lease-taken-over-early",
         "lease takeover",
         "another process's lease is taken over two seconds before it ends: two senders",
-        "idemclient/_store/_base.py",
-        "        and record.lease_expires > now\n",
-        "        and record.lease_expires > now + 2.0\n",
+        "idemclient/_time.py",
+        "    return expires is not None and expires > now\n",
+        "    return expires is not None and expires > now + 2.0\n",
         (BOUNDARIES + "::test_lease_expiry[before-host ahead]",),
     ),
     Mutant(
@@ -187,8 +188,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the lease of a process that has exited is waited on until it ends, as if alive:"
         " a restart waits out the dead owner's whole deadline before it sends",
         "idemclient/_store/_base.py",
-        "        and not owner_is_dead(holder)\n",
-        "\n",
+        "    return not owner_is_dead(holder)\n",
+        "    return True\n",
         ("tests/client/test_ownership.py",),
     ),
     Mutant(
@@ -227,7 +228,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the hold",
         "the in-flight hold (and a look-up's window) leaves out the hosts' clock skew:"
         " five minutes short",
-        CALL,
+        TIME,
         "    return sent + in_flight_for + CLOCK_SKEW",
         "    return sent + in_flight_for",
         (BOUNDARIES + "::test_in_flight_hold[before-host behind-paypal]",),
@@ -237,7 +238,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the hold",
         "the in-flight hold is judged by this host's clock alone, not the server's Date"
         " too: a clock stepped forward while no client ran ends it early, paid twice",
-        "idemclient/_server_time.py",
+        TIME,
         "    if server is None:\n        return until\n    held = until\n",
         "    if True:\n        return until\n    held = until\n",
         (
@@ -252,9 +253,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "the key retention's margin for the clock skew has its sign flipped (age - skew):"
         " a maybe-applied payment re-issued within five minutes of the retention's end is"
         " sent to a server that may have forgotten its key",
-        CALL,
-        "        if age_sent + CLOCK_SKEW <= retention:",
-        "        if age_sent - CLOCK_SKEW <= retention:",
+        TIME,
+        "    return age + CLOCK_SKEW <= retention",
+        "    return age - CLOCK_SKEW <= retention",
         (BOUNDARIES + "::test_key_retention[after-host ahead]",),
     ),
     Mutant(
@@ -273,7 +274,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "an operation's age is read on this host's clock alone: a clock set back while no"
         " client ran makes a day-old payment look young, and it is sent after its key is"
         " gone",
-        "idemclient/_server_time.py",
+        TIME,
         "    local = now - stamped\n    if server is None:\n        return local",
         "    local = now - stamped\n    if True:\n        return local",
         (
@@ -286,9 +287,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "retention margin",
         "a clock that went back is noticed only past twice the allowed skew: a step of"
         " six minutes to ten leaves the store's maybe-applied payments of a wrong age",
-        CALL,
-        "    if seen - now > CLOCK_SKEW:",
-        "    if seen - now > 2 * CLOCK_SKEW:",
+        TIME,
+        "    return step if step > CLOCK_SKEW else 0.0",
+        "    return step if step > 2 * CLOCK_SKEW else 0.0",
         (BOUNDARIES + "::test_clock_step_allowance[after-at a start]",),
     ),
     Mutant(
@@ -307,7 +308,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "look-up judgement",
         "a look-up that finds nothing right after a send says 'never applied', while the"
         " server may still run the request: settled not sent, paid by the server later",
-        "idemclient/_reconcile/settling.py",
+        TIME,
         "    if asked >= until and over_by_server(",
         "    if True or asked >= until and over_by_server(",
         (
