@@ -467,14 +467,13 @@ def _ask_the_time(call: Call) -> Generator[Effect, Any, None]:
     """With `time_probe` (off by default: the time is then learnt from the answers to
     the caller's own requests only), ask the operation's server its time (its `Date`)
     before this client first records or sends an operation there, unless an answer
-    from it told it already: the
-    record keeps the server's time beside its own stamps, and an operation recorded
-    before (which may have been applied) is judged by the server's clock as well as this
-    one, which may have been stepped while no client ran, or may be wrong now. One HEAD
-    per origin at a time (others wait for its answer, within the probe's time), no
-    retry; one that fails is not sent again for `ASK_AGAIN_AFTER`; without an answer,
-    or an answer without a `Date`, operations are judged by this clock alone, as
-    without the probe."""
+    from it told it already: the record keeps the server's time beside its own stamps,
+    and an operation recorded before (which may have been applied) is judged by the
+    server's clock as well as this one, which may have been stepped while no client
+    ran, or may be wrong now. One HEAD per origin at a time (others wait for its answer,
+    within the probe's time), no retry; one that fails is not sent again for
+    `ASK_AGAIN_AFTER`; without an answer, or an answer without a `Date`, operations are
+    judged by this clock alone, as without the probe."""
     times = call.settings.server_times
     if times is None or not call.settings.time_probe:
         return

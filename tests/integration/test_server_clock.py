@@ -465,3 +465,11 @@ def test_by_default_a_step_back_below_the_stores_latest_write_is_seen_without_as
         assert isinstance(again, ReconcileRequired), again
         assert "clock of this store was seen to go back" in str(again)
     assert shop.applied() == 2  # inv-1 once, inv-2 once
+
+
+def test_a_time_probe_without_the_server_clock_is_refused(tmp_path: Path) -> None:
+    # The probe asks the time for the server-clock judgement: with that turned off it
+    # would be a request whose answer nothing reads. Refused before anything is opened.
+    with pytest.raises(ValueError, match=r"time_probe=True .* server_clock=False"):
+        Client(store=tmp_path / "s.db", server_clock=False, time_probe=True)
+    assert not (tmp_path / "s.db").exists()
