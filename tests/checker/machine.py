@@ -73,7 +73,11 @@ The assumptions it rests on (no generated history leaves them):
   time) may be stepped wrong, back or forward to any of `WRONG_CLIENT_OFFSETS`, while
   no client runs and keys may be in flight, under every profile
   (`client_clock_steps_unseen`): what it stamped while right is judged by the server's
-  `Date` too, which a client asks before sending a maybe-applied operation again.
+  `Date` too, which a client asks before sending a maybe-applied operation again (the
+  machine's clients are built with `time_probe=True`; on a machine whose clients are
+  built by default, `for_profile(name, time_probe=False)`, unseen steps are not drawn:
+  by default no request is made to learn the time, and such a step is outside, see
+  docs/reliability.md).
   Unseen steps are drawn only from a right clock: a clock made wrong is set right
   again by `client_clock_jumps` (back: run across; forward, from slow: as below). A
   clock fast then set right while no client ran leaves the record's own stamp wrong,
