@@ -18,6 +18,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, Generic, TypeVar, cast
 
@@ -349,11 +350,14 @@ async def to_thread(call: Callable[[], T]) -> T:
     comes before the thread has started it means it never runs. Under asyncio, in
     `_worker.Workers`' threads (a quarter of the cost of anyio's)."""
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         pass  # another event loop (trio): anyio's threads
     else:
-        return await _WORKERS.run(call)
+        workers = _WORKERS.get(loop)
+        if workers is None:
+            workers = _WORKERS.setdefault(loop, Workers())
+        return await workers.run(call)
     lock = threading.Lock()
     started = False
     abandoned = False
@@ -382,8 +386,12 @@ async def to_thread(call: Callable[[], T]) -> T:
         raise
 
 
-#: The threads every async client's store calls run in, under asyncio.
-_WORKERS = Workers()
+#: The threads the async clients' store calls run in, one set per asyncio event loop
+#: (as anyio's are): a call left waiting in a thread of a loop that is gone never holds
+#: up another loop's.
+_WORKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Workers] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class _Abandoned(Exception):

@@ -4,8 +4,9 @@
 `loop.call_soon_threadsafe` cost (benchmarks/instructions.py measures the async
 client): a capacity limiter, a task group and a checkpoint per call. The async client
 makes two such calls per operation (the intent before the send, the answer after), so
-under asyncio they go to `Workers`: a `SimpleQueue` read by up to `max_threads`
-threads, started as calls come and ended after `idle` seconds with nothing to do. Under
+under asyncio they go to `Workers` (one set per event loop): a `SimpleQueue` read by
+up to `max_threads` threads (40, as anyio's limit), started as calls come and ended
+after `idle` seconds with nothing to do. Under
 another event loop (trio), `to_thread` is anyio's.
 
 The promise is the one `_transport.to_thread` keeps: a call that has started runs to
@@ -84,7 +85,7 @@ def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
 class Workers:
     """Threads that run blocking calls for event loops (see the module docstring)."""
 
-    def __init__(self, max_threads: int = 8, idle: float = 10.0) -> None:
+    def __init__(self, max_threads: int = 40, idle: float = 10.0) -> None:
         self._max = max_threads
         self._idle = idle
         self._start_afresh()

@@ -92,3 +92,38 @@ def test_idle_threads_end_and_new_calls_start_them_again() -> None:
         assert await workers.run(lambda: "again") == "again"
 
     asyncio.run(main())
+
+
+def test_calls_left_waiting_in_one_event_loop_hold_up_no_other() -> None:
+    # Every thread of one loop's set held (a store call waiting on a lock, a loop gone):
+    # another loop's calls run in threads of their own, as anyio's do.
+    from idemclient._transport import to_thread
+
+    release = threading.Event()
+    held = threading.Event()
+    started: list[int] = []
+
+    def wait() -> None:
+        started.append(1)
+        if len(started) == 40:
+            held.set()
+        assert release.wait(BOUND)
+
+    def hold_every_thread() -> None:
+        async def main() -> None:
+            await asyncio.gather(*(to_thread(wait) for _ in range(40)))
+
+        asyncio.run(main())
+
+    other = threading.Thread(target=hold_every_thread, daemon=True)
+    other.start()
+    try:
+        assert held.wait(BOUND)
+
+        async def elsewhere() -> int:
+            return await asyncio.wait_for(to_thread(lambda: 7), BOUND / 2)
+
+        assert asyncio.run(elsewhere()) == 7
+    finally:
+        release.set()
+        other.join(BOUND)
