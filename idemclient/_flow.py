@@ -25,10 +25,8 @@ What one operation request goes through (`operation`):
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
-from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
 from typing import Any
 
 import httpx
@@ -46,6 +44,18 @@ from ._call import (
     keep_step,
     origin_of,
     unsettled_error,
+)
+from ._effects import (
+    Blocking,
+    Body,
+    Close,
+    Effect,
+    Read,
+    Send,
+    Shield,
+    Sleep,
+    Turn,
+    blocking,
 )
 from ._errors import OperationMismatch, StoreError
 from ._exchange import current, handed_back, route
@@ -68,19 +78,7 @@ from ._store import (
 from ._time import ahead, lease_until
 
 __all__ = [
-    "Body",
-    "Close",
-    "Effect",
     "Flow",
-    "Read",
-    "Send",
-    "Shield",
-    "Sleep",
-    "StoreCall",
-    "Turn",
-    "adrive",
-    "advance",
-    "drive",
     "follow",
     "give_back",
     "handle",
@@ -89,128 +87,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class StoreCall:
-    """Call a store method (async: in a worker thread, so an fsync never blocks)."""
-
-    fn: Callable[..., Any]
-    kwargs: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send one attempt through the inner transport; the result is its response."""
-
-    request: httpx.Request
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """Read a response's body."""
-
-    response: httpx.Response
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Close a response that will not be read (frees its connection)."""
-
-    response: httpx.Response
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """Take `lock` (one origin's turn to be asked its time), waiting at most `limit`
-    seconds of real time (not the client's clock, which other waiters' sleeps would
-    move); the result says whether it was taken. Released by the flow."""
-
-    lock: threading.Lock
-    limit: float
-
-
-@dataclass(frozen=True, slots=True)
-class Body:
-    """Read a request's streamed body, at most `limit` bytes, so that every attempt can
-    send it again; the result is the body."""
-
-    request: httpx.Request
-    limit: int
-
-
-@dataclass(frozen=True, slots=True)
-class Shield:
-    """Do `effect` even while being cancelled: the last record of an interrupted call."""
-
-    effect: StoreCall
-
-
-Effect = StoreCall | Send | Read | Close | Sleep | Shield | Body | Turn
 Flow = Generator[Effect, Any, httpx.Response]
-
-
-def advance(
-    flow: Generator[Any, Any, Any], result: Any, error: BaseException | None
-) -> tuple[bool, Any]:
-    """Send `result` (or throw `error`) into `flow`: (True, what it returned) when it
-    is done, else (False, the next effect it asks for)."""
-    try:
-        effect = flow.send(result) if error is None else flow.throw(error)
-    except StopIteration as done:
-        return True, done.value
-    return False, effect
-
-
-def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:
-    """Do each effect `flow` asks for with `do`, in this thread, until it returns; what
-    `do` raises is thrown into the flow, which decides. So is anything raised here
-    between two effects (a Ctrl-C landing in this loop): the flow, not this loop, leaves
-    the record that says where the operation stands."""
-    # `advance` and a helper per effect, inlined: this loop turns a few times for
-    # every request.
-    send, throw = flow.send, flow.throw
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            while True:  # inside the handler: a Ctrl-C at its turn is thrown in too
-                # Thrown in outside any handler, so that what the flow raises is not
-                # chained to it unless the flow chains it.
-                effect = send(result) if error is None else throw(error)
-                error = None
-                result = do(effect)
-        except BaseException as exc:
-            # Raised by `do`, or here between two effects: the flow (suspended) decides.
-            if getattr(flow, "gi_frame", None) is not None:
-                result, error = None, exc
-                continue
-            if isinstance(exc, StopIteration):
-                return exc.value
-            raise  # the flow's own end
-
-
-async def adrive(flow: Generator[Any, Any, Any], do: Callable[[Any], Awaitable[Any]]) -> Any:
-    """`drive`, awaiting each effect."""
-    send, throw = flow.send, flow.throw
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            while True:
-                effect = send(result) if error is None else throw(error)
-                error = None
-                result = await do(effect)
-        except BaseException as exc:
-            if getattr(flow, "gi_frame", None) is not None:
-                result, error = None, exc
-                continue
-            if isinstance(exc, StopIteration):
-                return exc.value
-            raise
 
 
 def handle(settings: Settings, request: httpx.Request) -> Flow:
@@ -342,18 +219,14 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
     settings, clock = call.settings, call.clock
     step = settings.step_back()
     if step:
-        yield StoreCall(
-            keep_step, {"settings": settings, "step": step, "seen": "by a running client"}
-        )
+        yield blocking(keep_step, settings=settings, step=step, seen="by a running client")
     if call.intent is not None:
-        begin: Begin = yield StoreCall(
+        begin: Begin = yield blocking(
             settings.store.begin,
-            {
-                "intent": call.stamped_intent(),
-                "owner": owner,
-                "now": clock.time(),
-                "lease_until": call.lease_until(),
-            },
+            intent=call.stamped_intent(),
+            owner=owner,
+            now=clock.time(),
+            lease_until=call.lease_until(),
         )
     else:
         begin = yield from _claim(call, owner)
@@ -370,14 +243,12 @@ def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
         # Recorded at a time this clock has not reached: a clock (this one now, or its
         # recorder's then) went back. Kept before anything is sent: once true time has
         # caught up, nothing else would show it.
-        yield StoreCall(
+        yield blocking(
             clock_went_back,
-            {
-                "store": settings.store,
-                "step": recorded_ahead,
-                "now": now,
-                "seen": "on an operation recorded ahead",
-            },
+            store=settings.store,
+            step=recorded_ahead,
+            now=now,
+            seen="on an operation recorded ahead",
         )
     return begin
 
@@ -398,8 +269,8 @@ def _await_holder(call: Call, owner: str) -> Flow:
     )
     while (wait := call.busy_wait()) is not None:
         yield Sleep(wait)
-        record: OperationRecord | None = yield StoreCall(
-            call.settings.store.get, {"operation_id": call.operation_id}
+        record: OperationRecord | None = yield blocking(
+            call.settings.store.get, operation_id=call.operation_id
         )
         if record is not None and record.state.finished:
             return call.stored_answer(record)
@@ -514,20 +385,20 @@ def _failed_after(continuation: Continuation, error: StoreError) -> Exception:
 
 def _claim(call: Call, owner: str) -> Generator[Effect, Any, Any]:
     return (
-        yield StoreCall(
+        yield blocking(
             call.settings.store.claim,
-            {
-                "operation_id": call.operation_id,
-                "owner": owner,
-                "now": call.clock.time(),
-                "lease_until": call.lease_until(),
-                "server_time": call.server_now(),
-            },
+            operation_id=call.operation_id,
+            owner=owner,
+            now=call.clock.time(),
+            lease_until=call.lease_until(),
+            server_time=call.server_now(),
         )
     )
 
 
-def _finish_unsettled(call: Call, owner: str, answer: httpx.Response | None = None) -> StoreCall:
+def _finish_unsettled(
+    call: Call, owner: str, answer: httpx.Response | None = None
+) -> Blocking[OperationRecord]:
     """The write that leaves the operation unsettled; `answer`: one it keeps (see
     `Call.keeps_answer`)."""
     arguments: dict[str, Any] = {
@@ -543,24 +414,22 @@ def _finish_unsettled(call: Call, owner: str, answer: httpx.Response | None = No
         # a throttle, a 401), the kept answer is no longer the last thing the server
         # said, so it can no longer be taken for the refusal of this request.
         arguments["drop_answer"] = True
-    return StoreCall(call.settings.store.finish, arguments)
+    return Blocking(call.settings.store.finish, kwargs=arguments)
 
 
-def _give_back(call: Call, owner: str, error: BaseException) -> StoreCall:
+def _give_back(call: Call, owner: str, error: BaseException) -> Blocking[OperationRecord | None]:
     """The write that gives back a lease `owner` may have taken (its call cut short by
     `error` while the store admitted it, before it sent anything): the operation keeps
     its attempts and what it knew, and is unsettled again, `not_sent` unless it may have
     been applied before. Nothing is written unless `owner` holds the lease: the store's
     admission may never have run, or run for another owner's benefit."""
-    return StoreCall(
+    return blocking(
         give_back,
-        {
-            "store": call.settings.store,
-            "operation_id": call.operation_id,
-            "owner": owner,
-            "now": call.clock.time(),
-            "error": error,
-        },
+        store=call.settings.store,
+        operation_id=call.operation_id,
+        owner=owner,
+        now=call.clock.time(),
+        error=error,
     )
 
 
@@ -631,14 +500,12 @@ def _attempts(call: Call, owner: str) -> Flow:
             return (yield from _stop(call, owner, decision, answer))
         call.move(Event.ATTEMPTED)
         try:
-            kept = yield StoreCall(
+            kept = yield blocking(
                 call.settings.store.record_attempt,
-                {
-                    "operation_id": call.operation_id,
-                    "owner": owner,
-                    "progress": call.progress(),
-                    "lease_until": call.lease_until(),
-                },
+                operation_id=call.operation_id,
+                owner=owner,
+                progress=call.progress(),
+                lease_until=call.lease_until(),
             )
         except StoreError as exc:
             call.settled = True
@@ -649,7 +516,7 @@ def _attempts(call: Call, owner: str) -> Flow:
 
 
 def _write(
-    call: Call, effect: StoreCall, response: httpx.Response | None
+    call: Call, effect: Blocking[OperationRecord], response: httpx.Response | None
 ) -> Generator[Effect, Any, OperationRecord]:
     """A store write after an attempt was made; its failure is the operation's news."""
     try:
@@ -663,16 +530,14 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
     stored = _stored(response)
     record = yield from _write(
         call,
-        StoreCall(
+        blocking(
             call.settings.store.finish,
-            {
-                "operation_id": call.operation_id,
-                "owner": owner,
-                "state": call.move(final_answer(state)),
-                "progress": call.progress(settling=True),
-                "response": stored,
-                "known": call.record,
-            },
+            operation_id=call.operation_id,
+            owner=owner,
+            state=call.move(final_answer(state)),
+            progress=call.progress(settling=True),
+            response=stored,
+            known=call.record,
         ),
         response,
     )
@@ -808,14 +673,12 @@ def _settle(
     owner = new_owner()
     try:
         now = clock.time()
-        begin = yield StoreCall(
+        begin = yield blocking(
             store.claim,
-            {
-                "operation_id": continuation.operation_id,
-                "owner": owner,
-                "now": now,
-                "lease_until": lease_until(now),
-            },
+            operation_id=continuation.operation_id,
+            owner=owner,
+            now=now,
+            lease_until=lease_until(now),
         )
         if begin.claim is Claim.BUSY:
             return None
@@ -823,23 +686,19 @@ def _settle(
         if begin.claim is not Claim.FINISHED:
             found = Event.FOUND_DECLINED if verdict.state is State.FAILED else Event.FOUND_APPLIED
             after(record.state, found)  # the table allows it, or it is a bug
-            record = yield StoreCall(
+            record = yield blocking(
                 store.settle,
-                {
-                    "operation_id": continuation.operation_id,
-                    "owner": owner,
-                    "applied": True,
-                    "state": verdict.state,
-                    "evidence": (
-                        f"HTTP 303 See Other, then GET {redact_url(request.url)}: {verdict.why}"
-                    ),
-                    "now": clock.time(),
-                    "response": StoredResponse.of(
-                        response.status_code,
-                        tuple(response.headers.multi_items()),
-                        response.content,
-                    ),
-                },
+                operation_id=continuation.operation_id,
+                owner=owner,
+                applied=True,
+                state=verdict.state,
+                evidence=(f"HTTP 303 See Other, then GET {redact_url(request.url)}: {verdict.why}"),
+                now=clock.time(),
+                response=StoredResponse.of(
+                    response.status_code,
+                    tuple(response.headers.multi_items()),
+                    response.content,
+                ),
             )
     finally:
         release_owner(owner)

@@ -28,8 +28,8 @@ import functools
 import itertools
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -43,10 +43,9 @@ from ._call import (
     intent_for,
     unsettled_error,
 )
-from ._clock import Clock
+from ._effects import Blocking, Close, Each, Effect, Feed, Http, Pause, Sleep, adrive, drive
 from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, RequestNotReplayable
 from ._fingerprint import Fingerprints, fingerprint, fingerprints, same
-from ._flow import Close, adrive, drive
 from ._hooks import Hooks
 from ._keys import key_from_identity, new_key, one_key, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
@@ -93,54 +92,6 @@ T = TypeVar("T")
 # -- effects, and the two drivers that do them ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Blocking:
-    """Call `fn` (the store, or anything else that blocks): async, in a worker thread."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Http:
-    """Call the httpx client's method `name` (`send`, `request`, `get`): awaited in async."""
-
-    name: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    clock: Clock
-    seconds: float
-
-
-class Feed(Protocol):
-    """Jobs made a chunk at a time, when the last is taken: a million rows are never
-    all in memory. `next_chunk` may block (it reads the store): async, it is called in
-    a worker thread."""
-
-    def next_chunk(self) -> list[Any]:
-        """The next jobs; an empty list when there are no more."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Each:
-    """Run the step `work(job)` for every job, `count` at a time (threads, or tasks),
-    until done, or `stop` is set, or `also_stop()` is true; the first error is raised.
-    `jobs`: a sequence, or a `Feed` that makes them a chunk at a time."""
-
-    jobs: Sequence[Any] | Feed
-    work: Callable[[Any], Op[None]]
-    count: int
-    stop: threading.Event
-    also_stop: Callable[[], bool] = lambda: False
-
-
-Effect = Blocking | Http | Close | Pause | Each
 Op = Generator[Effect, Any, T]
 
 
@@ -157,8 +108,10 @@ def _do(effect: Effect, client: httpx.Client) -> Any:
         return getattr(client, effect.name)(*effect.args, **effect.kwargs)
     if isinstance(effect, Close):
         return effect.response.close()
-    if isinstance(effect, Pause):
+    if isinstance(effect, Sleep) and effect.clock is not None:
         return effect.clock.sleep(effect.seconds)
+    if not isinstance(effect, Each):
+        raise TypeError(f"not an effect of a client's step: {effect!r}")
     work = effect.work
     return pool(effect.count, effect.jobs, lambda job: run(work(job), client), effect)
 
@@ -176,8 +129,10 @@ async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:
         return await getattr(client, effect.name)(*effect.args, **effect.kwargs)
     if isinstance(effect, Close):
         return await effect.response.aclose()
-    if isinstance(effect, Pause):
+    if isinstance(effect, Sleep) and effect.clock is not None:
         return await effect.clock.asleep(effect.seconds)
+    if not isinstance(effect, Each):
+        raise TypeError(f"not an effect of a client's step: {effect!r}")
     source = effect.jobs
     if isinstance(source, Sequence):
         jobs: Iterator[Any] = iter(source)

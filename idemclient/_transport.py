@@ -38,8 +38,8 @@ from ._call import (
 from ._clock import Clock, StepWatch, SystemClock
 from ._db import is_postgres_url
 from ._deferred import DeferredStore
-from ._errors import StoreError
-from ._flow import (
+from ._effects import (
+    Blocking,
     Body,
     Close,
     Effect,
@@ -47,12 +47,12 @@ from ._flow import (
     Send,
     Shield,
     Sleep,
-    StoreCall,
     Turn,
     adrive,
     drive,
-    handle,
 )
+from ._errors import StoreError
+from ._flow import handle
 from ._hooks import Hooks, StoreEvent, log_fields, logger
 from ._hosts import ByHost
 from ._policy import RetryPolicy
@@ -212,7 +212,7 @@ def _settings(
 
 
 @contextlib.contextmanager
-def _timed(hooks: Hooks, effect: StoreCall) -> Iterator[None]:
+def _timed(hooks: Hooks, effect: Blocking[Any]) -> Iterator[None]:
     """Tell `hooks` how long a store call took (a client's `on_store`)."""
     started = time.perf_counter()
     failed = True
@@ -260,11 +260,11 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
     def _do(self, effect: Effect) -> Any:
         if isinstance(effect, Shield):
             effect = effect.effect
-        if isinstance(effect, StoreCall):
+        if isinstance(effect, Blocking):
             if self.settings.hooks.on_store is None:
-                return effect.fn(**effect.kwargs)
+                return effect.fn(*effect.args, **effect.kwargs)
             with _timed(self.settings.hooks, effect):
-                return effect.fn(**effect.kwargs)
+                return effect.fn(*effect.args, **effect.kwargs)
         if isinstance(effect, Send):
             return self.inner.handle_request(effect.request)
         if isinstance(effect, Read):
@@ -278,7 +278,9 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
             if not isinstance(stream, httpx.SyncByteStream):
                 raise TypeError("a sync transport needs a request with a sync body")
             return body_from_chunks(stream, effect.limit)
-        return self.settings.clock.sleep(effect.seconds)
+        if isinstance(effect, Sleep):
+            return (effect.clock or self.settings.clock).sleep(effect.seconds)
+        raise TypeError(f"not an effect of a request's flow: {effect!r}")
 
     def close(self) -> None:
         self.inner.close()
@@ -309,8 +311,8 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
         return await self._do(effect)
 
     async def _do(self, effect: Effect) -> Any:
-        if isinstance(effect, StoreCall):
-            call = functools.partial(effect.fn, **effect.kwargs)
+        if isinstance(effect, Blocking):
+            call = functools.partial(effect.fn, *effect.args, **effect.kwargs)
             if self.settings.hooks.on_store is None:
                 return await to_thread(call)
             with _timed(self.settings.hooks, effect):
@@ -322,7 +324,7 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
         if isinstance(effect, Close):
             return await effect.response.aclose()
         if isinstance(effect, Sleep):
-            return await self.settings.clock.asleep(effect.seconds)
+            return await (effect.clock or self.settings.clock).asleep(effect.seconds)
         if isinstance(effect, Turn):
             return await _take_turn(effect)
         if isinstance(effect, Body):

@@ -140,6 +140,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._retrofit",
             "idemclient._reissue",
             "idemclient._exchange",
+            "idemclient._effects",
             "idemclient._flow",
             "idemclient._deferred",
             "idemclient._worker",
