@@ -90,6 +90,7 @@ def child(csv_path: str, url: str, store_path: str) -> dict[str, Any]:
         run.plan()
         run.record()
         register_s = time.perf_counter() - before
+        run.close()
         client.store.close()
         # Kept, this run's rows would still be held while the submission below runs,
         # and counted in its peak: a user runs one or the other.

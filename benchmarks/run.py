@@ -45,7 +45,7 @@ from idemclient.store import SQLiteStore
 from idemclient.testing import spawn
 from tests.support.pgcluster import Cluster
 
-from . import batch_bench, client_cpu, contenders, server_bench, startup, store_bench
+from . import batch_bench, batch_memory, client_cpu, contenders, server_bench, startup, store_bench
 
 NOOP = "/_sandbox/noop"
 PAYMENTS = "/v1/payments"
@@ -58,6 +58,8 @@ class Sizes:
         self.seq_rounds = 2 if quick else 5
         self.conc_seconds = 0.5 if quick else 4.0
         self.batch_rows = (200, 1000) if quick else (10_000, 100_000)
+        # A million rows: `python -m benchmarks.batch_memory 1000000` (half an hour).
+        self.batch_memory_rows = (200, 1000) if quick else (10_000, 100_000)
         self.store_finished = 10_000 if quick else 1_000_000
         self.server_seconds = 1 if quick else 5
 
@@ -328,6 +330,14 @@ def main() -> int:
             if wanted("batch"):
                 report["batch"] = batch_bench.run(url, work / "batch", sizes.batch_rows)
                 print_table("batches", report["batch"], batch_bench.COLUMNS)
+                report["batch_memory"] = batch_memory.run(
+                    url, work / "batch-memory", sizes.batch_memory_rows
+                )
+                print_table(
+                    "the batch command's peak RSS (MB) and wall time (s), in a process of its own",
+                    report["batch_memory"],
+                    batch_memory.COLUMNS,
+                )
         if wanted("cpu"):
             # No server, no disk: the client's own CPU per operation (see `client_cpu`).
             report["client_cpu"] = client_cpu.run(
