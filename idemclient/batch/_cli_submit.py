@@ -17,9 +17,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, overload
 
 import click
 import httpx
@@ -39,7 +39,7 @@ from ._progress import ProgressView
 from ._reachable import unreachable
 from ._report import ExitCode, Report, ReportRow, check_report_path
 from ._resave import Held
-from ._rows import Batch
+from ._rows import Batch, PayoutRow
 from ._run import make_run, run_sync
 from ._signals import Told, held, signal_of, stopping_on_signals, told_by_signals
 from ._staged import stage_batch
@@ -252,15 +252,9 @@ def _start(
 
 def _not_started(parsed: Batch, url: str) -> Report:
     """The report of a run interrupted before it started: every row not sent."""
-    why = "not sent: interrupted before anything was sent; run again"
-    rows = [
-        ReportRow(row.number, scoped(parsed.scope, row.reference), "", "not_sent", None, None,
-                  0, False, why)
-        for row in parsed.rows
-    ]  # fmt: skip
     return Report(
         batch=parsed.scope or Path(parsed.source).name,
-        rows=tuple(rows),
+        rows=_NotStarted(parsed),
         metadata={
             "source": parsed.source,
             "batch_reference": parsed.scope,
@@ -268,6 +262,37 @@ def _not_started(parsed: Batch, url: str) -> Report:
         },
         interrupted=True,
     )
+
+
+class _NotStarted(Sequence[ReportRow]):
+    """Every row of a batch not sent, made as it is read: a million rows' lines are
+    never all held."""
+
+    _WHY = "not sent: interrupted before anything was sent; run again"
+
+    def __init__(self, parsed: Batch) -> None:
+        self._parsed = parsed
+
+    def __len__(self) -> int:
+        return len(self._parsed.rows)
+
+    def __iter__(self) -> Iterator[ReportRow]:
+        return map(self._line, self._parsed.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> ReportRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ReportRow]: ...
+
+    def __getitem__(self, index: int | slice) -> ReportRow | Sequence[ReportRow]:
+        if isinstance(index, slice):
+            return [self._line(row) for row in self._parsed.rows[index]]
+        return self._line(self._parsed.rows[index])
+
+    def _line(self, row: PayoutRow) -> ReportRow:
+        reference = scoped(self._parsed.scope, row.reference)
+        return ReportRow(row.number, reference, "", "not_sent", None, None, 0, False, self._WHY)
 
 
 def _finish(result: Report, report: str | None, *, as_json: bool) -> NoReturn:
