@@ -305,18 +305,19 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def _shielded(self, effect: Effect) -> Any:
         if isinstance(effect, Shield):
-            # A cancelled task must still leave a truthful record behind.
+            # A cancelled task must still leave a truthful record behind: the write
+            # runs, even if a cancellation comes again before a thread has taken it.
             with anyio.CancelScope(shield=True):
-                return await self._do(effect.effect)
+                return await self._do(effect.effect, shielded=True)
         return await self._do(effect)
 
-    async def _do(self, effect: Effect) -> Any:
+    async def _do(self, effect: Effect, *, shielded: bool = False) -> Any:
         if isinstance(effect, Blocking):
             call = functools.partial(effect.fn, *effect.args, **effect.kwargs)
             if self.settings.hooks.on_store is None:
-                return await to_thread(call)
+                return await to_thread(call, shielded=shielded)
             with _timed(self.settings.hooks, effect):
-                return await to_thread(call)
+                return await to_thread(call, shielded=shielded)
         if isinstance(effect, Send):
             return await self.inner.handle_async_request(effect.request)
         if isinstance(effect, Read):
@@ -343,14 +344,16 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
             await anyio.to_thread.run_sync(self.settings.store.close)
 
 
-async def to_thread(call: Callable[[], T]) -> T:
+async def to_thread(call: Callable[[], T], *, shielded: bool = False) -> T:
     """`call()` (a store call, or anything else that blocks) in a worker thread, to its
     end. A cancellation that comes while it runs is delivered once it has returned: a
     thread cannot be stopped, and what it writes (an intent's commit, the lease it
     takes) must be known before the caller acts on the cancellation, or the record
     left behind would be made before the write it should follow. A cancellation that
-    comes before the thread has started it means it never runs. Under asyncio, in
-    `_worker.Workers`' threads (a quarter of the cost of anyio's)."""
+    comes before the thread has started it means it never runs, unless `shielded`: a
+    write that leaves a cut-short call's record true (its lease given back) runs
+    however often its caller is cancelled, and the cancellation waits for it. Under
+    asyncio, in `_worker.Workers`' threads (a quarter of the cost of anyio's)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -359,7 +362,7 @@ async def to_thread(call: Callable[[], T]) -> T:
         workers = _WORKERS.get(loop)
         if workers is None:
             workers = _WORKERS.setdefault(loop, Workers())
-        return await workers.run(call)
+        return await workers.run(call, shielded=shielded)
     lock = threading.Lock()
     started = False
     abandoned = False
@@ -380,7 +383,7 @@ async def to_thread(call: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(run)
     except BaseException:
         with lock:
-            abandoned = not started
+            abandoned = not started and not shielded
         if not abandoned:
             with anyio.CancelScope(shield=True):
                 while not ended.is_set():

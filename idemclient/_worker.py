@@ -12,7 +12,8 @@ another event loop (trio), `to_thread` is anyio's.
 The promise is the one `_transport.to_thread` keeps: a call that has started runs to
 its end, and its caller, cancelled meanwhile, hears of the cancellation only once it
 has returned (what it wrote must be known before the caller acts on the cancellation);
-a call cancelled before a thread took it never runs.
+a call cancelled before a thread took it never runs, unless it is shielded (the write
+that gives a cut-short call's lease back: it runs, and the cancellation waits for it).
 
 A process forked while threads were running (a web server's workers forked from an app
 that has paid, `multiprocessing` with fork) has none of them: in the child, each
@@ -98,18 +99,21 @@ class Workers:
         self._waiting = threading.Semaphore(0)
         self._threads = 0
 
-    async def run(self, call: Callable[[], T]) -> T:
+    async def run(self, call: Callable[[], T], *, shielded: bool = False) -> T:
         """`call()` in one of the threads, awaited; see the module docstring for what a
-        cancellation does."""
+        cancellation does. `shielded`: never abandoned, even by a cancellation that
+        comes before a thread took it (the write that leaves a cut-short call's record
+        true): the cancellation waits for its end."""
         job = _Job(call, asyncio.get_running_loop())
         self._submit(job)
         try:
             return await job.future
         except asyncio.CancelledError:
             with job.lock:
-                job.abandoned = not job.started
+                job.abandoned = not job.started and not shielded
             if not job.abandoned:
-                # Started: it runs to its end, and the cancellation waits for it.
+                # Started (or shielded): it runs to its end, and the cancellation
+                # waits for it.
                 while not job.ended.is_set():
                     try:
                         await asyncio.sleep(_POLL)

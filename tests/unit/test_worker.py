@@ -127,3 +127,30 @@ def test_calls_left_waiting_in_one_event_loop_hold_up_no_other() -> None:
     finally:
         release.set()
         other.join(BOUND)
+
+
+def test_a_shielded_call_cancelled_before_a_thread_took_it_runs_and_is_waited_for() -> None:
+    workers = Workers(max_threads=1)
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def busy() -> None:
+        started.set()
+        assert release.wait(BOUND)
+
+    async def main() -> None:
+        first = asyncio.ensure_future(workers.run(busy))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        second = asyncio.ensure_future(workers.run(lambda: ran.append("ran"), shielded=True))
+        await asyncio.sleep(0.01)
+        second.cancel()
+        await asyncio.sleep(0.01)
+        assert not second.done()  # waiting for its call, which no thread has taken yet
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(second, BOUND)
+        assert ran == ["ran"]  # it ran before the cancellation was heard
+        await asyncio.wait_for(first, BOUND)
+
+    asyncio.run(main())
