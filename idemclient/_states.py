@@ -72,7 +72,8 @@ MEANING: Mapping[Event, str] = {
         "leased for a send: a later run, a resume, a lapsed lease taken over (`claim`)"
     ),
     Event.CLAIMED_TO_LOOK_UP: (
-        "leased for a look-up on the server, which sends nothing: the state stays"
+        "leased for a look-up on the server, which sends nothing: the state stays, but"
+        " one taken from a sender whose lease lapsed is indeterminate (it may have sent)"
     ),
     Event.ATTEMPTED: "an attempt that will be retried, noted with the lease extended",
     Event.SUCCEEDED: (
@@ -119,6 +120,8 @@ def _table() -> dict[State | None, dict[Event, State]]:
     for state in _CLAIMABLE:  # an in-flight one only once its lease lapsed
         table[state][Event.CLAIMED] = State.IN_FLIGHT
         table[state][Event.CLAIMED_TO_LOOK_UP] = state
+    # A look-up that takes over a sender's lapsed lease: that sender may have sent.
+    table[State.IN_FLIGHT][Event.CLAIMED_TO_LOOK_UP] = State.INDETERMINATE
     table[State.IN_FLIGHT][Event.ATTEMPTED] = State.IN_FLIGHT
     table[State.IN_FLIGHT][Event.STOPPED_NOT_SENT] = State.NOT_SENT
     table[State.IN_FLIGHT][Event.STOPPED_MAYBE_APPLIED] = State.INDETERMINATE
@@ -215,6 +218,8 @@ def _steps(seen: Seen | None) -> set[Seen]:
     out: set[Seen] = set()
     for event, target in TABLE.get(state, {}).items():
         for after_maybe in _MAYBE[event].get(maybe, frozenset()):
+            if target is State.INDETERMINATE and not after_maybe:
+                continue  # indeterminate is "maybe applied", by what it is
             out.add((target, after_maybe))
     return out
 
