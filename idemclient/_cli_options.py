@@ -41,8 +41,9 @@ SERVER_CLOCK_OPTION = click.option(
     "--server-clock/--no-server-clock",
     default=True,
     help="Judge a maybe-applied operation's age and in-flight hold by the server's Date"
-    " header as well as this host's clock (default); --no-server-clock for a server whose"
-    " Date is known to be wrong.",
+    " header as well as this host's clock (default: the command asks the server's time"
+    " with one HEAD request to the URL's origin before its first operation);"
+    " --no-server-clock for a server whose Date is known to be wrong (and no HEAD).",
 )
 
 
