@@ -39,7 +39,6 @@ __all__ = [
     "Sleep",
     "Turn",
     "adrive",
-    "advance",
     "blocking",
     "drive",
     "result",
@@ -165,25 +164,12 @@ class Each:
 Effect = Blocking[Any] | Send | Read | Close | Sleep | Shield | Body | Turn | Http | Each
 
 
-def advance(
-    flow: Generator[Any, Any, Any], sent: Any, error: BaseException | None
-) -> tuple[bool, Any]:
-    """Send `sent` (or throw `error`) into `flow`: (True, what it returned) when it is
-    done, else (False, the next effect it asks for)."""
-    try:
-        effect = flow.send(sent) if error is None else flow.throw(error)
-    except StopIteration as done:
-        return True, done.value
-    return False, effect
-
-
 def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:
     """Do each effect `flow` asks for with `do`, in this thread, until it returns; what
     `do` raises is thrown into the flow, which decides. So is anything raised here
     between two effects (a Ctrl-C landing in this loop): the flow, not this loop, leaves
     the record that says where the operation stands."""
-    # `advance` and a helper per effect, inlined: this loop turns a few times for
-    # every request.
+    # One loop, no helper per effect: it turns a few times for every request.
     send, throw = flow.send, flow.throw
     answer: Any = None
     error: BaseException | None = None

@@ -23,7 +23,9 @@ class Committing(SQLiteStore):
     def begin(self, *args: Any, **kwargs: Any) -> Any:
         begun = super().begin(*args, **kwargs)
         print("committed", flush=True)
-        time.sleep(60)  # Ctrl-C lands here, the commit made, its answer not yet back
+        # A real wait is needed: this is a child process that the test interrupts with a
+        # real SIGINT here, the commit made, its answer not yet back (killed, never waited out).
+        time.sleep(60)
         return begun
 
 
