@@ -216,8 +216,23 @@ def _constant(name: str) -> Any:
 
 
 def strict(text: str) -> Any:
-    """The oracle: RFC 8259 JSON, with unique names and numbers a float can hold."""
-    return json.loads(text, object_pairs_hook=_pairs, parse_float=_finite, parse_constant=_constant)
+    """The oracle: RFC 8259 JSON, with unique names and numbers a float can hold, and
+    what every backend stores alike (docs/server.md): no NUL and no lone surrogate in
+    any string or name, and at most 32 containers deep."""
+    value = json.loads(
+        text, object_pairs_hook=_pairs, parse_float=_finite, parse_constant=_constant
+    )
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str) and any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in item):
+            raise _Ambiguous("not storable text")
+        if isinstance(item, dict | list):
+            if depth > 32:
+                raise _Ambiguous("too deep")
+            inner = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            pending.extend((each, depth + 1) for each in inner)
+    return value
 
 
 @FUZZ
