@@ -215,3 +215,84 @@ def test_httpx_uploads_drawn_with_new_boundaries_are_one_request() -> None:
     (one, first), (other, second) = made(), made()
     assert one != other  # httpx drew a new boundary
     assert first == second
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body", "content_type", "content_encoding", "recorded"),
+    [
+        (
+            "POST",
+            "https://psp.test/v1/payments?x=1",
+            b'{"b": 1, "a": [1.5, "\\u00e9"]}',
+            JSON,
+            None,
+            "v2:e371daacb6def353876b5eba65e1f753837f0a9bb9d39ce4d59f78180d3b30ae",
+        ),
+        (  # a name twice: not one JSON value, so its bytes
+            "POST",
+            "https://psp.test/v1/payments",
+            b'{"a":1,"a":2}',
+            JSON,
+            None,
+            "v2:8bcdd8e434746724e4f965a765e311a8f41b5390e39c95a256e2536570fc96d2",
+        ),
+        (
+            "PUT",
+            "https://psp.test/v1/forms",
+            b"b=2&a=1&a=%20x+y",
+            FORM,
+            None,
+            "v2:6543341b9ae4cb43e6561c3e834bb487e2556484bbf7216ee3045526a49d2a76",
+        ),
+        (
+            "POST",
+            "https://psp.test/v1/files",
+            b'--XX\r\nContent-Disposition: form-data; name="f"; filename="a.txt"\r\n'
+            b"Content-Type: text/plain\r\n\r\nhello\r\n--XX--\r\n",
+            "multipart/form-data; boundary=XX",
+            None,
+            "v2:7f41c403acd002644ed531af0b8d585c31fe5ce3bd777346ddef4138bdef5d88",
+        ),
+        (
+            "PATCH",
+            "https://psp.test/",
+            b"",
+            None,
+            None,
+            "v2:faf59affe3f62b3fd84516aecaa2b077b0a01ea32809671cbe483dcd628f385d",
+        ),
+        (
+            "POST",
+            "https://psp.test/v1/payments",
+            b'{"a":1}',
+            JSON,
+            "gzip",
+            "v2:f0354fec134cbf10ed0ba1656d33fcfc91410654d6666ab98f70b65da0530e5c",
+        ),
+        (
+            "POST",
+            "https://psp.test/v1/payments",
+            b"\x00raw",
+            "application/octet-stream",
+            None,
+            "v2:89b9134f279f7edd22fb44d9f4a4d304b87b7bde6ac33c5211dc813b573ecd12",
+        ),
+    ],
+)
+def test_fingerprints_stores_hold_are_made_again_to_the_bit(
+    method: str,
+    url: str,
+    body: bytes,
+    content_type: str | None,
+    content_encoding: str | None,
+    recorded: str,
+) -> None:
+    # Fingerprints this rule wrote into stores (JSON, a form, multipart, no body, a
+    # compressed body, bytes), as they were written: a request re-issued after an
+    # upgrade must make them again exactly, or it is refused as another request.
+    parsed = httpx.URL(url)
+    kind = {"content_type": content_type, "content_encoding": content_encoding}
+    for _ in range(2):  # made afresh, then by the kept start of its method and path
+        assert fingerprint(method, parsed, body, **kind) == recorded
+        assert fingerprints(method, parsed, **kind)(body) == recorded
+        assert same(recorded, method, parsed, body, **kind)
