@@ -27,9 +27,10 @@ behind it:
 - settling by a look-up (`reconcile`, the module, so that what it calls is looked up
   when called; and `Verdict`, `LookupRules`, `Unquotable`, `fill`, `judge`, `listed`);
 - time: the clock skew allowed between hosts (`CLOCK_SKEW`), the servers' `Date`
-  read as a second clock (`DATE_RESOLUTION`, `parse_date`, `went_back`), whether a
-  policy sets the key retention (`retention_set`) and the longest wait of its
-  backoff (`backoff_ceiling`);
+  read as a second clock (`DATE_RESOLUTION`, `parse_date`, `went_back`), a record
+  within a key's retention (`retained`) and an answer young enough to believe
+  (`younger_than`) by every clock, whether a policy sets the key retention
+  (`retention_set`) and the longest wait of its backoff (`backoff_ceiling`);
 - a profile resolved for a method and path (`Resolved`), the statuses a profile names
   (`codes_in`), the provider of a host (`provider_at`, `normal_host`);
 - what is never shown or written (`redact_url`, `shown_url`, `origin_of`,
@@ -73,6 +74,7 @@ from ._server_time import DATE_RESOLUTION, parse_date, went_back
 from ._store import NEVER_APPLIED_STATUSES, as_admin
 from ._store._open import open_store
 from ._store._owners import of_this_process
+from ._time import retained, younger_than
 
 __all__ = [
     "CLOCK_SKEW",
@@ -114,6 +116,7 @@ __all__ = [
     "read_existing",
     "reconcile",
     "redact_url",
+    "retained",
     "retention_set",
     "run",
     "same",
@@ -122,4 +125,5 @@ __all__ = [
     "settle",
     "shown_url",
     "went_back",
+    "younger_than",
 ]

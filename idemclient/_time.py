@@ -28,6 +28,10 @@ is never less safe than judging by the local clock alone:
   both clocks (the server's lower bound), and the time it ends is given on the local
   clock, so that it can be stored as a not-before.
 
+The batch judges its records and its kept look-up answers by the same rules: a record
+within a key's retention (`retained`), an answer young enough to believe again
+(`younger_than`).
+
 The server's time is read against local stamps (a record's `created_at`, `sent_at`):
 that shows a step of this clock since the stamp, if the stamp was right. A stamp made
 by a clock that was fast then, and set right before anything read a `Date`, is still
@@ -56,8 +60,10 @@ __all__ = [
     "look_up_none_until",
     "over_by_server",
     "parse_date",
+    "retained",
     "went_back",
     "within_retention",
+    "younger_than",
 ]
 
 #: How far a record's time may be ahead of this clock before it counts as a clock that
@@ -230,6 +236,60 @@ def went_back(server_since: float, server_at: float) -> bool:
     `server_since` (an upper bound) and is behind it by more than the two readings'
     whole seconds allow: it was set back in between."""
     return server_at + 2 * DATE_RESOLUTION < server_since
+
+
+# -- ages: a key's retention, how long an answer is believed --------------------------
+
+
+def retained(
+    stamped: float,
+    *,
+    now: float,
+    retention: float,
+    server: ServerTime | None = None,
+    server_stamped: float | None = None,
+) -> bool:
+    """Something stamped at `stamped` (on a host's clock; `server_stamped`: the
+    server's time then, where it is kept) is still within a server's key `retention`
+    at `now`: its age by every clock that can measure it (`age`) is, with the clock
+    skew allowed (`within_retention`), and it is known. A stamp after `now` says a clock
+    went back since (this one), or stamped it ahead (another host's): the record may
+    be any age, so it is not known to be within anything."""
+    if stamped > now:
+        return False
+    return within_retention(
+        age(stamped, now=now, server=server, server_stamped=server_stamped), retention
+    )
+
+
+def younger_than(
+    window: float,
+    stamped: float,
+    *,
+    now: float,
+    server: ServerTime | None = None,
+    server_stamped: float | None = None,
+) -> bool:
+    """Something stamped at `stamped` on a host's clock, and at `server_stamped` on the
+    server's (its `Date` then, a lower bound, where it was kept), is younger than
+    `window` at `now` by every clock that can measure it:
+
+    - measured from the host's stamp, by this clock and by the server's (`age`), plus
+      `CLOCK_SKEW` (the host that stamped it may have been that much fast);
+    - on the server's clock alone, from `server_stamped` (both readings the server's:
+      no skew between hosts to allow for);
+
+    and its age is known: not stamped in this clock's future, nor the server's clock
+    gone back between its two readings (`went_back`). A look-up's "nothing found" is
+    believed again only while this holds."""
+    if stamped > now:
+        return False
+    if server is not None and server_stamped is not None:
+        if went_back(server_stamped + DATE_RESOLUTION, server.low):
+            return False
+        if server.high - server_stamped >= window:
+            return False
+    return age(stamped, now=now, server=server) + CLOCK_SKEW < window
 
 
 def look_up_none_until(

@@ -27,7 +27,9 @@ the key sooner than --key-retention says), or whose record is old.
 
 "Old" is a record older than the server's key retention, counting the clock skew the
 client allows between hosts (`_time.CLOCK_SKEW`: a record's age may be that much more
-than it looks), or of unknown age (created in the future by the clock's reckoning). A
+than it looks), by this clock or by the server's where the client knows it (as the
+run plans: `RunState.server_time_of`), by the client's own rule (`_time.retained`), or
+of unknown age (created in the future by the clock's reckoning). A
 row recorded by an earlier version (its key from the batch reference and the value
 date) is found by its reference: in no scope, the one record with that reference is
 this row (more than one: refused, with how to scope them); in a scope, the record whose
@@ -48,8 +50,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .. import State
-from .._seam import CLOCK_SKEW, NEVER_APPLIED_STATUSES, origin_of, provider_at, same
-from ..store import OperationRecord
+from .._seam import NEVER_APPLIED_STATUSES, origin_of, provider_at, retained, same
+from ..store import OperationRecord, ServerTime
 from ._identity import RowIdentity, is_batch_operation, same_text
 
 if TYPE_CHECKING:
@@ -212,27 +214,30 @@ def _shown(value: Any) -> str:
 
 
 def past_retention(
-    record: OperationRecord, *, now: float, retention: float, server_now: float | None = None
+    record: OperationRecord,
+    *,
+    now: float,
+    retention: float,
+    server: ServerTime | None = None,
 ) -> bool:
-    """Older than the server's key retention, or of unknown age: a record's age may be
-    up to `CLOCK_SKEW` more than it looks (the host that recorded it was fast: the rule
-    of `_time.within_retention`), and a record dated after `now` (the clock went back,
-    or another host's is ahead) may be any age, and so may one a clock was seen to go
-    back while it was unfinished
-    (`clock_stepped`): it may have been recorded by that clock running fast.
-    `server_now`: the server's time now (by its `Date`), if known: the age is the older
-    of the two (this clock may have been set back while no client ran), measured from
-    the server's time at the record's first send where the record keeps it
-    (`server_created_at`: the recording host's clock may have been wrong then)."""
+    """Older than the server's key retention, or of unknown age, by the client's rule
+    (`_time.retained`): its age by this clock, and by the server's where `server` (its
+    time now, by its `Date`) is known, measured from the record's stamp and from the
+    server's time at its first send where the record keeps it (`server_created_at`),
+    the oldest standing, may be up to `CLOCK_SKEW` more than it looks (the host that
+    recorded it was fast); a record dated after `now` (the clock went back, or another
+    host's is ahead) may be any age, and so may one a clock was seen to go back while
+    it was unfinished (`clock_stepped`): it may have been recorded by that clock
+    running fast."""
     if record.clock_stepped is not None:
         return True
-    age = now - record.created_at
-    if age < 0:
-        return True
-    if server_now is not None:
-        since = record.created_at if record.server_created_at is None else record.server_created_at
-        age = max(age, server_now - since)
-    return age + CLOCK_SKEW > retention
+    return not retained(
+        record.created_at,
+        now=now,
+        retention=retention,
+        server=server,
+        server_stamped=record.server_created_at,
+    )
 
 
 def legacy_candidates(
@@ -333,6 +338,7 @@ def plan_row(
     profile: str = "generic",
     commands: Commands | None = None,
     correct: Correct | None = None,
+    server_time: Callable[[OperationRecord], ServerTime | None] = lambda _record: None,
 ) -> RowPlan:
     """What to do with one row (see the module docstring). `request_of()` makes the
     request this run would send for it (only needed, and so only made, when the store
@@ -342,7 +348,9 @@ def plan_row(
     `other_credentials(record)` whether the record says it was sent with other
     credentials than this run's (`_sender.Sender.other`); `commands`: the run's, for the
     commands a refusal prints (`_advice`); `correct`: the judge of a known row's other
-    content, where it may be a correction of a row never applied (`_corrections`)."""
+    content, where it may be a correction of a row never applied (`_corrections`);
+    `server_time(record)`: the server's time at `now` to judge the record's age by, if
+    the client knows it (`past_retention`)."""
     if known is None and not legacy:
         return _NEW_LOOKED_UP if look_up else _NEW
     request = request_of()
@@ -396,6 +404,7 @@ def plan_row(
             other_credentials=other_credentials,
             profile=profile,
             commands=commands,
+            server_time=server_time,
         )
         return dataclasses.replace(plan, identity=fix.identity, corrected=fix.why)
     if same is not True:
@@ -410,7 +419,11 @@ def plan_row(
                 differences(recorded, request.payload)
             )
         return RowPlan(Decision.REFUSED, record, why=why)
-    return _known(record, request, other_credentials(record), look_up, now, retention, commands)
+
+    def old() -> bool:
+        return past_retention(record, now=now, retention=retention, server=server_time(record))
+
+    return _known(record, request, other_credentials(record), look_up, old, commands)
 
 
 def _known(
@@ -418,11 +431,12 @@ def _known(
     request: Request,
     other_credentials: bool,
     look_up: bool,
-    now: float,
-    retention: float,
+    old: Callable[[], bool],
     commands: Commands | None = None,
 ) -> RowPlan:
-    """What to do with a row the store holds with this content."""
+    """What to do with a row the store holds with this content; `old()`: past the
+    server's key retention, or of unknown age (`past_retention`), asked only where it
+    decides."""
     moved = target_of(record.url) != target_of(request.url)
     elsewhere = origin_of(record.url) != origin_of(request.url)
     never_applied = not record.maybe_applied and record.lease_owner is None
@@ -430,9 +444,7 @@ def _known(
     # Looked up before it is sent: its first send is to come, it may have been applied
     # (the server may have forgotten its key sooner than the retention says), or old.
     unsure = record.maybe_applied or record.state is State.IN_FLIGHT
-    ask = look_up and (
-        record.attempts == 0 or unsure or past_retention(record, now=now, retention=retention)
-    )
+    ask = look_up and (record.attempts == 0 or unsure or old())
     if record.state.finished:
         refused_for_target = (
             record.state is State.FAILED

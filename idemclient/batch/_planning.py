@@ -43,6 +43,7 @@ class Planning(RunState):
         self._marked = self._sender.mark(str(url))
         self._fingerprint = fingerprints("POST", url, content_type=JSON_BODY)
         self._planned_at = now
+        self.plan_server_time(url)
         problems: list[tuple[int, str]] = []
         duplicated: list[tuple[int, str]] = []
         holds: list[tuple[int, str]] = []

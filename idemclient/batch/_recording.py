@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from .. import Outcome, State
 from .._errors import BatchInvalid, OperationMismatch, OutcomeError
 from .._seam import DATE_RESOLUTION, Verdict, reconcile, settings_of, shown_url
-from ..store import Intent, OperationRecord, StoredResponse
+from ..store import Intent, OperationRecord, ServerTime, StoredResponse
 from ._plan import Decision, past_retention
 from ._report import found_id, found_reason, reason_of, recorded_line, report_line, unsettled_line
 from ._report_row import ReportRow
@@ -229,13 +229,13 @@ class Recording(RunState):
             is not None
         )
         unfinished = running or (verdict.finding == "found" and verdict.state is None)
-        server_now = (
+        server = (
             None
             if server_at is None or record.created_at >= watched_since
-            else server_at + DATE_RESOLUTION
+            else ServerTime(server_at, server_at + DATE_RESOLUTION)
         )
         if unfinished and not past_retention(
-            record, now=now, retention=self.retention, server_now=server_now
+            record, now=now, retention=self.retention, server=server
         ):
             return True
         lookup = self.target.lookup

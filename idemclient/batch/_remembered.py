@@ -23,10 +23,11 @@ one GET, where believing wrongly could pay twice:
 - it is young: asked less than `BELIEVED_FOR` ago, and less than a quarter of the
   server's key retention, so that a send of this row's key by another submitter of
   this version since then is still deduplicated by the server when this run sends it.
-  Its age is the older of its age on this clock, plus the clock skew allowed between
-  the store's hosts (one of them may have asked it, on a clock that was ahead), and
-  its age on the server's clock (its `Date` then and now), where the client knows the
-  server's time now;
+  Its age is the oldest of its age on this clock and on the server's clock measured
+  from this host's stamp, plus the clock skew allowed between the store's hosts (one
+  of them may have asked it, on a clock that was ahead), and its age on the server's
+  clock alone (its `Date` then and now), where the client knows the server's time
+  now (`_time.younger_than`, the rule every such judgement follows);
 - its age is known: not asked in this clock's future, no step back of the server's
   clock between the two `Date`s, and no step back of this host's clock seen by the
   store since it was kept (the store then forgets them all: `Store.clock_went_back`).
@@ -37,7 +38,7 @@ are sent once every look-up is in.
 
 from __future__ import annotations
 
-from .._seam import CLOCK_SKEW, DATE_RESOLUTION, went_back
+from .._seam import younger_than
 from ..store import NotFound, ServerTime
 from ._sender import Sender, target_of
 
@@ -74,13 +75,10 @@ def believed(
         return False
     if not sender.same(kept.url):
         return False
-    window = min(BELIEVED_FOR, retention / 4)
-    age = now - kept.asked_at
-    if age < 0 or age + CLOCK_SKEW >= window:
-        return False
-    if server is not None and kept.server_at is not None:
-        if went_back(kept.server_at + DATE_RESOLUTION, server.low):
-            return False
-        if server.high - kept.server_at >= window:
-            return False
-    return True
+    return younger_than(
+        min(BELIEVED_FOR, retention / 4),
+        kept.asked_at,
+        now=now,
+        server=server,
+        server_stamped=kept.server_at,
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -15,11 +16,11 @@ from typing import Any
 
 import httpx
 
-from .._seam import Resolved
+from .._seam import Resolved, origin_of, settings_of
 from ..clock import Clock
 from ..policy import RetryPolicy
 from ..profiles import DEFAULT as DEFAULT_PROFILE
-from ..store import Intent, OperationRecord, Store
+from ..store import Intent, OperationRecord, ServerTime, Store
 from . import _resave as resave
 from ._abandon import InFlight
 from ._advice import Commands
@@ -99,6 +100,9 @@ class RunState:
         self._later: Asked | None = None
         #: when the run planned: every later phase plans a chunk again as of then
         self._planned_at = 0.0
+        #: the server's time as the run planned, where the client knew it: its origin,
+        #: that time, and the stamps it judges (`server_time_of`)
+        self._planned_server: tuple[str, ServerTime, Callable[[float], bool]] | None = None
         #: what the plan found, by decision, for a dry run's summary
         self.decisions: Counter[str] = Counter()
         self.started = utc_now()
@@ -202,10 +206,37 @@ class RunState:
                 profile=self.resolved.profile.name,
                 commands=self.commands,
                 correct=self._correct,
+                server_time=self.server_time_of,
             )
             # A corrected content sent under a key of its own is that identity's.
             items.append(RunRow(index, row, plan.identity or identity, plan))
         return items
+
+    def plan_server_time(self, url: httpx.URL) -> None:
+        """Note the server's time now, as the run plans, where the client knows it (an
+        answer of `url`'s origin told it): each record the plan judges is judged by it
+        too, as of then (`server_time_of`)."""
+        try:
+            settings = settings_of(self.http)
+        except TypeError:  # not a wrapped client: judged by this clock alone
+            return
+        # Whatever the stamp (each record's is judged against the watch below).
+        server = settings.server_time(url, stamped=-math.inf)
+        if server is not None:
+            self._planned_server = (origin_of(url), server, settings.watched)
+
+    def server_time_of(self, record: OperationRecord) -> ServerTime | None:
+        """The server's time as the run planned, to judge `record`'s age by
+        (`_plan.past_retention`): None where the client did not know it, for a record
+        of another origin, or one stamped while the client watched its clock (a step
+        back since would have been seen: `Settings.watched`)."""
+        planned = self._planned_server
+        if planned is None:
+            return None
+        origin, server, watched = planned
+        if watched(record.created_at) or origin_of(record.url) != origin:
+            return None
+        return server
 
     def each_planned(self) -> Iterator[RunRow]:
         """Every row, planned as the store has it now, a chunk at a time (a dry run's

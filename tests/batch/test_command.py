@@ -207,13 +207,19 @@ def test_a_rerun_after_the_server_forgot_its_keys_is_looked_up_not_paid_again(
     assert all(line["already_done"] == "True" for line in lines)
 
 
-@pytest.mark.parametrize("recorded", [-2 * DAY, 30 * DAY], ids=["2 days ago", "in the future"])
+@pytest.mark.parametrize(
+    "recorded",
+    [-2 * DAY, 30 * DAY, 0.0],
+    ids=["2 days ago", "in the future", "2 days ago by the server's clock only"],
+)
 def test_a_record_past_the_key_retention_is_looked_up_before_it_is_sent(
     live: LiveServer, work: Path, recorded: float
 ) -> None:
     # This machine registered the file (never sent: the server was refusing) when its
     # clock said `recorded`; another machine has paid it since, and the server has
-    # forgotten that machine's keys.
+    # forgotten that machine's keys. Recorded "now": this host's clock was set back
+    # while nothing ran, by the two days the server's clock has moved on since; the
+    # server's `Date` (its answer to the command's first request) tells the age.
     live.server.answer(503, times=ROWS, path="/v1/payouts")
     with Client(
         store=work / "batches.db",

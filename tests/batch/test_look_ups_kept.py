@@ -85,11 +85,12 @@ def client(
     token: str = "payroll-ops",
     base_url: str = "http://psp.test",
     profile: profiles.Profile | None = None,
+    transport: httpx.BaseTransport | None = None,
 ) -> Client:
     return Client(
         store=store,
         clock=clock,
-        transport=server.transport,
+        transport=server.transport if transport is None else transport,
         base_url=base_url,
         headers={"Authorization": f"Bearer {token}"},
         event_hooks={"request": [asked]},
@@ -98,11 +99,16 @@ def client(
 
 
 def refused_after_its_look_ups(
-    server: ReferenceServer, store: Path, clock: ManualClock, own: ManualClock | None = None
+    server: ReferenceServer,
+    store: Path,
+    clock: ManualClock,
+    own: ManualClock | None = None,
+    transport: httpx.BaseTransport | None = None,
 ) -> None:
     """A run whose look-ups all come back, refused for one row (E0003, found on the
     server with other content): nothing is sent, and the other rows' "nothing found"
-    is kept. `own`: the clock of the run's host, if not the server's."""
+    is kept. `own`: the clock of the run's host, if not the server's; `transport`: the
+    way to the server, if not its own."""
     with Client(
         store=store.parent / "elsewhere.db",
         clock=clock,
@@ -116,7 +122,10 @@ def refused_after_its_look_ups(
             key="by-hand",
         )
     asked = Asked()
-    with client(server, store, own or clock, asked) as first, pytest.raises(BatchInvalid):
+    with (
+        client(server, store, own or clock, asked, transport=transport) as first,
+        pytest.raises(BatchInvalid),
+    ):
         submit(rows(), first, concurrency=3)
     assert set(asked.seen) == {f"E{i:04d}" for i in range(ROWS)}
     assert len(server.ledger()) == 1
@@ -254,6 +263,51 @@ def test_answers_kept_by_a_clock_running_fast_are_judged_by_the_servers_time(
     assert sorted(asked.seen) == [f"E{i:04d}" for i in range(ROWS) if i != 3]
 
 
+class WithoutDate(httpx.BaseTransport):
+    """A gateway that drops the server's `Date` from its answers."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        del response.headers["date"]
+        return response
+
+
+def test_an_answer_kept_without_the_servers_time_is_judged_by_the_servers_clock_from_its_stamp(
+    server: ReferenceServer, clock: ManualClock, tmp_path: Path
+) -> None:
+    # The first run's answers came through a gateway that dropped their Date: each is
+    # kept with this host's stamp alone. Twenty minutes on, a person pays E0005 by
+    # hand; this host's clock was set back fifteen minutes meanwhile, while nothing
+    # ran (the store saw no step: it is still after every stamp the store holds). By
+    # this host's clock the answers are five minutes old; by the server's clock,
+    # measured from their stamp, twenty: too old to believe (BELIEVED_FOR, counting
+    # the skew), so E0005 is asked again and found, not paid a second time.
+    store = tmp_path / "s.db"
+    refused_after_its_look_ups(server, store, clock, transport=WithoutDate(server.transport))
+    clock.advance(20 * 60)
+    with Client(
+        store=tmp_path / "by-hand.db",
+        clock=clock,
+        transport=server.transport,
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer payroll-ops"},
+    ) as by_hand:
+        paid = {"reference": "E0005", "amount": 105, "currency": "GBP", "value_date": "2026-11-30"}
+        by_hand.post(PAYOUTS, json=paid, key="by-hand-5")
+    behind = ManualClock(start=clock.time() - 15 * 60)
+    assert 5 * 60 + CLOCK_SKEW < BELIEVED_FOR <= 20 * 60 + CLOCK_SKEW
+    asked = Asked()
+    with client(server, store, behind, asked) as again:
+        report = submit(without_e0003(), again, concurrency=3)
+    assert report.exit_code is ExitCode.OK, report.summary()
+    assert "E0005" in asked.seen
+    assert Counter(e.reference for e in server.ledger())["E0005"] == 1
+    assert "1 found on the server by look-up" in report.summary()
+
+
 def test_a_clock_set_back_far_makes_the_store_forget_every_answer(
     server: ReferenceServer, clock: ManualClock, tmp_path: Path
 ) -> None:
@@ -354,7 +408,12 @@ def server_now(offset: float = 0.0) -> ServerTime:
         (kept_answer(), {"sender": Sender(None)}, False),  # asked with some, now none
         # too old by this clock, counting the clock skew between hosts
         (kept_answer(asked_at=NOW - (BELIEVED_FOR - CLOCK_SKEW)), {}, False),
-        (kept_answer(asked_at=NOW - (BELIEVED_FOR - CLOCK_SKEW) + 1), {}, True),
+        (kept_answer(asked_at=NOW - (BELIEVED_FOR - CLOCK_SKEW) + 1), {"server": None}, True),
+        # and by the server's clock from this host's stamp (its Date read as the latest
+        # it allows: a second sooner)
+        (kept_answer(asked_at=NOW - (BELIEVED_FOR - CLOCK_SKEW) + 1), {}, False),
+        (kept_answer(asked_at=NOW - (BELIEVED_FOR - CLOCK_SKEW) + 2), {}, True),
+        (kept_answer(asked_at=NOW - 60, server_at=None), {"server": server_now(600)}, False),
         # asked in this clock's future: its age is not known
         (kept_answer(asked_at=NOW + 1), {}, False),
         # too old by the server's clock

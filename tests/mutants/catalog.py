@@ -352,6 +352,36 @@ MUTANTS: tuple[Mutant, ...] = (
             "[True-reference]",
         ),
     ),
+    Mutant(
+        "batch-plan-ages-by-this-hosts-clock-alone",
+        "batch look-up planning",
+        "a known row's age is planned on this host's clock alone though the server's"
+        " `Date` told its time: a host clock set back while nothing ran makes a row"
+        " registered two days ago look new, and it is sent under a key the server forgot"
+        " after another machine paid it",
+        "idemclient/batch/_plan.py",
+        "        return past_retention(record, now=now, retention=retention,"
+        " server=server_time(record))",
+        "        return past_retention(record, now=now, retention=retention, server=None)",
+        (
+            "tests/batch/test_command.py::test_a_record_past_the_key_retention_is_looked_up_"
+            "before_it_is_sent[2 days ago by the server's clock only]",
+        ),
+    ),
+    Mutant(
+        "kept-answer-young-by-this-hosts-clock",
+        "batch look-up planning",
+        'a kept "nothing found" is judged young by this host\'s clock from its stamp,'
+        " not the server's too: kept without a `Date` and read by a host clock set back"
+        " since, it is believed, and a row paid by hand meanwhile is paid again",
+        TIME,
+        "    return age(stamped, now=now, server=server) + CLOCK_SKEW < window",
+        "    return now - stamped + CLOCK_SKEW < window",
+        (
+            "tests/batch/test_look_ups_kept.py::test_an_answer_kept_without_the_servers_time_"
+            "is_judged_by_the_servers_clock_from_its_stamp",
+        ),
+    ),
     # -- profile key placement ------------------------------------------------------------
     Mutant(
         "key-always-in-idempotency-key",

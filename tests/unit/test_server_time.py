@@ -202,7 +202,8 @@ def test_a_batch_row_is_past_retention_by_either_clock(
     server_now: float | None, past: bool
 ) -> None:
     row = record(created_at=NOW - 5 * DAY, clock_stepped=None)
-    assert past_retention(row, now=NOW, retention=7 * DAY, server_now=server_now) is past
+    now = None if server_now is None else server(server_now)
+    assert past_retention(row, now=NOW, retention=7 * DAY, server=now) is past
     assert CLOCK_SKEW < DAY  # the skew allowance does not decide these rows
 
 
