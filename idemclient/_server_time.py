@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 
 from ._time import (
     DATE_RESOLUTION,
@@ -54,9 +55,14 @@ class ServerTimes:
     Noting one is a dictionary write under an uncontended lock (the hot path: every
     response); it is parsed only when a judgement asks (`at`). Shared by a client's
     transports and threads. At most `MAX_ORIGINS` origins are kept.
+
+    A process forked while a thread held one of its locks (a web server's workers
+    forked from an app that has paid) has no such thread: in the child, the locks are
+    made afresh (`_after_fork_in_child`), and the questions its parent had out are
+    not its own. What was heard stays: the monotonic clock runs on across a fork.
     """
 
-    __slots__ = ("_failed", "_lock", "_parsed", "_pid", "_seen", "_turns")
+    __slots__ = ("__weakref__", "_failed", "_lock", "_parsed", "_seen", "_turns")
 
     def __init__(self) -> None:
         #: None: the origin answered, with no `Date` (asking it again would not help)
@@ -64,9 +70,12 @@ class ServerTimes:
         self._parsed: dict[str, float | None] = {}
         #: origins asked their time that gave no answer: when (monotonic)
         self._failed: dict[Origin, float] = {}
+        self._locks_afresh()
+        _ALL.add(self)
+
+    def _locks_afresh(self) -> None:
         #: one lock per origin, held by the caller asking it its time (this process's)
         self._turns: dict[Origin, threading.Lock] = {}
-        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def ask(self, origin: Origin, monotonic: float) -> bool:
@@ -83,10 +92,6 @@ class ServerTimes:
     def turn(self, origin: Origin) -> threading.Lock:
         """The lock a caller holds while it asks `origin` its time."""
         with self._lock:
-            if self._pid != os.getpid():
-                # A forked child: a question its parent had out is not its own, and
-                # the lock of it would stay held here for ever.
-                self._turns, self._pid = {}, os.getpid()
             turn = self._turns.get(origin)
             if turn is None:
                 if len(self._turns) >= MAX_ORIGINS:  # drop the ones nobody holds
@@ -150,3 +155,16 @@ class ServerTimes:
             return None
         elapsed = max(0.0, monotonic - received)
         return ServerTime(low=date + elapsed, high=date + elapsed + DATE_RESOLUTION)
+
+
+#: every `ServerTimes` of this process, whose locks a forked child makes afresh
+_ALL: weakref.WeakSet[ServerTimes] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for times in list(_ALL):
+        times._locks_afresh()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -15,6 +15,13 @@ write may have failed, leaving the lease behind): a call that is gone never hold
 own process back. Any other lease is respected until it expires: another host's,
 another namespace's, one written where the namespace cannot be read, and one named by
 an earlier version (``host:pid:token:n``, which said nothing of its namespace).
+
+A forked child is a process of its own: it names itself afresh (its pid, a new token,
+its start time) and runs none of its parent's calls, so that it never presents its
+parent's identity, nor takes a live lease of its parent's for one of its own ended
+calls' (`owner_is_dead`). The lock of this module is made afresh in it too: a thread
+of the parent that held it as the process forked does not exist in the child, and the
+child's first call would wait on it for ever (`_after_fork_in_child`).
 """
 
 from __future__ import annotations
@@ -166,6 +173,17 @@ def owner_is_dead(owner: str) -> bool:
         return True
     # The pid was given to another process since (the owner's start time differs).
     return bool(parsed.started) and _started_of(fields) not in (None, parsed.started)
+
+
+def _after_fork_in_child() -> None:
+    global _state_lock, _process
+    _state_lock = threading.Lock()
+    _process = None  # named afresh at its first use: the child's pid, token, start
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _started_of(fields: list[bytes]) -> str | None:

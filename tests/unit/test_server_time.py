@@ -20,6 +20,7 @@ from idemclient._server_time import (
     STAMP_SLACK,
     ServerTime,
     ServerTimes,
+    _after_fork_in_child,
     age,
     held_until,
     over_by_server,
@@ -312,15 +313,14 @@ def test_one_question_per_origin_at_a_time_and_a_silent_origin_is_not_asked_agai
         assert times.turn(ORIGIN) is turn
 
 
-def test_a_forked_child_does_not_inherit_its_parents_question_out(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_forked_child_does_not_inherit_its_parents_question_out() -> None:
     # A pre-fork server: the parent's caller held the turn as the process forked. In
     # the child, nobody will release it: each call would wait the probe's whole time.
+    # (What a forked child runs, called here: tests/client/test_forked_locks.py forks.)
     times = ServerTimes()
     held = times.turn(ORIGIN)
     held.acquire()
-    monkeypatch.setattr("os.getpid", lambda: -1)  # the child's pid
+    _after_fork_in_child()
     fresh = times.turn(ORIGIN)
     assert fresh is not held
     assert fresh.acquire(blocking=False)
