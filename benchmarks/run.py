@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from idemclient import State
-from idemclient._call import fingerprint
+from idemclient._fingerprint import fingerprint
 from idemclient._store import Intent, Progress, StoredResponse, new_owner, release_owner
 from idemclient.store import SQLiteStore
 from idemclient.testing import spawn

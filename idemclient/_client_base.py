@@ -22,12 +22,12 @@ from httpx._types import (
 )
 
 from . import _client_request
-from ._call import Settings
 from ._deferred import opened
 from ._hooks import Hooks
 from ._operations import Op
 from ._outcome import Outcome
 from ._policy import RetryPolicy
+from ._settings import Settings
 from ._store import OperationStore
 from ._wrap import HttpxClient, wrap_with
 

@@ -12,12 +12,12 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from . import _reconcile
-from ._call import Settings
 from ._errors import OutcomeError, ReconcileRequired
 from ._operations import Blocking, Http, Op
 from ._outcome import Outcome, State, from_record
 from ._profile import Lookup, Profile
 from ._redaction import shown_url
+from ._settings import Settings
 
 __all__ = ["reconcile", "warn_if_found"]
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 
-from ._call import Settings
 from ._deferred import opened, unopened
 from ._hooks import Hooks
 from ._operations import (
@@ -26,6 +25,7 @@ from ._operations import (
 )
 from ._outcome import Outcome, from_record
 from ._resume import read_existing
+from ._settings import Settings
 
 __all__ = ["request", "stored"]
 

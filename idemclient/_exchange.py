@@ -31,18 +31,13 @@ from typing import Any, Literal
 
 import httpx
 
-from ._call import (
-    CALL_OPTIONS,
-    CONTINUATION,
-    KEY_HEADER,
-    Continuation,
-    Settings,
-    origin_of,
-    unsettled_error,
-)
+from ._call import CONTINUATION, Continuation
 from ._errors import IdemError
+from ._intent import KEY_HEADER
 from ._outcome import OUTCOME
 from ._reissue import aas_recorded, as_recorded, may_read_body
+from ._settings import CALL_OPTIONS, Settings, origin_of
+from ._telling import unsettled_error
 
 __all__ = ["Exchange", "Route", "current", "finish_exchange", "install", "route"]
 

@@ -26,25 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import httpx
 
-from . import _reconcile
-from ._call import (
-    CONTINUATION,
-    Call,
-    Continuation,
-    Settings,
-    bound_body,
-    buffered_body,
-    clock_went_back,
-    interrupted_before_sending,
-    keep_step,
-    origin_of,
-    unsettled_error,
-)
+from ._admission import admit, ask_the_time, giving_back
+from ._call import CONTINUATION, Call, Continuation
+from ._deciding import decide, gate
 from ._effects import (
     Blocking,
     Body,
@@ -54,37 +43,38 @@ from ._effects import (
     Send,
     Shield,
     Sleep,
-    Turn,
     blocking,
 )
 from ._errors import OperationMismatch, StoreError
 from ._exchange import current, handed_back, route
-from ._outcome import OUTCOME, Outcome, State, from_record
+from ._following import failed_after, follow, refuse
+from ._intent import buffered_body
+from ._outcome import State
 from ._policy import Decision
-from ._redaction import redact_url
+from ._reading import observe
 from ._reissue import recorded_body, refusal, send_recorded
-from ._states import Event, after, final_answer
+from ._settings import Settings
+from ._states import Event, final_answer
 from ._store import (
-    Begin,
     Claim,
     OperationRecord,
-    Progress,
-    SendingStore,
     StoredResponse,
     gone_in_words,
     new_owner,
     release_owner,
 )
-from ._time import ahead, lease_until
+from ._telling import (
+    continuation_of,
+    ended,
+    lost,
+    outcome_of,
+    store_failed,
+    stored_answer,
+    tell_hooks,
+    unsettled_failure,
+)
 
-__all__ = [
-    "Flow",
-    "follow",
-    "give_back",
-    "handle",
-    "operation",
-    "refuse",
-]
+__all__ = ["Flow", "handle", "operation"]
 
 
 Flow = Generator[Effect, Any, httpx.Response]
@@ -126,7 +116,7 @@ def operation(
         error = exc
         raise
     finally:
-        call.ended(error)
+        ended(call, error)
 
 
 def _operation(
@@ -145,10 +135,10 @@ def _operation(
         if exchange is not None and exchange.continuation is continuation:
             exchange.continuation = None
     else:
-        yield from _ask_the_time(call)
+        yield from ask_the_time(call)
     owner = new_owner()
     try:
-        begin = yield from _admit(call, owner)
+        begin = yield from admit(call, owner)
         exchange = current(settings)
         if begin.claim is not Claim.FINISHED:
             # Issued again with other bytes of the same meaning: sent as recorded; not
@@ -157,7 +147,7 @@ def _operation(
             if recorded is not None:
                 if exchange is not None and exchange.body_read_above:
                     refused = refusal(begin.record)
-                    yield Shield(_give_back(call, owner, refused))
+                    yield Shield(giving_back(call, owner, refused))
                     raise refused
                 send_recorded(request, begin.record)
                 body = recorded
@@ -166,7 +156,7 @@ def _operation(
             exchange.key, exchange.body = begin.record.key, body
             exchange.key_header = call.resolved.key.header, call.resolved.key.quoted
         if begin.claim is Claim.FINISHED:
-            return call.stored_answer(begin.record)
+            return stored_answer(call, begin.record)
         call.adopt(begin.record)
         if (
             continuation is not None
@@ -206,51 +196,12 @@ def _operation(
             # was admitting it: the lease it may have taken goes back, and the operation
             # is as it was, nothing of this call having been sent.
             with contextlib.suppress(StoreError):
-                yield Shield(_give_back(call, owner, exc))
+                yield Shield(giving_back(call, owner, exc))
         if admitting and isinstance(exc, StoreError) and continuation is not None:
-            raise _failed_after(continuation, exc) from exc
+            raise failed_after(continuation, exc) from exc
         raise  # before anything was sent, the error says what it is
     finally:
         release_owner(owner)
-
-
-def _admit(call: Call, owner: str) -> Generator[Effect, Any, Begin]:
-    """Record the operation (or find it) and take its lease, waiting for a live owner."""
-    settings, clock = call.settings, call.clock
-    step = settings.step_back()
-    if step:
-        yield blocking(keep_step, settings=settings, step=step, seen="by a running client")
-    if call.intent is not None:
-        begin: Begin = yield blocking(
-            settings.store.begin,
-            intent=call.stamped_intent(),
-            owner=owner,
-            now=clock.time(),
-            lease_until=call.lease_until(),
-        )
-    else:
-        begin = yield from _claim(call, owner)
-    while begin.claim is Claim.BUSY:
-        wait = call.busy_wait()
-        if wait is None:
-            raise call.busy_outcome(begin.record)
-        yield Sleep(wait)
-        begin = yield from _claim(call, owner)
-    record = begin.record
-    now = clock.time()
-    recorded_ahead = ahead(record.created_at, now)
-    if recorded_ahead and not record.state.finished:
-        # Recorded at a time this clock has not reached: a clock (this one now, or its
-        # recorder's then) went back. Kept before anything is sent: once true time has
-        # caught up, nothing else would show it.
-        yield blocking(
-            clock_went_back,
-            store=settings.store,
-            step=recorded_ahead,
-            now=now,
-            seen="on an operation recorded ahead",
-        )
-    return begin
 
 
 def _await_holder(call: Call, owner: str) -> Flow:
@@ -273,7 +224,7 @@ def _await_holder(call: Call, owner: str) -> Flow:
             call.settings.store.get, operation_id=call.operation_id
         )
         if record is not None and record.state.finished:
-            return call.stored_answer(record)
+            return stored_answer(call, record)
     call.hold_in_flight()  # that owner's attempt may be running still
     return (
         yield from _stop(
@@ -334,68 +285,6 @@ def _after_dead_holder(call: Call, owner: str, holder: str) -> Flow:
     )
 
 
-def _ask_the_time(call: Call) -> Generator[Effect, Any, None]:
-    """With `time_probe` (off by default: the time is then learnt from the answers to
-    the caller's own requests only), ask the operation's server its time (its `Date`)
-    before this client first records or sends an operation there, unless an answer
-    from it told it already: the record keeps the server's time beside its own stamps,
-    and an operation recorded before (which may have been applied) is judged by the
-    server's clock as well as this one, which may have been stepped while no client
-    ran, or may be wrong now. One HEAD per origin at a time (others wait for its answer,
-    within the probe's time), no retry; one that fails is not sent again for
-    `ASK_AGAIN_AFTER`; without an answer, or an answer without a `Date`, operations are
-    judged by this clock alone, as without the probe."""
-    times = call.settings.server_times
-    if times is None or not call.settings.time_probe:
-        return
-    origin = origin_of(call.request.url)
-    clock = call.clock
-    limit = call.probe_timeout()
-    if limit <= 0 or not times.ask(origin, clock.monotonic()):
-        return
-    turn = times.turn(origin)
-    if not (yield Turn(turn, limit)):
-        return  # another caller's question took all this one's time: judged as without
-    try:
-        if not times.ask(origin, clock.monotonic()):
-            return  # answered (or found silent) while this caller waited its turn
-        request = call.probe(limit)
-        try:
-            response: httpx.Response = yield Send(request)
-        except Exception:  # advice only: the operation goes on, judged by this clock
-            times.answered(origin, clock.monotonic(), heard=False)
-            return
-        call.settings.heard(request, response)
-        times.answered(origin, clock.monotonic(), heard=True)
-        with contextlib.suppress(Exception):
-            yield Close(response)
-    finally:
-        turn.release()
-
-
-def _failed_after(continuation: Continuation, error: StoreError) -> Exception:
-    """The error for a store that fails when an operation handed back to httpx goes on:
-    an attempt of it was made, so never one that says nothing has changed."""
-    return unsettled_error(
-        continuation.outcome,
-        f"the store {error.path!r} failed as the operation went on after its"
-        f" HTTP {continuation.status}: {error.reason}",
-    )
-
-
-def _claim(call: Call, owner: str) -> Generator[Effect, Any, Any]:
-    return (
-        yield blocking(
-            call.settings.store.claim,
-            operation_id=call.operation_id,
-            owner=owner,
-            now=call.clock.time(),
-            lease_until=call.lease_until(),
-            server_time=call.server_now(),
-        )
-    )
-
-
 def _finish_unsettled(
     call: Call, owner: str, answer: httpx.Response | None = None
 ) -> Blocking[OperationRecord]:
@@ -417,44 +306,6 @@ def _finish_unsettled(
     return Blocking(call.settings.store.finish, kwargs=arguments)
 
 
-def _give_back(call: Call, owner: str, error: BaseException) -> Blocking[OperationRecord | None]:
-    """The write that gives back a lease `owner` may have taken (its call cut short by
-    `error` while the store admitted it, before it sent anything): the operation keeps
-    its attempts and what it knew, and is unsettled again, `not_sent` unless it may have
-    been applied before. Nothing is written unless `owner` holds the lease: the store's
-    admission may never have run, or run for another owner's benefit."""
-    return blocking(
-        give_back,
-        store=call.settings.store,
-        operation_id=call.operation_id,
-        owner=owner,
-        now=call.clock.time(),
-        error=error,
-    )
-
-
-def give_back(
-    store: SendingStore, *, operation_id: str, owner: str, now: float, error: BaseException
-) -> OperationRecord | None:
-    """See `_give_back` (this runs as one store call: a worker thread's, in async)."""
-    record = store.get(operation_id)
-    if record is None or record.lease_owner != owner or record.state.finished:
-        return record
-    progress = Progress(
-        attempts=record.attempts,
-        maybe_applied=record.maybe_applied,
-        evidence=interrupted_before_sending(error, record.evidence),
-        not_before=record.not_before,
-        now=now,
-        replay_unexplained=record.replay_unexplained,
-    )
-    # Unsettled, with no send of its own (sent_at stays as it was); `finish` makes it
-    # indeterminate if it may have been applied before.
-    return store.finish(
-        operation_id, owner=owner, state=State.NOT_SENT, progress=progress, known=record
-    )
-
-
 def _stored(response: httpx.Response) -> StoredResponse:
     return StoredResponse.of(
         response.status_code, tuple(response.headers.multi_items()), response.content
@@ -462,11 +313,11 @@ def _stored(response: httpx.Response) -> StoredResponse:
 
 
 def _attempts(call: Call, owner: str) -> Flow:
-    gate = call.gate()
-    if isinstance(gate, Decision):
-        return (yield from _stop(call, owner, gate))
-    if gate > 0:
-        yield Sleep(gate)
+    first = gate(call)
+    if isinstance(first, Decision):
+        return (yield from _stop(call, owner, first))
+    if first > 0:
+        yield Sleep(first)
     while True:
         if call.prepare() is None:
             return (yield from _stop(call, owner, Decision("stop", reason="the deadline passed")))
@@ -477,7 +328,7 @@ def _attempts(call: Call, owner: str) -> Flow:
             if call.reads_first(response):
                 call.bound_body(response)
                 yield Read(response)
-            found = call.observe(response)
+            found = observe(call, response)
             if found.final or call.keeps_answer:
                 call.bound_body(response)
                 yield Read(response)
@@ -491,10 +342,10 @@ def _attempts(call: Call, owner: str) -> Flow:
             if response is not None:
                 yield Close(response)
                 response = None  # the answer was lost with its body: not an answer
-            found = call.observe(exc)
+            found = observe(call, exc)
         if response is not None:
             yield Close(response)  # a discarded answer frees its connection before we wait
-        decision = call.decide(found, response)
+        decision = decide(call, found, response)
         if decision.action == "stop":
             answer = response if call.keeps_answer else None
             return (yield from _stop(call, owner, decision, answer))
@@ -509,7 +360,7 @@ def _attempts(call: Call, owner: str) -> Flow:
             )
         except StoreError as exc:
             call.settled = True
-            raise call.store_failed(exc, None) from exc
+            raise store_failed(call, exc, None) from exc
         if not kept:
             return (yield from _lost_lease(call, owner))
         yield Sleep(decision.wait)
@@ -522,7 +373,7 @@ def _write(
     try:
         record: OperationRecord = yield effect
     except StoreError as exc:
-        raise call.store_failed(exc, response) from exc
+        raise store_failed(call, exc, response) from exc
     return record
 
 
@@ -545,8 +396,8 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
         # Another caller finished it first, while this one was paused past its lease:
         # its answer is the operation's, never this call's own under its name.
         yield Close(response)
-        return call.stored_answer(record)
-    call.outcome(record, response)
+        return stored_answer(call, record)
+    outcome_of(call, record, response)
     return response
 
 
@@ -554,12 +405,12 @@ def _stop(call: Call, owner: str, decision: Decision, answer: httpx.Response | N
     record = yield from _write(call, _finish_unsettled(call, owner, answer), None)
     if record.state.finished:
         # Another caller finished it while this one was paused past its lease.
-        return call.stored_answer(record)
+        return stored_answer(call, record)
     if record.lease_lost or record.lease_owner not in (None, owner):
         # Its lease lapsed and another caller took the operation over: that, not why
         # this call stopped (its deadline long past), is its news.
-        raise call.lost(record)
-    raise call.error(call.outcome(record, None), decision.reason)
+        raise lost(call, record)
+    raise unsettled_failure(call, outcome_of(call, record, None), decision.reason)
 
 
 def _lost_lease(call: Call, owner: str) -> Flow:
@@ -567,8 +418,8 @@ def _lost_lease(call: Call, owner: str) -> Flow:
     return what the other found, or say that it has the operation now."""
     record = yield from _write(call, _finish_unsettled(call, owner), None)
     if record.state.finished:
-        return call.stored_answer(record)
-    raise call.lost(record)
+        return stored_answer(call, record)
+    raise lost(call, record)
 
 
 def _hand_back(call: Call, owner: str, response: httpx.Response) -> Flow:
@@ -581,132 +432,12 @@ def _hand_back(call: Call, owner: str, response: httpx.Response) -> Flow:
         raise
     if record.state.finished:
         yield Close(response)
-        return call.stored_answer(record)
+        return stored_answer(call, record)
     # httpx reads it (a redirect's body before it follows, an auth flow's 401 if it
     # asks for it): within the deadline, like any answer.
     call.bound_body(response)
-    continuation = call.handed_back(record, response)
+    continuation = continuation_of(call, record, response)
     if not handed_back(call.settings, continuation):
         continuation.told = True
-        call.tell(continuation.outcome)
+        tell_hooks(call, continuation.outcome)
     return response
-
-
-def refuse(settings: Settings, request: httpx.Request, continuation: Continuation) -> Exception:
-    """The error for a redirect to another origin: nothing is sent there."""
-    scheme, host, port = continuation.origin
-    origin = f"{scheme.decode()}://{host.decode()}" + (f":{port}" if port else "")
-    outcome = continuation.outcome
-    error = unsettled_error(
-        outcome,
-        f"the server redirected it (HTTP {continuation.status}) to {request.url.scheme}://"
-        f"{request.url.netloc.decode('ascii', 'replace')}, another origin than {origin}:"
-        " not followed, so that neither its key nor the credentials go there",
-    )
-    if not continuation.told:
-        continuation.told = True
-        settings.hooks.outcome(outcome)
-    return error
-
-
-def follow(settings: Settings, request: httpx.Request, continuation: Continuation) -> Flow:
-    """The GET that httpx sends after a 301, 302 or 303 to an operation: not the operation
-    (it carries no key), but after a 303 See Other it is where the server says the
-    result of the request is, and an answer that says what the payment came to settles
-    it (see `_settle`). Within the operation's deadline, like every attempt."""
-    slot = settings.resolve(request).key
-    if slot.header is not None:
-        request.headers.pop(slot.header, None)
-    remaining = _remaining(settings, continuation)
-    if remaining() <= 0:
-        raise unsettled_error(
-            continuation.outcome,
-            f"the deadline passed before its HTTP {continuation.status} could be followed",
-        )
-    request.extensions["timeout"] = dict.fromkeys(
-        ("connect", "read", "write", "pool"), min(settings.policy.attempt_timeout, remaining())
-    )
-    # Only the answer to the operation's own request says where its result is: a 303
-    # met on the way after that (a login page, a redirect chain) says nothing about it.
-    see_other = continuation.status == 303 and not continuation.followed
-    continuation.followed = True
-    response: httpx.Response = yield Send(request)
-    settings.heard(request, response)
-    response.extensions[OUTCOME] = continuation.outcome
-    if not see_other or not response.is_success:
-        bound_body(response, remaining)
-        return response
-    bound_body(response, remaining)
-    yield Read(response)
-    try:
-        settled = yield from _settle(settings, continuation, request, response)
-    except StoreError as exc:
-        raise _failed_after(continuation, exc) from exc
-    if settled is not None:
-        continuation.told = True
-        exchange = current(settings)
-        if exchange is not None and exchange.continuation is continuation:
-            exchange.continuation = None
-        response.extensions[OUTCOME] = settled
-        settings.hooks.outcome(settled)
-    return response
-
-
-def _remaining(settings: Settings, continuation: Continuation) -> Callable[[], float]:
-    clock = settings.clock
-    return lambda: continuation.deadline - clock.monotonic()
-
-
-def _settle(
-    settings: Settings,
-    continuation: Continuation,
-    request: httpx.Request,
-    response: httpx.Response,
-) -> Generator[Effect, Any, Outcome | None]:
-    """Settle the operation by the answer at its 303's location, if that answer says
-    what the payment came to (judged as a look-up's answer is: its status); else None,
-    and it stays indeterminate."""
-    verdict = _reconcile.judge(response)
-    if verdict.finding != "found" or verdict.state is None:
-        return None
-    store, clock = settings.store, settings.clock
-    owner = new_owner()
-    try:
-        now = clock.time()
-        begin = yield blocking(
-            store.claim,
-            operation_id=continuation.operation_id,
-            owner=owner,
-            now=now,
-            lease_until=lease_until(now),
-        )
-        if begin.claim is Claim.BUSY:
-            return None
-        record = begin.record
-        if begin.claim is not Claim.FINISHED:
-            found = Event.FOUND_DECLINED if verdict.state is State.FAILED else Event.FOUND_APPLIED
-            after(record.state, found)  # the table allows it, or it is a bug
-            record = yield blocking(
-                store.settle,
-                operation_id=continuation.operation_id,
-                owner=owner,
-                applied=True,
-                state=verdict.state,
-                evidence=(f"HTTP 303 See Other, then GET {redact_url(request.url)}: {verdict.why}"),
-                now=clock.time(),
-                response=StoredResponse.of(
-                    response.status_code,
-                    tuple(response.headers.multi_items()),
-                    response.content,
-                ),
-            )
-    finally:
-        release_owner(owner)
-    return from_record(
-        record,
-        response=response,
-        from_store=False,
-        not_before=None,
-        body_omitted=False,
-        last_status=response.status_code,
-    )

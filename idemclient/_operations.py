@@ -35,24 +35,19 @@ import anyio
 import anyio.to_thread
 import httpx
 
-from ._call import (
-    KEY_HEADER,
-    Settings,
-    buffered_body,
-    check_unread_key_header,
-    intent_for,
-    unsettled_error,
-)
 from ._effects import Blocking, Close, Each, Effect, Feed, Http, Pause, Sleep, adrive, drive
 from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, RequestNotReplayable
 from ._fingerprint import Fingerprints, fingerprint, fingerprints, same
 from ._hooks import Hooks
+from ._intent import KEY_HEADER, buffered_body, check_unread_key_header, intent_for
 from ._keys import key_from_identity, new_key, one_key, validate_key
 from ._outcome import Outcome, State, from_record, outcome_of
 from ._profile import KeySlot, Profile, Resolved
 from ._redaction import looks_secret
 from ._retrofit import transport_of
+from ._settings import Settings
 from ._store import Intent, OperationRecord
+from ._telling import unsettled_error
 from ._time import CLOCK_SKEW, within_retention
 from ._transport import AsyncIdempotentTransport, IdempotentTransport, call_extensions, to_thread
 

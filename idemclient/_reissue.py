@@ -35,18 +35,10 @@ from typing import Any
 import anyio.to_thread
 import httpx
 
-from ._call import (
-    CALL_OPTIONS,
-    CallOptions,
-    Settings,
-    abody_from_chunks,
-    body_from_chunks,
-    buffered_body,
-    intent_for,
-    key_in,
-)
 from ._errors import IdemError, OperationMismatch
+from ._intent import abody_from_chunks, body_from_chunks, buffered_body, intent_for, key_in
 from ._retrofit import replace_body
+from ._settings import CALL_OPTIONS, CallOptions, Settings
 from ._store import OperationRecord
 from ._store._rows import mismatch
 

@@ -9,13 +9,13 @@ import dataclasses
 import httpx
 
 from . import _reconcile
-from ._call import Settings
 from ._errors import Indeterminate
 from ._hooks import log_fields, logger
 from ._operations import Blocking, Close, Http, Op, Sent, arun, run, send_registered, settings_of
 from ._outcome import Outcome, from_record
 from ._profile import existing_url
 from ._redaction import origin_of
+from ._settings import Settings
 from ._store import OperationRecord, as_admin
 
 __all__ = ["aresume", "read_existing", "resume", "resumed"]

@@ -26,16 +26,8 @@ import anyio.to_thread
 import httpx
 
 from ._budget import RetryBudget
-from ._call import (
-    CALL_OPTIONS,
-    CallOptions,
-    Settings,
-    abody_from_chunks,
-    body_from_chunks,
-    check_store_clock,
-    keep_step,
-)
 from ._clock import Clock, StepWatch, SystemClock
+from ._clock_steps import check_store_clock, keep_step
 from ._db import is_postgres_url
 from ._deferred import DeferredStore
 from ._effects import (
@@ -55,9 +47,11 @@ from ._errors import StoreError
 from ._flow import handle
 from ._hooks import Hooks, StoreEvent, log_fields, logger
 from ._hosts import ByHost
+from ._intent import abody_from_chunks, body_from_chunks
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._server_time import ServerTimes
+from ._settings import CALL_OPTIONS, CallOptions, Settings
 from ._store import OperationStore
 from ._store._open import open_store
 from ._time import CLOCK_SKEW

@@ -11,13 +11,15 @@ from typing import TypeVar
 import httpx
 
 from ._budget import RetryBudget
-from ._call import Continuation, Settings, check_store_clock
+from ._call import Continuation
 from ._clock import Clock
+from ._clock_steps import check_store_clock
 from ._exchange import install
 from ._hooks import Hooks
 from ._policy import RetryPolicy
 from ._profile import Profile
 from ._retrofit import replace_transports, transport_of
+from ._settings import Settings
 from ._store import OperationStore
 from ._transport import (
     DEFAULT_MAX_REQUEST_BODY,

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from idemclient import State
-from idemclient._call import fingerprint
-from idemclient._fingerprint import bytes_fingerprint
+from idemclient._fingerprint import bytes_fingerprint, fingerprint
 from idemclient._store import Intent, OperationRecord
 from idemclient.batch import Batch
 from idemclient.batch._duplicates import by_tail, duplicate_problem, duplicates, tails_of

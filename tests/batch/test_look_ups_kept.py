@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from idemclient import Client, ManualClock, RetryPolicy, key_from_identity, profiles
-from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import ServerTime
 from idemclient._store import NotFound
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import Batch, BatchInvalid, BatchProgress, ExitCode, submit
 from idemclient.batch._remembered import BELIEVED_FOR, believed, reading
 from idemclient.batch._sender import Sender

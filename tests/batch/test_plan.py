@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from idemclient import RetryPolicy, State, key_from_identity
-from idemclient._call import CLOCK_SKEW, fingerprint
+from idemclient._fingerprint import fingerprint
 from idemclient._store import OperationRecord, StoredResponse
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import Batch
 from idemclient.batch._identity import identify, is_batch_operation, legacy_key
 from idemclient.batch._lookup import next_wait

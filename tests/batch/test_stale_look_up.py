@@ -18,7 +18,7 @@ from idemclient import (
     key_from_identity,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import asubmit, submit
 from idemclient.testing import ReferenceServer
 

@@ -197,10 +197,10 @@ from idemclient import (
     outcome_of,
     wrap,
 )
-from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import DATE_RESOLUTION
 from idemclient._states import may_follow
 from idemclient._store import _owners
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import BatchInvalid, Report, read_batch, submit
 from idemclient.errors import OperationMismatch
 from idemclient.profiles import BUILTIN, Profile, named

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from idemclient import IdemError, State
-from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import DATE_RESOLUTION
+from idemclient._time import CLOCK_SKEW
 
 from .machine import DAY, KEY_TTL, PaymentsMachine
 from .world import INTENT_WRITES, OUTCOME_WRITES

@@ -66,13 +66,13 @@ def test_no_key_is_minted_inside_the_retry_loop(
     client: Client, psp: FakePSP, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     minted: list[str] = []
-    real = idemclient._call.new_key
+    real = idemclient._intent.new_key
 
     def counting() -> str:
         minted.append(real())
         return minted[-1]
 
-    monkeypatch.setattr(idemclient._call, "new_key", counting)
+    monkeypatch.setattr(idemclient._intent, "new_key", counting)
     psp.script = [status(503), status(429), error(httpx.ConnectError), OK]
     outcome = client.post("/v1/payments", json=PAYMENT)
     assert minted == [outcome.key]

@@ -45,7 +45,7 @@ from idemclient import (
     RetryPolicy,
     State,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.hooks import Hooks
 from idemclient.profiles import named
 from idemclient.store import SQLiteStore
@@ -409,7 +409,21 @@ def test_a_hook_that_interrupts_before_the_send_leaves_nothing_sent(
 #: its drivers and the client around them. The store's inside is tried at its calls
 #: (above): inside a `with` block, a signal's landing between the block and its exit is
 #: a limit of Python itself, not something a library can close.
-ENGINE = ("_flow.py", "_call.py", "_transport.py", "_operations.py", "_client.py", "_exchange.py")
+ENGINE = (
+    "_flow.py",
+    "_admission.py",
+    "_following.py",
+    "_call.py",
+    "_intent.py",
+    "_reading.py",
+    "_deciding.py",
+    "_telling.py",
+    "_clock_steps.py",
+    "_transport.py",
+    "_operations.py",
+    "_client.py",
+    "_exchange.py",
+)
 
 
 class LineInterrupt:

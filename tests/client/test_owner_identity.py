@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State
-from idemclient._call import intent_for
+from idemclient._intent import intent_for
 from idemclient.store import SQLiteStore
 
 from .test_ownership import PAYMENT, GatedPSP, client, dead_owner

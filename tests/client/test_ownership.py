@@ -31,7 +31,8 @@ from idemclient import (
     RetryPolicy,
     State,
 )
-from idemclient._call import CLOCK_SKEW, intent_for
+from idemclient._intent import intent_for
+from idemclient._time import CLOCK_SKEW
 from idemclient.errors import StoreUnavailable
 from idemclient.hooks import Hooks
 from idemclient.profiles import named

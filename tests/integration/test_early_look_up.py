@@ -24,7 +24,7 @@ from idemclient import (
     State,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.testing import ReferenceServer, serve
 
 PAYMENT = {"amount": 700, "currency": "EUR", "reference": "inv-9"}

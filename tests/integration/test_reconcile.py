@@ -18,8 +18,8 @@ from idemclient import (
     State,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import DATE_RESOLUTION
+from idemclient._time import CLOCK_SKEW
 from idemclient.testing import ReferenceServer
 
 from ..support.shop import BY_REFERENCE, shop_client

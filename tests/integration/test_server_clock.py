@@ -41,7 +41,7 @@ from idemclient import (
     profiles,
     wrap,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import read_batch, submit
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer, serve

@@ -49,8 +49,8 @@ from idemclient import (
     RetryPolicy,
     State,
 )
-from idemclient._call import CLOCK_SKEW
 from idemclient._server_time import DATE_RESOLUTION
+from idemclient._time import CLOCK_SKEW
 from idemclient.store import SQLiteStore
 from tests.checker.world import Clock
 

@@ -37,6 +37,8 @@ class Mutant:
 
 CLASSIFY = "idemclient/_classify.py"
 CALL = "idemclient/_call.py"
+DECIDING = "idemclient/_deciding.py"
+TELLING = "idemclient/_telling.py"
 TIME = "idemclient/_time.py"
 HISTORIES = "tests/checker/test_histories.py"
 BOUNDARIES = "tests/integration/test_time_boundaries.py"
@@ -263,9 +265,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "retention margin",
         "the key retention is judged at the time of the call, not at the time the send"
         " would go after its wait (a hold, a server's not-before)",
-        CALL,
-        "        age_sent = age + max(0.0, at - now)",
-        "        age_sent = age",
+        DECIDING,
+        "    age_sent = age + max(0.0, at - now)",
+        "    age_sent = age",
         ("tests/client/hostile/test_lease_skew_attacks.py",),
     ),
     Mutant(
@@ -439,9 +441,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "classification",
         "a refusal the store could not record (a full disk) is told as NotSent, 'nothing"
         " reached the server'",
-        CALL,
-        "        reached = self.maybe_applied or self.last_status is not None",
-        "        reached = self.maybe_applied",
+        TELLING,
+        "    reached = call.maybe_applied or call.last_status is not None",
+        "    reached = call.maybe_applied",
         (HISTORIES + "::test_adyen_a_refusal_the_store_could_not_record_is_not_told_not_sent",),
     ),
 )

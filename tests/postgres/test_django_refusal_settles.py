@@ -22,7 +22,7 @@ from idemclient import (
     State,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.cli import main
 from idemclient.clock import set_testing
 from idemclient.testing import ReferenceServer, serve

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.clock import SystemClock
 from idemclient.testing import LiveServer, ReferenceServer, serve
 from tests.support.processes import kill_when

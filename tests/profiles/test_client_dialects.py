@@ -27,7 +27,7 @@ from idemclient import (
     profiles,
     wrap,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.errors import ChallengeRequired, InvalidKey, MissingKey, OperationMismatch
 from idemclient.profiles import named
 from idemclient.store import SQLiteStore

@@ -27,7 +27,7 @@ from idemclient import (
     RetryPolicy,
     State,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.profiles import named
 from idemclient.testing import ReferenceServer, serve
 

@@ -33,7 +33,7 @@ from idemclient import (
     resume,
     wrap,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import Batch, BatchInvalid, submit
 from idemclient.errors import OperationMismatch, ProfileMismatch
 from idemclient.testing import ReferenceServer

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from idemclient._call import fingerprint
+from idemclient._fingerprint import fingerprint
 from idemclient._store import Intent
 from idemclient.store import SQLiteStore
 

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient._call import intent_for
 from idemclient._db.sqlite import immediate
+from idemclient._intent import intent_for
 from idemclient.store import SQLiteStore
 
 BOUND = 10.0  # a bound on a test that went wrong, never a wait the test relies on

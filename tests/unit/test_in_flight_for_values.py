@@ -10,8 +10,8 @@ import click
 import pytest
 
 from idemclient import profiles
-from idemclient._call import in_flight_until
 from idemclient._cli_duration import duration
+from idemclient._time import in_flight_until
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from idemclient import State
-from idemclient._call import CLOCK_SKEW, in_flight_until
 from idemclient._reconcile import last_sent, still_in_flight
 from idemclient._store import OperationRecord, new_owner, release_owner
+from idemclient._time import CLOCK_SKEW, in_flight_until
 
 NOW = 1_800_000_000.0
 WINDOW = 900.0

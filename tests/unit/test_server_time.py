@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from idemclient._call import CLOCK_SKEW
 from idemclient._reconcile import answered_at, still_in_flight
 from idemclient._server_time import (
     ASK_AGAIN_AFTER,
@@ -27,6 +26,7 @@ from idemclient._server_time import (
     parse_date,
     went_back,
 )
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch._plan import past_retention
 
 from .test_look_up_in_flight import HELD, NOW, WINDOW, record

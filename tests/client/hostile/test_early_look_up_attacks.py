@@ -26,7 +26,7 @@ from idemclient import (
     _reconcile,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW, LEASE_MARGIN
+from idemclient._time import CLOCK_SKEW, LEASE_MARGIN
 from idemclient.cli import main
 from idemclient.errors import StoreUnavailable
 from idemclient.store import SQLiteStore

@@ -22,8 +22,8 @@ from idemclient import (
     State,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW, LEASE_MARGIN
 from idemclient._store import Intent, new_owner, release_owner
+from idemclient._time import CLOCK_SKEW, LEASE_MARGIN
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 

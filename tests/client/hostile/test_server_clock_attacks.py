@@ -23,8 +23,8 @@ from idemclient import (
     RetryPolicy,
     State,
 )
-from idemclient._call import origin_of
 from idemclient._server_time import ASK_AGAIN_AFTER, MAX_ORIGINS
+from idemclient._settings import origin_of
 from idemclient.testing import ReferenceServer
 from tests.integration.test_server_clock import BASE, HOUR, Shop, _bearer, _paid_then_timed_out
 

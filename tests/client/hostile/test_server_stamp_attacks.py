@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from idemclient import AsyncClient, Client, Indeterminate, Outcome, State
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.store import SQLiteStore
 from idemclient.testing._server import http_date
 from tests.client.hostile.test_server_clock_attacks import _head_hangs

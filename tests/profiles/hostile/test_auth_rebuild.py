@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from idemclient import AsyncClient, Client, Indeterminate, ManualClock, RetryPolicy, State
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.profiles import named
 
 from ..scripted import Scripted

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, RetryPolicy, State
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.profiles import named
 from idemclient.testing import ReferenceServer
 

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from idemclient import AsyncClient, Client, Indeterminate, ManualClock, State
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.cli import main
 from idemclient.profiles import named
 

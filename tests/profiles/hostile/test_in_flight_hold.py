@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.profiles import named
 
 from ..scripted import Scripted

@@ -22,7 +22,7 @@ from idemclient import (
     State,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.testing import ReferenceServer, serve
 
 AUTH = {"Authorization": "Bearer alice"}

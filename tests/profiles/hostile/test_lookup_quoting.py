@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State, profiles
-from idemclient._call import CLOCK_SKEW
 from idemclient._reconcile import Unquotable, fill, quoting_of
+from idemclient._time import CLOCK_SKEW
 from idemclient.testing import ReferenceServer, serve
 
 from ..scripted import Scripted

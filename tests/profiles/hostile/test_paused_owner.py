@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, State
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.profiles import named
 from idemclient.testing import ReferenceServer, serve
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, State, profiles
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.testing import ReferenceServer
 
 from ..server_speakers import AUTH, BODY, PATH

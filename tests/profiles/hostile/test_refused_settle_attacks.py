@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, State, key_from_identity, profiles
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import Batch, submit
 from idemclient.testing import ReferenceServer
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from idemclient import Client, Indeterminate, ManualClock, ReconcileRequired, State
-from idemclient._call import CLOCK_SKEW
 from idemclient._profile import DAY
+from idemclient._time import CLOCK_SKEW
 from idemclient.profiles import named
 
 from ..scripted import Scripted

@@ -20,7 +20,7 @@ from idemclient import (
     key_from_identity,
     profiles,
 )
-from idemclient._call import CLOCK_SKEW
+from idemclient._time import CLOCK_SKEW
 from idemclient.batch import Batch, submit
 from idemclient.profiles import Match, named
 from idemclient.testing import ReferenceServer

@@ -1,0 +1,223 @@
+"""A request turned into an `Intent`: its body buffered, its key found or made, its
+fingerprint taken, before anything is recorded or sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, Iterable
+
+import httpx
+
+from ._errors import InvalidKey, MissingKey, RequestNotReplayable
+from ._fingerprint import body_type, fingerprint
+from ._keys import new_key, one_key
+from ._profile import Resolved
+from ._redaction import redact_url
+from ._settings import CALL_OPTIONS, CallOptions
+from ._store._base import Intent
+from .profiles import DEFAULT as DEFAULT_PROFILE
+
+__all__ = [
+    "KEY_HEADER",
+    "abody_from_chunks",
+    "body_from_chunks",
+    "buffered_body",
+    "check_unread_key_header",
+    "intent_for",
+    "key_in",
+]
+
+KEY_HEADER = "Idempotency-Key"
+
+#: What reading a caller's body can raise: a file opened write-only or in text mode, a
+#: closed file, a generator httpx has already consumed.
+_UNREADABLE = (OSError, ValueError, TypeError, httpx.StreamError)
+
+
+class _BodyBuffer:
+    """A request body being buffered so that every attempt can send it again.
+
+    At most `limit` bytes are held: a longer body is refused as soon as it is seen to be
+    too long, not after it has all been read into memory.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, chunk: object) -> None:
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise RequestNotReplayable(
+                f"the request body yielded {type(chunk).__name__}, not bytes: send bytes,"
+                " or open a file in binary mode"
+            )
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise RequestNotReplayable(
+                f"request body is over max_request_body ({self.limit} bytes): it must be"
+                " buffered to be sent again with the same key; raise the limit or send less"
+            )
+        self.parts.append(bytes(chunk))
+
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _unreadable(error: BaseException) -> RequestNotReplayable:
+    """The error for a body whose reading failed (chained to the cause by the caller)."""
+    return RequestNotReplayable(
+        f"the request body could not be read ({type(error).__name__}: {error}), so it"
+        " cannot be buffered and sent again with the same key; nothing was recorded or sent"
+    )
+
+
+def body_from_chunks(chunks: Iterable[bytes], limit: int) -> bytes:
+    """Buffer a request body so that every attempt can send it again, up to `limit`."""
+    buffer = _BodyBuffer(limit)
+    iterator = iter(chunks)
+    while True:
+        try:
+            chunk = next(iterator)
+        except StopIteration:
+            return buffer.body()
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from exc
+        buffer.add(chunk)
+
+
+async def abody_from_chunks(chunks: AsyncIterable[bytes], limit: int) -> bytes:
+    """`body_from_chunks` for an async body."""
+    buffer = _BodyBuffer(limit)
+    iterator = aiter(chunks)
+    while True:
+        try:
+            chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return buffer.body()
+        except _UNREADABLE as exc:
+            raise _unreadable(exc) from exc
+        buffer.add(chunk)
+
+
+def buffered_body(request: httpx.Request, limit: int) -> bytes | None:
+    """The body if httpx already holds it in memory, else None (stream it in)."""
+    try:
+        content = request.content
+    except httpx.RequestNotRead:
+        return None
+    if type(content) is bytes and len(content) <= limit:
+        return content  # already whole and immutable: nothing to copy
+    return body_from_chunks((content,), limit)
+
+
+def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = None) -> Intent:
+    """The intent a request stands for. A caller that registers operations ahead of
+    sending them (a batch) builds them here too, so the fingerprints agree. `resolved`:
+    the profile's facts for it (where its key is, what a key may be); the generic
+    profile's when not given."""
+    options = request.extensions.get(CALL_OPTIONS)
+    if options is not None and not isinstance(options, CallOptions):
+        raise TypeError(f"request extension {CALL_OPTIONS!r} must be CallOptions")
+    if resolved is None:
+        resolved = DEFAULT_PROFILE.resolve(request.method, request.url.path, frozenset())
+    given = key_in(request, body, resolved)
+    key = resolved.check_key(given) if given is not None else resolved.check_key(new_key())
+    if given is None and resolved.key.header is None:
+        raise MissingKey(
+            None,
+            f"the {resolved.profile.name} profile's server reads the key from the"
+            f" {resolved.key.where}, and this request's body has none: put it there"
+            " (idemclient's Client does, from key= or a new one)",
+        )
+    operation_id = (options.operation_id if options else None) or key
+    if not operation_id or len(operation_id) > 1024:
+        raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
+    # Stored and fingerprinted without credentials: no user or password, no value of a
+    # secret-looking query parameter (see `_redaction`).
+    url = redact_url(request.url)
+    return Intent(
+        operation_id=operation_id,
+        key=key,
+        key_given=given is not None,
+        method=request.method,
+        url=str(url),
+        headers=tuple(request.headers.multi_items()),
+        body=body,
+        fingerprint=fingerprint(
+            request.method, url, body, **body_type(request.headers.multi_items())
+        ),
+        reference=options.reference if options else None,
+        profile=resolved.profile.name,
+    )
+
+
+def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:
+    """The key `request` carries where its profile's server reads it, or None. A key in
+    the `Idempotency-Key` header where the server reads it elsewhere is refused (see
+    `check_unread_key_header`)."""
+    given = _key_in_slot(request, body, resolved)
+    where = resolved.key.where
+    check_unread_key_header(
+        resolved, request.headers, [] if given is None else [(f"the {where}", given)]
+    )
+    return given
+
+
+def check_unread_key_header(
+    resolved: Resolved, headers: httpx.Headers, given: list[tuple[str, str]]
+) -> None:
+    """Refuse a key in the `Idempotency-Key` header where the profile's server reads its
+    key elsewhere (PayPal's `PayPal-Request-Id`, Square's body field...), before anything
+    is recorded. `given`: the keys given where that server reads one (where, key).
+
+    The caller who wrote that header meant it as the payment's key, but that server never
+    sees it: with none where it looks, the request would go with a key of the client's
+    making, another in every store (the same payment asked again from another machine is
+    a second payment there); with another one there, two keys for one request. The same
+    key in both places is one key."""
+    slot = resolved.key
+    if slot.header is not None and slot.header.lower() == KEY_HEADER.lower():
+        return
+    unread = headers.get_list(KEY_HEADER)
+    if not unread:
+        return
+    if not given:
+        raise MissingKey(
+            unread[0],
+            f"it is in the {KEY_HEADER} header, which the {resolved.profile.name} profile's"
+            f" server does not read (it reads the {slot.where}): sent so, the payment would"
+            " go under a key of the client's making, another one from every store. Put"
+            f" your key in the {slot.where} (a Client also takes it as key=); nothing was"
+            " recorded or sent",
+        )
+    one_key([*given, *((f"the {KEY_HEADER} header", value) for value in unread)])
+
+
+def _key_in_slot(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:
+    slot = resolved.key
+    if slot.header is not None:
+        given = request.headers.get_list(slot.header)
+        if len(given) == 1:
+            return slot.key_from_header(given[0])
+        # The header given more than once: one key, or two for one request (refused).
+        return one_key((f"the {slot.header} header", slot.key_from_header(v)) for v in given)
+    assert slot.field is not None
+    try:
+        document = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        document = None
+    if not isinstance(document, dict):
+        raise MissingKey(
+            None,
+            f"the {resolved.profile.name} profile's server reads the key from the"
+            f" {slot.where}, and this request's body is not a JSON object: nothing was"
+            " recorded or sent",
+        )
+    value = document.get(slot.field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidKey(value, f"the body's {slot.field!r} must be a string")
+    return value
