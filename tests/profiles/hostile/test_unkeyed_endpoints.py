@@ -73,3 +73,33 @@ def test_an_operation_recorded_ahead_is_refused_where_razorpay_reads_no_key(
     assert intent_ahead(client.http, "POST", "/v1/payouts", json={"amount": 1}).profile == (
         "razorpay"
     )
+
+
+@pytest.mark.parametrize(
+    ("asked", "sent", "keyed"),
+    [
+        ("/v1/payouts", "/v1/payments/pay_1/refund", False),
+        ("/v1/payments/pay_1/refund", "/v1/payouts", True),
+    ],
+)
+def test_a_request_hook_that_moves_the_request_is_judged_where_it_goes(
+    tmp_path: object, asked: str, sent: str, keyed: bool
+) -> None:
+    # The transport judges the request it is given: one a request hook moved to
+    # another endpoint is an operation, or not, by where it now goes.
+    def move(request: httpx.Request) -> None:
+        request.url = request.url.copy_with(path=sent)
+
+    server = Scripted()
+    store = SQLiteStore(tmp_path / "s.db")  # type: ignore[operator]
+    http = wrap(
+        httpx.Client(transport=httpx.MockTransport(server), event_hooks={"request": [move]}),
+        store=store,
+        profile="razorpay",
+    )
+    response = http.post(f"https://api.psp.test{asked}", json={"amount": 100})
+    assert response.status_code == 201
+    assert [r.url.path for r in server.posts] == [sent]
+    assert ("x-payout-idempotency" in server.posts[0].headers) is keyed
+    assert len(store.operations()) == (1 if keyed else 0)
+    http.close()
