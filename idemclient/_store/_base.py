@@ -14,7 +14,6 @@ from ._owners import owner_is_dead
 
 __all__ = [
     "NEVER_APPLIED_STATUSES",
-    "REOPENABLE_STATES",
     "Begin",
     "Claim",
     "Durability",
@@ -34,8 +33,6 @@ Headers = tuple[tuple[str, str], ...]
 #: credentials (401, 407). An operation that ended with one, and that nothing says may
 #: have been applied, may be pointed at a corrected target under the same key.
 NEVER_APPLIED_STATUSES = (401, 404, 405, 407)
-#: Unfinished states from which nothing was ever applied when `maybe_applied` is false.
-REOPENABLE_STATES = (State.PENDING.value, State.NOT_SENT.value)
 
 
 class Durability(enum.StrEnum):

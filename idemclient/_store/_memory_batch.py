@@ -11,13 +11,12 @@ from collections.abc import Iterable, Sequence
 from .._errors import OperationMismatch
 from .._outcome import State
 from ._base import (
-    NEVER_APPLIED_STATUSES,
-    REOPENABLE_STATES,
     Intent,
     NotFound,
     OperationRecord,
     StoredResponse,
 )
+from ._guards import may_reopen
 from ._memory_rows import MemoryRows
 from ._rows import mismatch
 from ._sql_batch import refused
@@ -77,12 +76,7 @@ class MemoryBatch(MemoryRows):
             if row is None or row.record.key != intent.key:
                 return None
             stored = row.record
-            reopenable = stored.state.value in REOPENABLE_STATES or (
-                stored.state is State.FAILED
-                and stored.response is not None
-                and stored.response.status_code in NEVER_APPLIED_STATUSES
-            )
-            if stored.maybe_applied or stored.lease_owner is not None or not reopenable:
+            if stored.maybe_applied or stored.lease_owner is not None or not may_reopen(stored):
                 return None
             headers, withheld = self.header_rule.split_request(intent.headers)
             return self._put(

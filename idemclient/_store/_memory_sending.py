@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from .._errors import OperationMismatch
 from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
+from .._states import Event, after
 from ._base import (
     Begin,
     Claim,
@@ -21,6 +22,7 @@ from ._base import (
     holder_is_live,
     owner_sent_until,
 )
+from ._guards import ATTEMPTED_IN, FINAL_ANSWER_IN, LEARNT_IN, SETTLED_IN
 from ._memory_rows import MemoryRows, latest
 from ._owners import owner_is_dead
 from ._rows import mismatch
@@ -63,7 +65,11 @@ class MemorySending(MemoryRows):
     ) -> bool:
         with self._open():
             row = self._rows.get(operation_id)
-            if row is None or row.record.lease_owner != owner or row.record.finished_at is not None:
+            if (
+                row is None
+                or row.record.lease_owner != owner
+                or row.record.state not in ATTEMPTED_IN
+            ):
                 return False
             stored = row.record
             self._put(
@@ -94,7 +100,7 @@ class MemorySending(MemoryRows):
         answered = final or response is not None or drop_answer
         with self._open():
             stored = self._fetch(operation_id)
-            mine = stored.finished_at is None if final else stored.lease_owner == owner
+            mine = stored.state in FINAL_ANSWER_IN if final else stored.lease_owner == owner
             if not mine:
                 # Not written as asked: the stored record is the truth, and keeps what
                 # this caller learnt (its attempts may have been applied).
@@ -121,8 +127,8 @@ class MemorySending(MemoryRows):
     def _merge(self, stored: OperationRecord, progress: Progress) -> OperationRecord:
         maybe_applied = stored.maybe_applied or progress.maybe_applied
         state = stored.state
-        if state is State.NOT_SENT and maybe_applied:
-            state = State.INDETERMINATE
+        if state in LEARNT_IN and maybe_applied:
+            state = after(state, Event.LEARNT_MAYBE_APPLIED)
         return self._put(
             stored,
             state=state,
@@ -147,7 +153,7 @@ class MemorySending(MemoryRows):
             raise ValueError(f"an applied operation is settled as final, not {state.words}")
         with self._open():
             stored = self._fetch(operation_id)
-            if stored.finished_at is not None or stored.lease_owner != owner:
+            if stored.state not in SETTLED_IN or stored.lease_owner != owner:
                 return stored
             changes: dict[str, object]
             if applied:
@@ -217,12 +223,7 @@ class MemorySending(MemoryRows):
             return Begin(Claim.BUSY, record)
         sent_until = owner_sent_until(record, now=now)
         in_flight = record.state is State.IN_FLIGHT
-        if not look_up:
-            state = State.IN_FLIGHT
-        elif in_flight:
-            state = State.INDETERMINATE
-        else:
-            state = record.state
+        state = after(record.state, Event.CLAIMED_TO_LOOK_UP if look_up else Event.CLAIMED)
         server_created_at = record.server_created_at
         if server_created_at is None and record.state is State.PENDING and server_time:
             server_created_at = server_time.low

@@ -202,9 +202,7 @@ class SQLSending(SQLBase):
         conn.execute(
             self._sql.merge,
             (
-                State.NOT_SENT.value,
                 progress.maybe_applied,
-                State.INDETERMINATE.value,
                 progress.maybe_applied,
                 progress.attempts,
                 progress.attempts,
@@ -294,9 +292,6 @@ class SQLSending(SQLBase):
                 self._sql.take_over,
                 (
                     not look_up,
-                    State.IN_FLIGHT.value,
-                    State.IN_FLIGHT.value,
-                    State.INDETERMINATE.value,
                     owner,
                     lease_until,
                     look_up,

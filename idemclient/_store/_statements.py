@@ -23,7 +23,15 @@ from __future__ import annotations
 from typing import Final
 
 from .._db.dialect import Dialect
-from ._base import NEVER_APPLIED_STATUSES, REOPENABLE_STATES
+from ._guards import (
+    sql_attempted,
+    sql_claimed,
+    sql_claimed_state,
+    sql_final_answer,
+    sql_learnt_state,
+    sql_reopenable,
+    sql_settled,
+)
 from ._rows import COLUMNS, REQUEST_COLUMNS
 
 __all__ = ["INSERT_COLUMNS", "Statements"]
@@ -58,22 +66,23 @@ _EXISTING = _SELECT + " WHERE id {any} OR key {any}"
 # An owner that was in flight may have sent until it died or its lease ran out, the
 # earlier of its lease's end and now (the caller's {p}): `sent_at` keeps the latest.
 # A look-up's lease is not in flight (it keeps the operation's state), so a takeover
-# of it counts no send. The state: a sender's claim (the first {p}) makes it in flight;
-# a look-up's keeps it, except that one taken from an owner in flight is indeterminate
-# (maybe applied). Every SET reads the row as it was before this statement.
+# of it counts no send. The state is the table's (`_guards`): a sender's claim (the
+# first {p}) makes it in flight; a look-up's keeps it, except that one taken from an
+# owner in flight is indeterminate (maybe applied); both only where the table lets a
+# claim happen. Every SET reads the row as it was before this statement.
 # The server's time (the taker's, by its Date, if it knows it) goes beside the two
 # stamps it can bound: a registered row never claimed has not been sent, so the time
 # now is at or before its first send; an owner in flight sent at the latest now, so the
 # time now is at or after it (NULL if unknown: the hold is judged from sent_at alone).
 _TAKE_OVER = (
-    "UPDATE {t} SET state = CASE WHEN {p} THEN {p} WHEN state = {p} THEN {p} ELSE state END,"
+    "UPDATE {t} SET state = " + sql_claimed_state("{p}") + ","
     " lease_owner = {p}, lease_expires = {p}, lease_look_up = {p}, updated_at = {p},"
     " maybe_applied = maybe_applied OR state = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
     " server_created_at = CASE WHEN server_created_at IS NULL AND state = {p} THEN {p}"
     " ELSE server_created_at END,"
     " server_sent_at = CASE WHEN {p} THEN {p} ELSE server_sent_at END"
-    " WHERE id = {p} AND finished_at IS NULL AND lease_owner {same} {p} RETURNING {c}"
+    " WHERE id = {p} AND " + sql_claimed() + " AND lease_owner {same} {p} RETURNING {c}"
 )
 # Guarded by the holder just read, as a takeover is: a move never races a sender.
 _MOVE = (
@@ -87,7 +96,7 @@ _RECORD_ATTEMPT = (
     " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
     " WHEN 2 THEN NULL ELSE server_sent_at END,"
     " replay_unexplained = replay_unexplained OR {p}"
-    " WHERE id = {p} AND lease_owner = {p} AND finished_at IS NULL"
+    " WHERE id = {p} AND lease_owner = {p} AND " + sql_attempted()
 )
 # "Maybe applied" is knowledge: whoever learnt it, the row keeps it, and an unsettled
 # operation that may have been applied is indeterminate, never not sent. So the state
@@ -113,15 +122,17 @@ _ANSWER = (
     " response_size = {p}, "
 )
 # A final answer is recorded whoever holds the lease: the server answers the same
-# under this key to everyone. Giving up only counts while the caller owns it.
-_FINAL_ANSWER = "finished_at IS NULL"
+# under this key to everyone. Giving up only counts while the caller owns it: the
+# owner's lease is the guard (a sender's stop, or a look-up giving its lease back with
+# the state it found, which is no event of the table: the state is the caller's).
+_FINAL_ANSWER = sql_final_answer()
 _WHILE_OWNED = "lease_owner = {p}"
 # A caller that lost its lease still leaves what it learnt: that its own attempts may
-# have been applied. Same parameters as the state of `_FINISH`, then the attempts it
-# saw, the time and the operation.
+# have been applied (where the table lets that change the state, `_guards`). The
+# caller's maybe-applied twice, then the attempts it saw, the time and the operation.
 _MERGE = (
-    "UPDATE {t} SET state = CASE WHEN state = {p} AND (maybe_applied OR {p}) THEN {p}"
-    " ELSE state END, maybe_applied = maybe_applied OR {p},"
+    "UPDATE {t} SET state = " + sql_learnt_state("maybe_applied OR {p}") + ","
+    " maybe_applied = maybe_applied OR {p},"
     " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
     " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
@@ -132,7 +143,7 @@ _MERGE = (
 _SETTLE = (
     "UPDATE {t} SET {sets}, evidence = {p}, not_before = NULL, lease_owner = NULL,"
     " lease_expires = NULL, lease_look_up = false, updated_at = {p}"
-    " WHERE id = {p} AND finished_at IS NULL AND lease_owner = {p}{also} RETURNING {c}"
+    " WHERE id = {p} AND " + sql_settled() + " AND lease_owner = {p}{also} RETURNING {c}"
 )
 _APPLIED = (
     "state = {p}, status_code = {p}, response_headers = {j}, response_body = {p},"
@@ -225,14 +236,13 @@ _RECORD_SETTLED = (
 )
 # A request that was never applied, pointed at a corrected target under its own key:
 # only while nothing says it may have been applied and nobody holds it, and only from
-# a state that says so (see `Store.reopen`).
+# a state the table lets a correction reopen (`_guards`; see `Store.reopen`).
 _REOPEN = (
     "UPDATE {t} SET url = {p}, headers = {j}, body = {p}, fingerprint = {p}, state = {p},"
     " evidence = {p}, not_before = NULL, status_code = NULL, response_headers = NULL,"
     " response_body = NULL, response_sha256 = NULL, response_size = NULL, updated_at = {p},"
     " finished_at = NULL WHERE id = {p} AND key = {p} AND maybe_applied = false"
-    " AND lease_owner IS NULL AND (state IN ({reopenable})"
-    " OR (state = 'failed' AND status_code IN ({never_applied}))) RETURNING {c}"
+    " AND lease_owner IS NULL AND " + sql_reopenable() + " RETURNING {c}"
 )
 
 
@@ -299,8 +309,6 @@ class Statements:
             "clock": clock_table,
             "greatest": dialect.greatest,
             "strpos": dialect.strpos,
-            "reopenable": ", ".join(f"'{state}'" for state in REOPENABLE_STATES),
-            "never_applied": ", ".join(str(status) for status in NEVER_APPLIED_STATUSES),
         }
 
         def render(template: str) -> str:
