@@ -384,6 +384,20 @@ MUTANTS: tuple[Mutant, ...] = (
             "is_judged_by_the_servers_clock_from_its_stamp",
         ),
     ),
+    Mutant(
+        "kept-answer-not-aged-on-the-servers-clock",
+        "batch look-up planning",
+        'a kept "nothing found" is not aged on the server\'s clock alone (its Date then'
+        " and now): answers kept by a host clock running fast, read once it is set right,"
+        " look minutes old after hours, and rows paid meanwhile are paid again",
+        TIME,
+        "        if server.high - server_stamped >= window:\n            return False",
+        "        if False:\n            return False",
+        (
+            "tests/batch/test_look_ups_kept.py::test_answers_kept_by_a_clock_running_fast_are_"
+            "judged_by_the_servers_time",
+        ),
+    ),
     # -- profile key placement ------------------------------------------------------------
     Mutant(
         "key-always-in-idempotency-key",
