@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+from ._forks import afresh_in_child
+
 __all__ = ["RetryBudget"]
 
 
@@ -22,6 +24,11 @@ class RetryBudget:
         self.capacity = capacity
         self.refund = refund
         self._tokens = capacity
+        self._locks_afresh()
+        afresh_in_child(self)  # a forked child's calls take the lock too
+
+    def _locks_afresh(self) -> None:
+        # In a forked child too: a thread of its parent may have held it at the fork.
         self._lock = threading.Lock()
 
     @property

@@ -14,6 +14,8 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.lowlevel
 
+from ._forks import afresh_in_child
+
 __all__ = ["Clock", "ManualClock", "StepWatch", "SystemClock", "set_testing"]
 
 _testing = False
@@ -138,9 +140,13 @@ class StepWatch:
     def __init__(self, clock: Clock, tolerance: float) -> None:
         self._clock = clock
         self._tolerance = tolerance
-        self._lock = threading.Lock()
+        self._locks_afresh()
+        afresh_in_child(self)  # a forked child's calls take the lock too
         # The first reading: a step from now on, before the first call too, is seen.
         self._highest = clock.time() - clock.monotonic()
+
+    def _locks_afresh(self) -> None:
+        self._lock = threading.Lock()
 
     def step_back(self) -> float:
         """Seconds the wall clock is behind the highest point it was seen at, if more

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._errors import StoreUnavailable
+from ._forks import afresh_in_child
 from ._store import AdminStore, OperationStore
 
 __all__ = ["DeferredStore", "opened", "unopened"]
@@ -37,6 +38,11 @@ class DeferredStore:
         self._store: OperationStore | None = None
         self._started = start is None
         self._closed = False
+        self._locks_afresh()
+        afresh_in_child(self)  # a forked child's calls take the lock too
+
+    def _locks_afresh(self) -> None:
+        # Held as the parent forked, it was opening the store: the child opens its own.
         self._lock = threading.Lock()
 
     def opened(self) -> OperationStore:

@@ -26,6 +26,7 @@ import functools
 import threading
 
 from ._errors import ProfileMismatch
+from ._forks import afresh_in_child
 from ._hooks import log_fields, logger
 from ._profile import Profile
 from .profiles import BUILTIN
@@ -62,6 +63,10 @@ class ByHost:
         self.default = default
         self._found: dict[str, tuple[Profile, Profile | None]] = {}
         self._told: set[str] = set()
+        self._locks_afresh()
+        afresh_in_child(self)  # a forked child's calls take the lock too
+
+    def _locks_afresh(self) -> None:
         self._lock = threading.Lock()
 
     def at(self, host: str) -> tuple[Profile, Profile | None]:

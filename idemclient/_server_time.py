@@ -8,10 +8,9 @@ from this module.
 
 from __future__ import annotations
 
-import os
 import threading
-import weakref
 
+from ._forks import afresh_in_child
 from ._time import (
     DATE_RESOLUTION,
     STAMP_SLACK,
@@ -58,8 +57,8 @@ class ServerTimes:
 
     A process forked while a thread held one of its locks (a web server's workers
     forked from an app that has paid) has no such thread: in the child, the locks are
-    made afresh (`_after_fork_in_child`), and the questions its parent had out are
-    not its own. What was heard stays: the monotonic clock runs on across a fork.
+    made afresh (`_forks`), and the questions its parent had out are not its own.
+    What was heard stays: the monotonic clock runs on across a fork.
     """
 
     __slots__ = ("__weakref__", "_failed", "_lock", "_parsed", "_seen", "_turns")
@@ -71,7 +70,7 @@ class ServerTimes:
         #: origins asked their time that gave no answer: when (monotonic)
         self._failed: dict[Origin, float] = {}
         self._locks_afresh()
-        _ALL.add(self)
+        afresh_in_child(self)
 
     def _locks_afresh(self) -> None:
         #: one lock per origin, held by the caller asking it its time (this process's)
@@ -155,16 +154,3 @@ class ServerTimes:
             return None
         elapsed = max(0.0, monotonic - received)
         return ServerTime(low=date + elapsed, high=date + elapsed + DATE_RESOLUTION)
-
-
-#: every `ServerTimes` of this process, whose locks a forked child makes afresh
-_ALL: weakref.WeakSet[ServerTimes] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for times in list(_ALL):
-        times._locks_afresh()
-
-
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)

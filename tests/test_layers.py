@@ -96,6 +96,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._budget",
             "idemclient._policy",
             "idemclient.policy",
+            "idemclient._forks",
             "idemclient._clock",
             "idemclient.clock",
             "idemclient._time",

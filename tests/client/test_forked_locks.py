@@ -29,8 +29,8 @@ BOUND = 60  # a bound on a test gone wrong, never a wait the test relies on
 #: prints what it was told, and how it names a lease's owner.
 FORKED = textwrap.dedent(
     """
-    import os, signal, sys, threading
-    from idemclient import Client
+    import asyncio, os, signal, sys, threading
+    from idemclient import AsyncClient, Client
     from idemclient.store import MemoryStore, new_owner, owner_is_dead, release_owner
     from idemclient.testing import ReferenceServer
     from idemclient._seam import settings_of
@@ -39,21 +39,24 @@ FORKED = textwrap.dedent(
     server = ReferenceServer()
     PAYMENT = {{"amount": 1999, "currency": "EUR"}}
 
-    def client_of(store):
-        return Client(
+    def client_of(store, kind=Client):
+        return kind(
             base_url="http://psp.test",
             transport=server.transport,
             store=store,
             headers={{"Authorization": "Bearer sk_test_secret"}},
         )
 
-    def pay(client, operation):
-        return client.post(
-            "/v1/payments", json={{**PAYMENT, "reference": operation}}, operation_id=operation
-        ).state.value
+    def pay(client, operation, url="/v1/payments"):
+        options = dict(json={{**PAYMENT, "reference": operation}}, operation_id=operation)
+        if isinstance(client, AsyncClient):
+            return asyncio.run(client.post(url, **options)).state.value
+        return client.post(url, **options).state.value
 
     client = client_of(MemoryStore())
     print("parent", pay(client, "order-1"), flush=True)
+    # An async client opens its store at its first call, in a thread of its own.
+    unopened = client_of(sys.argv[1] + "/later.db", AsyncClient)
     parents = new_owner()  # a call of the parent, live as it forks
 
     held, done = threading.Event(), threading.Event()
@@ -70,7 +73,8 @@ FORKED = textwrap.dedent(
         signal.alarm({bound} // 2)  # a deadlock ends here, by SIGALRM
         try:
             paying = {child_client}
-            print("child", pay(paying, "order-2"), len(server.ledger()), flush=True)
+            paid = pay(paying, "order-2", "http://psp-2.test/v1/payments")
+            print("child", paid, len(server.ledger()), flush=True)
             ours = new_owner()
             same = ours.split(":")[:3] == parents.split(":")[:3]
             print("owner", "same" if same else "own", owner_is_dead(parents), flush=True)
@@ -120,14 +124,29 @@ def test_a_child_forked_while_a_thread_named_a_lease_owner_pays(tmp_path: Path) 
     assert lines == PAID_IN_THE_CHILD, lines
 
 
-def test_a_child_forked_while_a_thread_noted_the_servers_time_pays(tmp_path: Path) -> None:
-    # A thread of the parent was noting the server's `Date` (every answer is noted) as
-    # the process forked: in the child, the parent's client pays.
-    lines = forked(
-        tmp_path,
-        held="settings_of(client.http).server_times._lock",
-        child_client="client",
-    )
+@pytest.mark.parametrize(
+    "held",
+    [
+        # noting the server's `Date` (every answer is noted)
+        "settings_of(client.http).server_times._lock",
+        # watching this host's clock for a step back (every call does, as it begins)
+        "settings_of(client.http).watch._lock",
+        # the retry budget (every success gives a token back)
+        "settings_of(client.http).budget._lock",
+        # finding the profile of a host not seen yet (the child pays at another)
+        "settings_of(client.http).hosts._lock",
+        # opening an async client's store at its first call (the child opens its own)
+        "settings_of(unopened.http).store._lock",
+    ],
+    ids=["server time", "clock watch", "retry budget", "profile by host", "store opening"],
+)
+def test_a_child_forked_while_a_thread_held_a_lock_of_its_parents_client_pays(
+    tmp_path: Path, held: str
+) -> None:
+    # A thread of the parent was inside one of its client's locks as the process
+    # forked: in the child, the parent's client pays.
+    paying = held.partition(".http")[0].removeprefix("settings_of(")
+    lines = forked(tmp_path, held=held, child_client=paying)
     assert lines == PAID_IN_THE_CHILD, lines
 
 

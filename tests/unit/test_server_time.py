@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from idemclient._forks import _after_fork_in_child
 from idemclient._reconcile import answered_at, still_in_flight
 from idemclient._server_time import (
     ASK_AGAIN_AFTER,
@@ -19,7 +20,6 @@ from idemclient._server_time import (
     STAMP_SLACK,
     ServerTime,
     ServerTimes,
-    _after_fork_in_child,
     age,
     held_until,
     over_by_server,
