@@ -26,6 +26,7 @@ import httpx
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from ._forks import afresh_in_child
 from ._outcome import Outcome, State
 from ._redaction import shown_url
 from ._version import __version__
@@ -188,9 +189,14 @@ class _Telemetry:
         # Exported from the start, at 0: a dashboard or an alert reads "none open", not
         # "no data", before the first operation ends indeterminate.
         self.indeterminate.add(0)
-        self._lock = threading.Lock()
         self._unsettled: set[str] = set()
         self._warned = False
+        self._locks_afresh()
+        afresh_in_child(self)  # a forked child's calls count their outcomes too
+
+    def _locks_afresh(self) -> None:
+        # In a forked child too: a thread of its parent may have held it at the fork.
+        self._lock = threading.Lock()
 
     # -- the hooks ---------------------------------------------------------------------
 

@@ -244,6 +244,8 @@ FEATURES: dict[str, Feature] = {
             # checker (`idemclient.otel`): taken from there, they would close a cycle.
             "idemclient._outcome": "an outcome's state names a span's status",
             "idemclient._version": "the instrumentation's version",
+            "idemclient._forks": "the lock its calls take is made afresh in a forked child,"
+            " as the client's own are",
         },
     ),
     "commands": Feature(

@@ -155,3 +155,27 @@ def test_a_child_is_a_lease_owner_of_its_own(tmp_path: Path) -> None:
     # presents its parent's identity, and its parent's live call is not taken for dead.
     lines = forked(tmp_path, held="threading.Lock()", child_client="client")
     assert lines == PAID_IN_THE_CHILD, lines
+
+
+#: a client of the parent's with OpenTelemetry hooks (kept in the script's globals, so
+#: that the child pays with it), and the lock its telemetry takes as it counts an outcome
+TRACED = (
+    'globals().setdefault("traced", Client(base_url="http://psp.test",'
+    " transport=server.transport, store=MemoryStore(),"
+    ' headers={"Authorization": "Bearer sk_test_secret"},'
+    ' hooks=__import__("idemclient.otel", fromlist=["otel_hooks"]).otel_hooks()))'
+)
+TELEMETRY_LOCK = (
+    f"[{TRACED}, next(o for o in __import__('gc').get_objects()"
+    " if type(o).__name__ == '_Telemetry')][1]._lock"
+)
+
+
+def test_a_child_forked_while_a_thread_counted_an_outcome_for_opentelemetry_pays(
+    tmp_path: Path,
+) -> None:
+    # A thread of the parent was counting an outcome for OpenTelemetry (every call of a
+    # client with `otel_hooks()` does, as it ends) as the process forked: in the child,
+    # that client's next call must not wait for ever at its end.
+    lines = forked(tmp_path, held=TELEMETRY_LOCK, child_client='globals()["traced"]')
+    assert lines == PAID_IN_THE_CHILD, lines
