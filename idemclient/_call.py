@@ -89,7 +89,42 @@ class Call:
 
     A call starts a new operation (or finds it again) from its request, or continues
     one that httpx sends on after a `Continuation` (a redirect, an auth flow).
+
+    What a call has not learnt yet reads as the class's value (an attribute is set on
+    the call only once it changes: a call that succeeds at once sets few).
     """
+
+    last_status: int | None = None
+    last_kind: AttemptKind | None = None
+    total_attempts = 0
+    maybe_applied = False
+    #: when this call last sent an attempt that may have been applied
+    sent_at: float | None = None
+    #: the server's time then, by its `Date` (an upper bound), if this client knew it
+    server_sent_at: float | None = None
+    #: an answer read as a replay came that no attempt of ours explains (kept by the
+    #: store for good: `OperationRecord.replay_unexplained`)
+    replay_unexplained = False
+    evidence = ""
+    not_before: float | None = None
+    created_at = 0.0
+    #: the server's time when the operation was recorded (a lower bound), if known
+    server_created_at: float | None = None
+    record: OperationRecord | None = None
+    settled = False
+    on_wire = False
+    reconcile_required = False
+    #: the last answer was read as a replay that nothing of ours explains
+    doubted = False
+    cause: BaseException | None = None
+    _busy_poll = _BUSY_POLL_FIRST
+    challenge: httpx.Response | None = None
+    #: the resource the last answer names as made under this key (GoCardless)
+    existing: str | None = None
+    #: the client's retry budget refused a retry of this call
+    budget_spent = False
+    #: the key of the outcome told (a re-issued operation's, from the store)
+    key_told: str | None = None
 
     def __init__(
         self,
@@ -122,37 +157,6 @@ class Call:
             self.key = continuation.key
             self.deadline = continuation.deadline
             self.attempts_here = continuation.attempts
-        self.last_status: int | None = None
-        self.last_kind: AttemptKind | None = None
-        self.total_attempts = 0
-        self.maybe_applied = False
-        #: when this call last sent an attempt that may have been applied
-        self.sent_at: float | None = None
-        #: the server's time then, by its `Date` (an upper bound), if this client knew it
-        self.server_sent_at: float | None = None
-        #: an answer read as a replay came that no attempt of ours explains (kept by
-        #: the store for good: `OperationRecord.replay_unexplained`)
-        self.replay_unexplained = False
-        self.evidence = ""
-        self.not_before: float | None = None
-        self.created_at = 0.0
-        #: the server's time when the operation was recorded (a lower bound), if known
-        self.server_created_at: float | None = None
-        self.record: OperationRecord | None = None
-        self.settled = False
-        self.on_wire = False
-        self.reconcile_required = False
-        #: the last answer was read as a replay that nothing of ours explains
-        self.doubted = False
-        self.cause: BaseException | None = None
-        self._busy_poll = _BUSY_POLL_FIRST
-        self.challenge: httpx.Response | None = None
-        #: the resource the last answer names as made under this key (GoCardless)
-        self.existing: str | None = None
-        #: the client's retry budget refused a retry of this call
-        self.budget_spent = False
-        #: the key of the outcome told (a re-issued operation's, from the store)
-        self.key_told: str | None = None
         request.stream = httpx.ByteStream(body)
         if continuation is None and (
             settings.hooks.on_start is not None
@@ -280,10 +284,20 @@ class Call:
         if remaining <= 0:
             return None
         timeout = min(self.policy.attempt_timeout, remaining)
-        current = self.request.extensions.get("timeout") or {}
-        self.request.extensions["timeout"] = {
-            name: timeout if current.get(name) is None else min(current[name], timeout)
-            for name in ("connect", "read", "write", "pool")
+        extensions = self.request.extensions
+        current = extensions.get("timeout") or {}
+        connect, read, write, pool = (
+            current.get("connect"),
+            current.get("read"),
+            current.get("write"),
+            current.get("pool"),
+        )
+        # Each of httpx's timeouts, cut to the time left (None: unbounded, so cut).
+        extensions["timeout"] = {
+            "connect": timeout if connect is None or connect > timeout else connect,
+            "read": timeout if read is None or read > timeout else read,
+            "write": timeout if write is None or write > timeout else write,
+            "pool": timeout if pool is None or pool > timeout else pool,
         }
         hooks, call_hooks = self.settings.hooks, self.call_hooks
         if hooks.takes_attempt() or (

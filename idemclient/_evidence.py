@@ -9,7 +9,24 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["error_name", "interrupted_before_sending", "status_in"]
+import httpx
+
+__all__ = ["answer_evidence", "error_name", "interrupted_before_sending", "status_in"]
+
+#: An answer's evidence by its status, where its transport gave no reason phrase (httpx
+#: then looks the status's phrase up in an enum, at some cost, for every answer).
+_BY_STATUS: dict[int, str] = {}
+
+
+def answer_evidence(response: httpx.Response) -> str:
+    """What an answer says, as evidence: ``HTTP 503 Service Unavailable``."""
+    status = response.status_code
+    if "reason_phrase" in response.extensions:  # the server's own words (HTTP/1.1)
+        return f"HTTP {status} {response.reason_phrase}".rstrip()
+    text = _BY_STATUS.get(status)
+    if text is None:  # at most one for each status httpx can build a response with
+        text = _BY_STATUS[status] = f"HTTP {status} {response.reason_phrase}".rstrip()
+    return text
 
 
 def interrupted_before_sending(error: BaseException, before: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterable, Iterable
 import httpx
 
 from ._errors import InvalidKey, MissingKey, RequestNotReplayable
-from ._fingerprint import body_type, fingerprint
+from ._fingerprint import fingerprint
 from ._keys import new_key, one_key
 from ._profile import Resolved
 from ._redaction import redact_url
@@ -137,16 +137,24 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
     # Stored and fingerprinted without credentials: no user or password, no value of a
     # secret-looking query parameter (see `_redaction`).
     url = redact_url(request.url)
+    # Read once (each read decodes every header); names come lowercased, and the last
+    # of a repeated content type is the one a fingerprint takes (as `body_type` does).
+    headers = request.headers.multi_items()
+    named = dict(headers)
     return Intent(
         operation_id=operation_id,
         key=key,
         key_given=given is not None,
         method=request.method,
         url=str(url),
-        headers=tuple(request.headers.multi_items()),
+        headers=tuple(headers),
         body=body,
         fingerprint=fingerprint(
-            request.method, url, body, **body_type(request.headers.multi_items())
+            request.method,
+            url,
+            body,
+            content_type=named.get("content-type"),
+            content_encoding=named.get("content-encoding"),
         ),
         reference=options.reference if options else None,
         profile=resolved.profile.name,

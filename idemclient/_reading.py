@@ -15,7 +15,7 @@ from ._classify import (
     classify_error,
     classify_response,
 )
-from ._evidence import error_name
+from ._evidence import answer_evidence, error_name
 from ._hooks import AttemptEndEvent
 from ._profile import codes_in
 from ._redaction import redact_location
@@ -65,7 +65,7 @@ def observe(call: Call, result: httpx.Response | Exception) -> Classification:
                 replayed=call.profile.replayed(result.headers),
                 server_replays=call.policy.server_replays or call.profile.replays_errors,
             )
-        call.evidence = f"HTTP {result.status_code} {result.reason_phrase}".rstrip()
+        call.evidence = answer_evidence(result)
         if found.kind is AttemptKind.REDIRECT and "location" in result.headers:
             call.evidence += f" to {redact_location(result.headers['location'])}"
         elif call.maybe_applied and not found.final and found.kind in _REFUSALS:

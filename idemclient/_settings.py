@@ -80,6 +80,10 @@ class Settings:
     _resolved: dict[tuple[int, str, str], Resolved] = dataclasses.field(
         init=False, default_factory=dict, repr=False, compare=False
     )
+    #: the last request URL `resolve` answered for: (url, method, its facts)
+    _last: list[tuple[httpx.URL, str, Resolved] | None] = dataclasses.field(
+        init=False, default_factory=lambda: [None], repr=False, compare=False
+    )
 
     def step_back(self) -> float:
         """Seconds `clock` has gone back since the watch last kept a step (0.0: none
@@ -122,8 +126,18 @@ class Settings:
         return self.profile if self.hosts is None else self.hosts.at(url.host)[0]
 
     def resolve(self, request: httpx.Request) -> Resolved:
-        """The profile's facts for `request` (its endpoint's, where they differ)."""
-        return self.resolve_url(request.method, request.url)
+        """The profile's facts for `request` (its endpoint's, where they differ).
+
+        Asked of one request several times on its way (the exchange, the route, the
+        call): the last answer is kept with the URL it was for (an `httpx.URL` never
+        changes), so the same request's URL is not read again."""
+        method, url = request.method, request.url
+        last = self._last[0]
+        if last is not None and last[0] is url and last[1] == method:
+            return last[2]
+        resolved = self.resolve_url(method, url)
+        self._last[0] = (url, method, resolved)  # one store: atomic between threads
+        return resolved
 
     def resolve_url(self, method: str, url: httpx.URL) -> Resolved:
         """The facts of the profile a request with `method` to `url` speaks. Raises

@@ -681,3 +681,29 @@ def test_the_architecture_page_draws_these_layers() -> None:
 
 if __name__ == "__main__":
     print(drawing(), end="")
+
+
+# -- rooms of one job -----------------------------------------------------------------------
+
+#: The most lines a module of the package may hold (the reference server's, under
+#: testing/, excepted: it is a server of its own), and the class that runs one operation.
+MODULE_LINES = 600
+CALL_LINES = 400
+
+
+def test_no_module_of_the_package_outgrows_one_job() -> None:
+    grown = {
+        str(path.relative_to(ROOT)): lines
+        for path in PACKAGE.rglob("*.py")
+        if "testing" not in path.relative_to(PACKAGE).parts
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
+    }
+    assert not grown, f"split by job: modules over {MODULE_LINES} lines: {grown}"
+
+
+def test_the_class_that_runs_one_operation_stays_small() -> None:
+    tree = ast.parse((PACKAGE / "_call.py").read_text(encoding="utf-8"))
+    (call,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Call"]
+    assert call.end_lineno is not None
+    lines = call.end_lineno - call.lineno + 1
+    assert lines <= CALL_LINES, f"Call is {lines} lines: move a decision out (see _deciding)"
