@@ -143,3 +143,38 @@ def test_many_threads_on_two_endpoints_each_request_carries_its_own_endpoints_ke
     for _, ref, headers in seen:
         by_ref.setdefault(ref, set()).update(headers.values())
     assert all(len(keys) <= 1 for keys in by_ref.values())  # one key per operation
+
+
+@pytest.mark.parametrize(
+    ("asked", "sent", "keyed"), [("POST", "GET", False), ("GET", "POST", True)]
+)
+def test_a_request_hook_that_changes_the_method_is_judged_by_the_method_it_sends(
+    tmp_path: Path, asked: str, sent: str, keyed: bool
+) -> None:
+    # The same request object, its URL object unchanged, another method: facts kept for
+    # the request as it was asked (POST: a payout, keyed) must not be used for what is
+    # sent (GET: a read, no key), nor the other way round (a payout sent with no key,
+    # which its retry would make a second payout).
+    def turn(request: httpx.Request) -> None:
+        request.method = sent
+
+    methods: list[tuple[str, str | None]] = []
+
+    def psp(request: httpx.Request) -> httpx.Response:
+        methods.append((request.method, request.headers.get("x-payout-idempotency")))
+        return httpx.Response(200, json={"id": "pout_1"})
+
+    http = wrap(
+        httpx.Client(
+            transport=httpx.MockTransport(psp),
+            base_url="https://api.razorpay.com",
+            event_hooks={"request": [turn]},
+        ),
+        store=tmp_path / "s.db",
+        profile="razorpay",
+    )
+    response = http.request(asked, "/v1/payouts", json={"amount": 1})
+    assert response.status_code == 200
+    assert [method for method, _ in methods] == [sent]
+    assert (methods[0][1] is not None) is keyed
+    http.close()
