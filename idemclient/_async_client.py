@@ -7,12 +7,12 @@ classes' signatures the same.
 
 from __future__ import annotations
 
+import functools
 import random
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-import anyio.to_thread
 import httpx
 
 from . import _client_reconcile, _client_request
@@ -41,6 +41,7 @@ from ._policy import RetryPolicy
 from ._profile import Profile
 from ._resume import resumed
 from ._transport import DEFAULT_MAX_REQUEST_BODY, make_settings
+from ._worker import AT_EXIT, here, to_thread
 from ._wrap import StoreArg, start_store
 
 __all__ = ["AsyncClient"]
@@ -453,6 +454,10 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
             DeprecationWarning,
             stacklevel=2,
         )
+        workers = here()
+        if workers is not None:
+            # What this loop queued (an answer's write) is read, as `aoperation` reads it.
+            workers.wait_written(AT_EXIT)
         record = opened(self.settings.store).get(operation_id)
         return None if record is None else from_record(record)
 
@@ -488,13 +493,15 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def aclose(self) -> None:
         """Close the httpx client, and the store if the client opened it (in a worker
-        thread)."""
-        await self.http.aclose()
-        await anyio.to_thread.run_sync(self._close_store)
+        thread), once the answers' writes still queued have run."""
+        try:
+            await self.http.aclose()
+        finally:
+            await to_thread(self._close_store)
 
     async def __aenter__(self) -> AsyncClient:
         try:
-            await anyio.to_thread.run_sync(opened, self.settings.store)
+            await to_thread(functools.partial(opened, self.settings.store))
         except BaseException:
             # `async with` will not call __aexit__: close what was built, as a
             # `Client` whose store cannot be opened does.

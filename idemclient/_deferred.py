@@ -6,6 +6,10 @@ loop (in an ASGI app's startup) or before there is one. So it holds its store as
 started (the clock check, the reaping of old bodies), by the first call made to it,
 which the async client makes in a worker thread (or when the client is entered, also in
 a worker thread). Looking up a method costs nothing; calling it opens the store.
+
+Its `finish` is a `_behind.Finish`, which the async driver may queue rather than await
+(the final answer's write), and `behind` keeps those of its queued writes that failed
+until a call of the client is told.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ._behind import Behind, Finish
 from ._errors import StoreUnavailable
 from ._forks import afresh_in_child
 from ._store import AdminStore, OperationStore
@@ -44,6 +49,31 @@ class DeferredStore:
     def _locks_afresh(self) -> None:
         # Held as the parent forked, it was opening the store: the child opens its own.
         self._lock = threading.Lock()
+        # The answers' writes the parent queued, and their failures, are the parent's.
+        self.behind = Behind(self._path)
+        self._finish = Finish(self.opened, self.behind)
+
+    @property
+    def finish(self) -> Finish:
+        """The store's `finish`, which the async driver may queue (see `_behind`)."""
+        return self._finish
+
+    def begin(self, *args: Any, **kwargs: Any) -> Any:
+        """The store's `begin`: first, the answers queued and not written are told
+        (a `StoreError`), before anything of this operation is recorded or sent."""
+        self._tell_lost()
+        return self.opened().begin(*args, **kwargs)
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        """The store's `claim`, told first as `begin` is."""
+        self._tell_lost()
+        return self.opened().claim(*args, **kwargs)
+
+    def _tell_lost(self) -> None:
+        if self.behind.lost:
+            error = self.behind.take()
+            if error is not None:
+                raise error
 
     def opened(self) -> OperationStore:
         """The store, opened and started first if it was not yet (this blocks)."""
@@ -70,6 +100,11 @@ class DeferredStore:
     @property
     def path(self) -> str:
         return self.opened().path
+
+    def _path(self) -> str:
+        # For a message, never opening the store (it may be asked on the loop).
+        store = self._store
+        return self._where if store is None else str(getattr(store, "path", self._where))
 
     def close(self) -> None:
         """Close the store if it was opened; one never opened stays unopened for good."""

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 import httpx
 
 from ._effects import Blocking, Close, Each, Effect, Feed, Http, Pause, Sleep, adrive, drive
@@ -143,7 +142,7 @@ async def _ado(effect: Effect, client: httpx.AsyncClient) -> Any:
             async with taking:  # one worker asks for the next chunk, the others wait
                 job = next(jobs, _NONE)
                 if job is _NONE and more is not None:
-                    chunk = await anyio.to_thread.run_sync(more)
+                    chunk = await to_thread(more)  # after the answers' queued writes
                     if not chunk:
                         more = None
                     jobs = iter(chunk)

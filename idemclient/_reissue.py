@@ -30,9 +30,9 @@ Where the bytes are replaced:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-import anyio.to_thread
 import httpx
 
 from ._errors import IdemError, OperationMismatch
@@ -41,6 +41,7 @@ from ._retrofit import replace_body
 from ._settings import CALL_OPTIONS, CallOptions, Settings
 from ._store import OperationRecord
 from ._store._rows import mismatch
+from ._worker import to_thread
 
 __all__ = [
     "aas_recorded",
@@ -148,7 +149,7 @@ async def aas_recorded(settings: Settings, request: httpx.Request) -> httpx.Requ
     operation_id = named(settings, request)
     if operation_id is None:
         return request
-    record = _sendable(await anyio.to_thread.run_sync(settings.store.get, operation_id))
+    record = _sendable(await to_thread(functools.partial(settings.store.get, operation_id)))
     if record is None:
         return request
     body = buffered_body(request, settings.max_request_body)

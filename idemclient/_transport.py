@@ -11,20 +11,18 @@ effects, one in the calling thread, the other awaiting.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import os
 import random
-import threading
 import time
-import weakref
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, Generic, TypeVar, cast
 
 import anyio.to_thread
 import httpx
 
+from ._behind import Finish, queued, written
 from ._budget import RetryBudget
 from ._clock import Clock, StepWatch, SystemClock
 from ._clock_steps import check_store_clock, keep_step
@@ -55,7 +53,7 @@ from ._settings import CALL_OPTIONS, CallOptions, Settings
 from ._store import OperationStore
 from ._store._open import open_store
 from ._time import CLOCK_SKEW
-from ._worker import Workers
+from ._worker import to_thread
 from .profiles import DEFAULT, named
 
 __all__ = [
@@ -307,6 +305,11 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def _do(self, effect: Effect, *, shielded: bool = False) -> Any:
         if isinstance(effect, Blocking):
+            if type(effect.fn) is Finish and self.settings.hooks.on_store is None:
+                # A final answer's write, queued behind the answer (see `_behind`).
+                record = queued(effect.fn, effect.kwargs)
+                if record is not None:
+                    return record
             call = functools.partial(effect.fn, *effect.args, **effect.kwargs)
             if self.settings.hooks.on_store is None:
                 return await to_thread(call, shielded=shielded)
@@ -331,74 +334,13 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+        await written()  # the answers' writes still queued end first (see `_behind`)
         step = self.settings.step_back()
         if step:
-            await anyio.to_thread.run_sync(_kept_at_close, self.settings, step)
+            await to_thread(functools.partial(_kept_at_close, self.settings, step))
         if self.settings.owns_store:  # in a worker thread, as every store call
-            await anyio.to_thread.run_sync(self.settings.store.close)
+            await to_thread(self.settings.store.close)
 
-
-async def to_thread(call: Callable[[], T], *, shielded: bool = False) -> T:
-    """`call()` (a store call, or anything else that blocks) in a worker thread, to its
-    end. A cancellation that comes while it runs is delivered once it has returned: a
-    thread cannot be stopped, and what it writes (an intent's commit, the lease it
-    takes) must be known before the caller acts on the cancellation, or the record
-    left behind would be made before the write it should follow. A cancellation that
-    comes before the thread has started it means it never runs, unless `shielded`: a
-    write that leaves a cut-short call's record true (its lease given back) runs
-    however often its caller is cancelled, and the cancellation waits for it. Under
-    asyncio, in `_worker.Workers`' threads (a quarter of the cost of anyio's)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        pass  # another event loop (trio): anyio's threads
-    else:
-        workers = _WORKERS.get(loop)
-        if workers is None:
-            workers = _WORKERS.setdefault(loop, Workers())
-        return await workers.run(call, shielded=shielded)
-    lock = threading.Lock()
-    started = False
-    abandoned = False
-    ended = threading.Event()
-
-    def run() -> T:
-        nonlocal started
-        with lock:
-            if abandoned:
-                raise _Abandoned
-            started = True
-        try:
-            return call()
-        finally:
-            ended.set()
-
-    try:
-        return await anyio.to_thread.run_sync(run)
-    except BaseException:
-        with lock:
-            abandoned = not started and not shielded
-        if not abandoned:
-            with anyio.CancelScope(shield=True):
-                while not ended.is_set():
-                    await anyio.sleep(_THREAD_POLL)
-        raise
-
-
-#: The threads the async clients' store calls run in, one set per asyncio event loop
-#: (as anyio's are): a call left waiting in a thread of a loop that is gone never holds
-#: up another loop's.
-_WORKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Workers] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-class _Abandoned(Exception):
-    """A worker thread's call that its caller gave up before it started."""
-
-
-#: How often a cancelled call looks again for the end of its store call (real seconds).
-_THREAD_POLL = 0.001
 
 #: How often an async call waiting for another's time probe looks again (real seconds).
 _TURN_POLL = 0.01

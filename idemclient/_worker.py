@@ -15,6 +15,14 @@ has returned (what it wrote must be known before the caller acts on the cancella
 a call cancelled before a thread took it never runs, unless it is shielded (the write
 that gives a cut-short call's lease back: it runs, and the cancellation waits for it).
 
+A write queued with `later` is not awaited: it runs in one of the threads, in the
+order it was queued, and every call queued after it (a read, a write of the same
+operation, the store's close) waits in its thread for it to end first, so that what
+the loop asks next sees what it wrote. The loop never waits for it; `flush` waits for
+every write queued so far, and so does the interpreter's exit (`atexit`: a thread of
+ours is a daemon, which would be stopped mid-way). A write that fails is handed to the
+`failed` its writer gave (run in the thread), never raised there.
+
 A process forked while threads were running (a web server's workers forked from an app
 that has paid, `multiprocessing` with fork) has none of them: in the child, each
 `Workers` starts afresh, with no thread, no count of threads and an empty queue (the
@@ -25,24 +33,33 @@ first call starts a thread rather than wait for one that does not exist.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import queue
 import threading
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Workers"]
+import anyio
+import anyio.to_thread
+
+__all__ = ["Workers", "flush_all", "here", "to_thread"]
 
 T = TypeVar("T")
 
 #: How often a cancelled caller looks again for the end of its call (real seconds).
 _POLL = 0.001
+#: How long the interpreter's exit waits for the writes still queued (real seconds).
+AT_EXIT = 30.0
 
 
 class _Job(Generic[T]):
-    __slots__ = ("abandoned", "call", "ended", "future", "lock", "loop", "started")
+    """A call whose caller awaits it."""
+
+    __slots__ = ("abandoned", "after", "call", "ended", "future", "lock", "loop", "started")
 
     def __init__(self, call: Callable[[], T], loop: asyncio.AbstractEventLoop) -> None:
         self.call = call
@@ -51,7 +68,10 @@ class _Job(Generic[T]):
         self.lock = threading.Lock()
         self.started = False
         self.abandoned = False
-        self.ended = threading.Event()
+        #: read by a cancelled caller, which polls it (no event to make for every call)
+        self.ended = False
+        #: the writes queued before it that must end before it starts
+        self.after: Collection[_Write] = ()
 
     def run(self) -> None:
         with self.lock:
@@ -65,12 +85,32 @@ class _Job(Generic[T]):
         else:
             self._tell(_succeed, result)
         finally:
-            self.ended.set()
+            self.ended = True
 
     def _tell(self, how: Callable[[asyncio.Future[Any], Any], None], value: Any) -> None:
         # A closed loop (RuntimeError) has nobody waiting any more.
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(how, self.future, value)
+
+
+class _Write:
+    """A call queued and not awaited (see the module docstring)."""
+
+    __slots__ = ("call", "failed")
+
+    #: a write waits for no other: two writes of one operation always have a call
+    #: between them (its admission), which waits for the first
+    after: Collection[_Write] = ()
+
+    def __init__(self, call: Callable[[], object], failed: Callable[[BaseException], None]):
+        self.call = call
+        self.failed = failed
+
+    def run(self) -> None:
+        try:
+            self.call()
+        except BaseException as exc:  # told to its writer, never lost in the thread
+            self.failed(exc)
 
 
 def _succeed(future: asyncio.Future[Any], value: Any) -> None:
@@ -93,18 +133,29 @@ class Workers:
         _ALL.add(self)
 
     def _start_afresh(self) -> None:
-        self._jobs: queue.SimpleQueue[_Job[Any]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job[Any] | _Write] = queue.SimpleQueue()
+        #: guards the counts of threads (a plain lock: a semaphore costs several times
+        #: as much, on every call)
         self._lock = threading.Lock()
-        #: one count per thread waiting for work (as `ThreadPoolExecutor` keeps it)
-        self._waiting = threading.Semaphore(0)
+        #: threads waiting for work, none of them promised a call yet
+        self._idle_threads = 0
         self._threads = 0
+        #: the writes queued and not yet ended; `_written` tells of their ends to the
+        #: calls waiting for them (`_waiters`), under `_writes`
+        self._unwritten: set[_Write] = set()
+        self._writes = threading.Lock()
+        self._written = threading.Condition(self._writes)
+        self._waiters = 0
 
     async def run(self, call: Callable[[], T], *, shielded: bool = False) -> T:
-        """`call()` in one of the threads, awaited; see the module docstring for what a
-        cancellation does. `shielded`: never abandoned, even by a cancellation that
-        comes before a thread took it (the write that leaves a cut-short call's record
-        true): the cancellation waits for its end."""
+        """`call()` in one of the threads, awaited, after the writes queued before it;
+        see the module docstring for what a cancellation does. `shielded`: never
+        abandoned, even by a cancellation that comes before a thread took it (the write
+        that leaves a cut-short call's record true): the cancellation waits for its end."""
         job = _Job(call, asyncio.get_running_loop())
+        if self._unwritten:
+            with self._writes:
+                job.after = tuple(self._unwritten)
         self._submit(job)
         try:
             return await job.future
@@ -114,43 +165,194 @@ class Workers:
             if not job.abandoned:
                 # Started (or shielded): it runs to its end, and the cancellation
                 # waits for it.
-                while not job.ended.is_set():
+                while not job.ended:
                     try:
                         await asyncio.sleep(_POLL)
                     except asyncio.CancelledError:
                         continue
             raise
 
-    def _submit(self, job: _Job[Any]) -> None:
+    def later(self, call: Callable[[], object], failed: Callable[[BaseException], None]) -> None:
+        """`call()` in one of the threads, queued and not awaited: every call queued
+        after it waits for its end. What it raises goes to `failed`, in the thread."""
+        write = _Write(call, failed)
+        with self._writes:
+            self._unwritten.add(write)
+        self._submit(write)
+
+    async def flush(self) -> None:
+        """Wait (without blocking the loop) for every write queued so far to end."""
+        if self._unwritten:
+            await self.run(_nothing, shielded=True)
+
+    def wait_written(self, timeout: float) -> bool:
+        """Block until every write queued so far has ended, at most `timeout` seconds;
+        whether they all have."""
+        give_up = time.monotonic() + timeout
+        with self._written:
+            while self._unwritten:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    return False
+                self._written.wait(left)
+        return True
+
+    def _submit(self, job: _Job[Any] | _Write) -> None:
         self._jobs.put(job)
-        if self._waiting.acquire(blocking=False):
-            return  # a waiting thread takes it
         with self._lock:
+            if self._idle_threads:
+                self._idle_threads -= 1
+                return  # a waiting thread takes it
             if self._threads >= self._max:
                 return  # a busy thread takes it next
             self._threads += 1
         threading.Thread(target=self._work, name="idemclient-store", daemon=True).start()
+
+    def _after(self, writes: Collection[_Write]) -> None:
+        # Every write queued before this call was taken by a thread before it (one
+        # queue, first in first out): waiting here for their ends never waits for a
+        # write that no thread will run.
+        with self._writes:
+            if self._unwritten.isdisjoint(writes):
+                return
+            self._waiters += 1
+            try:
+                while not self._unwritten.isdisjoint(writes):
+                    self._written.wait()
+            finally:
+                self._waiters -= 1
+
+    def _ended(self, write: _Write) -> None:
+        with self._writes:
+            self._unwritten.discard(write)
+            if self._waiters or not self._unwritten:
+                # the calls waiting for it; `wait_written` waits for them all
+                self._written.notify_all()
 
     def _work(self) -> None:
         while True:
             try:
                 job = self._jobs.get(timeout=self._idle)
             except queue.Empty:
-                # Idle: end, unless a call was just handed to this thread's count.
-                if self._waiting.acquire(blocking=False):
-                    with self._lock:
-                        # A call queued since (its submitter counted on this thread,
-                        # still among `_threads`) keeps it: it is taken next.
+                # Idle: end, unless a call was just handed to this thread's count (its
+                # submitter counted on this thread, still among `_threads`): it is taken
+                # next.
+                with self._lock:
+                    if self._idle_threads:
+                        self._idle_threads -= 1
                         if self._jobs.empty():
                             self._threads -= 1
                             return
                 continue
+            if job.after:
+                self._after(job.after)
             job.run()
-            self._waiting.release()
+            if type(job) is _Write:
+                self._ended(job)
+            with self._lock:
+                self._idle_threads += 1
+
+
+async def to_thread(call: Callable[[], T], *, shielded: bool = False) -> T:
+    """`call()` (a store call, or anything else that blocks) in a worker thread, to its
+    end. A cancellation that comes while it runs is delivered once it has returned: a
+    thread cannot be stopped, and what it writes (an intent's commit, the lease it
+    takes) must be known before the caller acts on the cancellation, or the record
+    left behind would be made before the write it should follow. A cancellation that
+    comes before the thread has started it means it never runs, unless `shielded`: a
+    write that leaves a cut-short call's record true (its lease given back) runs
+    however often its caller is cancelled, and the cancellation waits for it. Under
+    asyncio, in `_worker.Workers`' threads (a quarter of the cost of anyio's)."""
+    workers = here()
+    if workers is not None:
+        return await workers.run(call, shielded=shielded)
+    lock = threading.Lock()
+    started = False
+    abandoned = False
+    ended = threading.Event()
+
+    def run() -> T:
+        nonlocal started
+        with lock:
+            if abandoned:
+                raise _Abandoned
+            started = True
+        try:
+            return call()
+        finally:
+            ended.set()
+
+    try:
+        return await anyio.to_thread.run_sync(run)
+    except BaseException:
+        with lock:
+            abandoned = not started and not shielded
+        if not abandoned:
+            with anyio.CancelScope(shield=True):
+                while not ended.is_set():
+                    await anyio.sleep(_THREAD_POLL)
+        raise
+
+
+def here() -> Workers | None:
+    """The store threads of the running asyncio event loop; None under another event
+    loop (trio), whose calls go to anyio's threads (and whose writes are awaited)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    workers = _WORKERS.get(loop)
+    if workers is None:
+        workers = _WORKERS.setdefault(loop, Workers())
+    return workers
+
+
+#: The threads the async clients' store calls run in, one set per asyncio event loop
+#: (as anyio's are): a call left waiting in a thread of a loop that is gone never holds
+#: up another loop's.
+_WORKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Workers] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class _Abandoned(Exception):
+    """A worker thread's call that its caller gave up before it started."""
+
+
+#: How often a cancelled call looks again for the end of its store call (real seconds).
+_THREAD_POLL = 0.001
+
+
+def _nothing() -> None:
+    return None
 
 
 #: every `Workers` of this process, started afresh in a forked child
 _ALL: weakref.WeakSet[Workers] = weakref.WeakSet()
+
+
+def flush_all(timeout: float = AT_EXIT) -> bool:
+    """Block until the writes queued in every `Workers` of this process have ended, at
+    most `timeout` seconds in all; whether they all have."""
+    give_up = time.monotonic() + timeout
+    return all(workers.wait_written(max(0.0, give_up - time.monotonic())) for workers in list(_ALL))
+
+
+def _at_exit() -> None:
+    if not flush_all():
+        # The records of those writes stay as they were (in flight): maybe applied,
+        # looked up or resumed under their keys, never sent under a new one.
+        import logging
+
+        logging.getLogger("idemclient").error(
+            "the interpreter exits with store writes still queued after %.0fs: the"
+            " operations they would have finished stay in flight in the store (maybe"
+            " applied; resume or look them up)",
+            AT_EXIT,
+        )
+
+
+atexit.register(_at_exit)
 
 
 def _after_fork_in_child() -> None:

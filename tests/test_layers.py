@@ -159,6 +159,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._following",
             "idemclient._flow",
             "idemclient._deferred",
+            "idemclient._behind",
             "idemclient._worker",
             "idemclient._transport",
             "idemclient.transport",

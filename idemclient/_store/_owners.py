@@ -12,7 +12,9 @@ recycled pid, not the owner.
 A lease held by a process of this host and namespace that no longer exists is taken
 over at once; so is one held by a call of this very process that has ended (its last
 write may have failed, leaving the lease behind): a call that is gone never holds its
-own process back. Any other lease is respected until it expires: another host's,
+own process back. A call that has ended with a write of its own still queued (an async
+client's final answer, written behind it: `hold_owner`) holds its lease until that
+write has run. Any other lease is respected until it expires: another host's,
 another namespace's, one written where the namespace cannot be read, and one named by
 an earlier version (``host:pid:token:n``, which said nothing of its namespace).
 
@@ -34,13 +36,25 @@ import sys
 import threading
 from dataclasses import dataclass
 
-__all__ = ["gone_in_words", "new_owner", "of_this_process", "owner_is_dead", "release_owner"]
+__all__ = [
+    "gone_in_words",
+    "hold_owner",
+    "let_go_owner",
+    "new_owner",
+    "of_this_process",
+    "owner_is_dead",
+    "release_owner",
+]
 
 _state_lock = threading.Lock()
 _process: tuple[int, str, str] | None = None
 _counter = itertools.count(1)
 #: owners of this process whose call is still running
 _live: set[str] = set()
+#: owners of this process whose call has ended with a write of theirs still queued
+#: (an async client's final answer, written behind it): alive until it has run, with
+#: how many such writes each has
+_behind: dict[str, int] = {}
 _HOST = socket.gethostname().replace(":", "_")
 #: written where the boot or the PID namespace cannot be read: no pid of it is judged
 _UNKNOWN = "?"
@@ -86,6 +100,21 @@ def release_owner(owner: str) -> None:
         _live.discard(owner)
 
 
+def hold_owner(owner: str) -> None:
+    """A write of `owner`'s is queued to run after its call ends: the lease it holds
+    stays its own, in this process too, until `let_go_owner` says the write has run."""
+    with _state_lock:
+        _behind[owner] = _behind.get(owner, 0) + 1
+
+
+def let_go_owner(owner: str) -> None:
+    """A write `hold_owner` announced has run (landed or failed)."""
+    with _state_lock:
+        left = _behind.pop(owner, 0) - 1
+        if left > 0:
+            _behind[owner] = left
+
+
 def _this_process() -> tuple[int, str, str]:
     global _process
     pid = os.getpid()
@@ -93,6 +122,7 @@ def _this_process() -> tuple[int, str, str]:
         where = f"{_space()}.{_started(pid) or ''}"
         _process = (pid, secrets.token_hex(6), where)
         _live.clear()  # a forked child runs none of its parent's calls
+        _behind.clear()  # nor its writes
     return _process
 
 
@@ -158,7 +188,7 @@ def owner_is_dead(owner: str) -> bool:
             return False  # a pid of another namespace or boot means nothing here
         if parsed.pid == pid:
             # Another token under our pid: a process before us that had the same pid.
-            return parsed.token != ours or owner not in _live
+            return parsed.token != ours or (owner not in _live and owner not in _behind)
     try:
         os.kill(parsed.pid, 0)
     except ProcessLookupError:
@@ -180,6 +210,7 @@ def _after_fork_in_child() -> None:
     _state_lock = threading.Lock()
     _process = None  # named afresh at its first use: the child's pid, token, start
     _live.clear()
+    _behind.clear()  # the parent's queued writes are the parent's
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

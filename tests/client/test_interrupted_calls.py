@@ -497,6 +497,8 @@ class Canceller:
         self.timeout: asyncio.Timeout | None = None
 
     def fire(self) -> None:
+        if self.task is not None and self.task.done():
+            return  # the call has ended: nothing left to cut short
         if self.how == "cancel":
             assert self.task is not None
             self.task.cancel()
@@ -547,6 +549,8 @@ def _async_points(shops: Callable[[str], Shop], profile: str) -> int:
             return await client.post(PATH[profile], **PAYMENT)
 
     assert asyncio.run(pay()).state is State.SUCCEEDED
+    # the last, the final answer's write, is queued behind the answer (docs/client.md)
+    assert shop.store.calls[-1] == "finish"
     return len(shop.store.calls)
 
 
@@ -573,8 +577,13 @@ def test_an_async_call_cancelled_at_each_point_leaves_a_truthful_record(
 
             where = f"{profile}: {how} at {kind} {at} {when}, then {follow}"
             expected = asyncio.CancelledError if how == "cancel" else TimeoutError
-            with pytest.raises(expected):
+            if kind == "store" and at == calls:
+                # The final answer's write, queued and not awaited: the call has its
+                # outcome before the write runs, and no cancellation reaches it there.
                 asyncio.run(_cancelled_payment(shop, Canceller(how), arm))
+            else:
+                with pytest.raises(expected):
+                    asyncio.run(_cancelled_payment(shop, Canceller(how), arm))
             check_truthful(shop, follow, where)
 
 

@@ -20,6 +20,7 @@ import idemclient._transport
 from idemclient import AsyncClient, ManualClock, State, aresume, wrap
 from idemclient._store._open import open_store
 from idemclient.batch import Batch, asubmit
+from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
 from .fakes import OK, FakePSP, error
@@ -203,3 +204,68 @@ async def test_the_synchronous_operation_of_an_async_client_still_answers_and_wa
     assert stored is not None
     assert stored.state is State.SUCCEEDED
     assert unknown is None
+
+
+class WatchedLock:
+    """A store's lock that notes the threads that take it, and fails if one of them is
+    running an event loop."""
+
+    def __init__(self, inner: Any, calls: Calls, name: str) -> None:
+        self._inner = inner
+        self._calls = calls
+        self._name = name
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        self._calls.check(self._name)
+        return bool(self._inner.acquire(*args, **kwargs))
+
+    def release(self) -> None:
+        self._inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+class LockWatchedStore(SQLiteStore):
+    """The SQLite store, whose every connection is used, and every commit (and fsync)
+    made, under `_lock`; intents queue for their group commit under `_queue_lock`."""
+
+    def __init__(self, path: Path, calls: Calls) -> None:
+        super().__init__(path)
+        self._lock = WatchedLock(self._lock, calls, "lock")  # type: ignore[assignment]
+        self._queue_lock = WatchedLock(self._queue_lock, calls, "queue lock")  # type: ignore[assignment]
+
+
+@pytest.mark.anyio
+async def test_no_store_lock_is_taken_and_no_commit_made_on_the_loop(tmp_path: Path) -> None:
+    # A lock taken on the loop's thread blocks every task of the loop while a commit (and
+    # its fsync) runs in a store thread. Every path: the intent, an attempt, the final
+    # answer's write (queued behind the answer), a stored answer given back while that
+    # write may still be queued, a read, resume, the next operation, the close.
+    calls = Calls()
+    psp = FakePSP()
+    psp.script = [error(httpx.ConnectError), OK, OK]
+    store = LockWatchedStore(tmp_path / "s.db", calls)
+    client = AsyncClient(
+        store=store,
+        clock=ManualClock(),
+        transport=psp.async_transport(),
+        base_url="http://psp.test",
+    )
+    async with client:
+        first = await client.post("/v1/payments", json=PAYMENT, operation_id="op")
+        again = await client.post("/v1/payments", json=PAYMENT, operation_id="op")
+        assert again.from_store
+        assert again.key == first.key
+        stored = await client.aoperation("op")
+        assert stored is not None
+        assert stored.state is State.SUCCEEDED
+        assert await client.resume() == []
+        await client.post("/v1/payments", json={**PAYMENT, "reference": "order-2"})
+    names = _names(calls)
+    assert {"lock", "queue lock"} <= names
+    assert calls.on_loop == []
+    assert len(psp.requests) == 3

@@ -1,0 +1,193 @@
+"""An async client's write of a final answer, queued behind the answer rather than
+awaited: the caller gets its outcome without waiting for a thread.
+
+The flow asks the store to `finish` an operation with the answer it got; an async
+client's store hands it a `Finish` for that, which its driver asks first (`ahead`)
+whether the write may go behind. It may when it is the final answer of a call that
+still holds the operation's lease: the store writes a final answer whoever holds the
+lease unless another caller's final answer is there first, and no other caller can
+have finished it while this one's lease holds. Its record is then known without the
+store (the store gives back the same from `known`), and the write is queued to the
+loop's store threads (`_worker.Workers.later`): every store call of that loop queued
+after it waits for its end, so the next operation under its key, or a read of it, sees
+the answer written. Anything else (an unsettled end, a lease that may have lapsed) is
+awaited as before: its record is the store's to say.
+
+What the queued write leaves if it never runs (the process killed first) is what a
+crash just after the answer always left: the operation in flight under a lease that
+ends with the process, maybe applied, resumed under its key or looked up, never sent
+under a new one. Until the write has run, the lease stays the call's: other processes
+respect it, and so do this process's calls that the queue does not order (another
+loop's, a sync client's on the same file), which wait for it as for any live holder.
+It goes behind only while the lease holds by `LEASE_MARGIN` on this host's clock (a call
+within its deadline always has that much), so that a host whose clock is a little
+ahead does not take it over before the write lands.
+
+A queued write that fails is never lost silently: it is logged at once, at ERROR, and
+the client's next operation raises a `StoreError` naming the operations whose answers
+were not written, before it records or sends anything of its own (a `StoreError` says
+that nothing of the call that raises it was recorded). `aclose` waits for the queued
+writes, and does not raise for them: the caller of each had the server's answer, and
+an error there would stand in `async with` for the outcome of the last operation, as
+if it had not been sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._errors import StoreError
+from ._hooks import log_fields, logger
+from ._store._base import OperationRecord, Progress
+from ._store._owners import hold_owner, let_go_owner
+from ._store._sqlstore import finished_record
+from ._time import LEASE_MARGIN, lease_holds
+from ._worker import here
+
+if TYPE_CHECKING:
+    from ._store import OperationStore
+
+__all__ = ["Behind", "Finish", "queued", "written"]
+
+
+class Behind:
+    """The writes an async client queued after its answers that failed, until a call of
+    the client is told (`take`)."""
+
+    def __init__(self, where: Callable[[], str]) -> None:
+        self._where = where
+        self._lock = threading.Lock()
+        #: what each failed write would have written, in words
+        self._lost: list[str] = []
+
+    @property
+    def lost(self) -> bool:
+        return bool(self._lost)
+
+    def failed(self, operation_id: str, words: str) -> Callable[[BaseException], None]:
+        """What the write of `operation_id`'s answer (`words`) does if it fails."""
+
+        def lost(error: BaseException) -> None:
+            reason = error.reason if isinstance(error, StoreError) else repr(error)
+            logger.error(
+                "the answer to operation %r (%s) was given to the caller but not written"
+                " to the store: %s. The store still has it in flight: it counts as maybe"
+                " applied, and is resumed under its key or looked up, never sent under a"
+                " new one",
+                operation_id,
+                words,
+                reason,
+                extra=log_fields("answer_not_written", operation_id=operation_id),
+            )
+            with self._lock:
+                self._lost.append(f"{operation_id!r} ({words}): {reason}")
+
+        return lost
+
+    def take(self) -> StoreError | None:
+        """The error naming the answers not written since the last one was told, if
+        any; told once."""
+        with self._lock:
+            lost, self._lost = self._lost, []
+        if not lost:
+            return None
+        try:
+            where = self._where()
+        except StoreError as error:
+            where = error.path
+        return StoreError(
+            where,
+            "the answers to these operations were given to their callers but could not be"
+            f" written: {'; '.join(lost)}. The store still has them in flight (maybe"
+            " applied): resume them, or look them up, before relying on the store for them",
+        )
+
+
+class Finish:
+    """`store.finish`, which an async client's driver may queue rather than await
+    (see the module docstring)."""
+
+    __slots__ = ("behind", "store")
+    __name__ = "finish"  # what a client's `on_store` hook is told
+
+    def __init__(self, store: Callable[[], OperationStore], behind: Behind) -> None:
+        self.store = store
+        self.behind = behind
+
+    def __call__(self, operation_id: str, **kwargs: Any) -> OperationRecord:
+        return self.store().finish(operation_id, **kwargs)
+
+    def ahead(self, kwargs: Mapping[str, Any]) -> OperationRecord | None:
+        """The record this write gives back, told without the store, if it may be
+        queued: a final answer, by the holder of a lease that holds now."""
+        known: OperationRecord | None = kwargs.get("known")
+        progress: Progress = kwargs["progress"]
+        if (
+            known is None
+            or not kwargs["state"].finished
+            or known.lease_owner != kwargs["owner"]
+            # By a margin: a host whose clock is a little ahead must not take it over
+            # before the write lands (a call within its deadline has more than that).
+            or not lease_holds(known.lease_expires, progress.now + LEASE_MARGIN)
+        ):
+            return None
+        maybe_applied = known.maybe_applied or progress.maybe_applied
+        sent_at = progress.sent_at if known.sent_at is None else known.sent_at
+        if progress.sent_at is not None and sent_at is not None:
+            sent_at = max(sent_at, progress.sent_at)
+        return finished_record(
+            known,
+            state=kwargs["state"],
+            attempts=progress.attempts,
+            maybe_applied=maybe_applied,
+            evidence=progress.evidence,
+            not_before=None,
+            response=kwargs.get("response"),
+            updated_at=progress.now,
+            finished_at=progress.now,
+            sent_at=sent_at,
+            server_sent_at=progress.server_sent_at or known.server_sent_at,
+            replay_unexplained=known.replay_unexplained or progress.replay_unexplained,
+        )
+
+    def queue(
+        self, kwargs: Mapping[str, Any]
+    ) -> tuple[Callable[[], object], Callable[[BaseException], None]]:
+        """The queued write, and what it does if it fails."""
+        state = kwargs["state"]
+        response = kwargs.get("response")
+        words = state.value if response is None else f"{state.value}, HTTP {response.status_code}"
+        operation_id, owner = kwargs["operation_id"], kwargs["owner"]
+        # Its call ends before it runs: the lease stays the call's, in this process too
+        # (another loop's call, a sync client's), until the write has run.
+        hold_owner(owner)
+
+        def write() -> object:
+            try:
+                return self(**kwargs)
+            finally:
+                let_go_owner(owner)
+
+        return write, self.behind.failed(operation_id, words)
+
+
+def queued(finish: Finish, kwargs: Mapping[str, Any]) -> OperationRecord | None:
+    """Queue the write `finish(**kwargs)` to the running loop's store threads, if it
+    may go behind the answer, and give back its record; None: await it."""
+    record = finish.ahead(kwargs)
+    if record is None:
+        return None
+    workers = here()
+    if workers is None:
+        return None  # trio: anyio's threads, awaited
+    workers.later(*finish.queue(kwargs))
+    return record
+
+
+async def written() -> None:
+    """Wait for the writes queued so far in this loop's store threads."""
+    workers = here()
+    if workers is not None:
+        await workers.flush()
