@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import Outcome, State
+from ._frozen import fast_constructor
 
 if TYPE_CHECKING:
     import httpx
@@ -79,4 +80,8 @@ def from_record(record: Recorded, **changes: Any) -> Outcome:
     }
     # Built once with the changes (an unknown name is a TypeError, as for any call).
     fields.update(changes)
-    return Outcome(**fields)
+    return _new_outcome(**fields)
+
+
+#: `Outcome(...)`, built without a call per field (see `_frozen`): every operation's.
+_new_outcome = fast_constructor(Outcome)

@@ -84,6 +84,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._errors",
             "idemclient.errors",
             "idemclient._outcome",
+            "idemclient._frozen",
             "idemclient._states",
             "idemclient._keys",
             "idemclient.keys",
