@@ -5,9 +5,10 @@ workers from an app that has paid, `multiprocessing` with fork) has no such thre
 the child that lock is held for ever, and the first call that takes it waits for ever.
 An object whose locks a forked child's calls take registers itself here
 (`afresh_in_child`); in the child, before anything else runs there, each makes its
-locks afresh (`Afresh._locks_afresh`). What the locks guard stays as the parent left
-it: the thread that forked held the interpreter, so no update of a dictionary or an
-attribute was cut in half.
+locks afresh (its `_locks_afresh()`). What the locks guard stays as the parent left
+it: each write of an attribute or a dictionary is whole (the thread that forked held
+the interpreter), and what each guards is written in one step, or started again where
+it was left (a store being opened).
 
 Held weakly: an object gone is forgotten. (The lease owners' module lock and the async
 client's store threads are made afresh by their own modules, `_store._owners` and
@@ -18,14 +19,17 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-__all__ = ["Afresh", "afresh_in_child"]
+__all__ = ["afresh_in_child"]
 
 
-class Afresh(Protocol):
-    def _locks_afresh(self) -> None:
-        """Make every lock a forked child's calls take afresh (none held)."""
+if TYPE_CHECKING:  # for the type checker alone: nothing more to build at import
+    from typing import Protocol
+
+    class Afresh(Protocol):
+        def _locks_afresh(self) -> None:
+            """Make every lock a forked child's calls take afresh (none held)."""
 
 
 _ALL: weakref.WeakSet[Afresh] = weakref.WeakSet()
