@@ -192,7 +192,10 @@ class OperationStore(Protocol):
 
     def advance_clock(self, *, now: float) -> float:
         """Note that a clock of this store's users reads `now`; return the latest time
-        the store had seen before (its high-water mark; 0.0 for a new store)."""
+        the store had seen before (0.0 for a new store): the latest `now` it was given
+        (its high-water mark) and the latest time its records show: a finished
+        operation's `finished_at`, an unfinished one's `created_at` and `sent_at` (a
+        send may come long after the intent)."""
         ...
 
     def clock_went_back(self, *, step: float, now: float) -> int:

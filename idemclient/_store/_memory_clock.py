@@ -18,8 +18,10 @@ class MemoryClock(MemoryRows):
             seen = self._high_water
             for row in self._rows.values():
                 record = row.record
-                stamp = record.created_at if record.finished_at is None else record.finished_at
-                seen = max(seen, stamp)
+                if record.finished_at is not None:
+                    seen = max(seen, record.finished_at)
+                else:  # its intent, and its latest send (which may come long after)
+                    seen = max(seen, record.created_at, record.sent_at or 0.0)
             self._high_water = max(self._high_water, now)
             return seen
 

@@ -185,8 +185,19 @@ def _v10(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(f"CREATE INDEX contents_digest ON {schema}.contents (digest)")
 
 
+def _v11(conn: psycopg.Connection[Any], schema: str) -> None:
+    # The latest send of an unfinished operation, read at each start (see the SQLite
+    # store's version 13): only the rows with such a send are indexed.
+    conn.execute(
+        f"CREATE INDEX operations_sent ON {schema}.operations (sent_at)"
+        " WHERE finished_at IS NULL AND sent_at IS NOT NULL"
+    )
+
+
 #: MIGRATIONS[n - 1] takes a store from schema version n - 1 to n. Append only.
-MIGRATIONS: Sequence[Migration] = (_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10)
+MIGRATIONS: Sequence[Migration] = (
+    _v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9, _v10, _v11,
+)  # fmt: skip
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

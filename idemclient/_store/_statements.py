@@ -165,12 +165,16 @@ _REAP = (
     " AND finished_at < {p} LIMIT {p}{skip_locked})"
 )
 # The latest time the store has seen: the high-water mark kept in its clock table, and
-# the newest time in its rows (both read through the partial indexes).
+# the newest time in its rows: a finished one's end, an unfinished one's intent, and an
+# unfinished one's latest send, which may come long after its intent (a retry after the
+# server's wait, a resume, a takeover). Each is read through its partial index.
 _SEEN = (
     "SELECT {greatest}("
     "coalesce((SELECT high_water FROM {clock}), 0),"
     " coalesce((SELECT max(finished_at) FROM {t} WHERE finished_at IS NOT NULL), 0),"
-    " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0))"
+    " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0),"
+    " coalesce((SELECT max(sent_at) FROM {t}"
+    " WHERE finished_at IS NULL AND sent_at IS NOT NULL), 0))"
 )
 _ADVANCE = "UPDATE {clock} SET high_water = {greatest}(high_water, {p})"
 # A clock went back: every unfinished operation keeps the largest step seen (one not

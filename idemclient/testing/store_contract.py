@@ -34,8 +34,9 @@ What the tests state, in short (docs/store.md says it at length):
   write did not land as asked gets the stored record back, marked `lease_lost`.
   "Maybe applied" never goes back, except by a look-up's verdict (`settle`).
 - **Clock steps.** Times are the callers' (`now`); the store keeps the latest it saw
-  (`advance_clock`). A clock seen going back marks every unfinished operation
-  (`clock_stepped`), so that its age is never trusted again.
+  (`advance_clock`), its records' included (an unfinished operation's latest send). A
+  clock seen going back marks every unfinished operation (`clock_stepped`), so that its
+  age is never trusted again.
 """
 
 from __future__ import annotations
@@ -428,6 +429,28 @@ class OperationStoreContract:
         owner = new_owner()
         store.begin(make_intent("late", "k-late"), owner=owner, now=NOW + 500, lease_until=NOW)
         assert store.advance_clock(now=NOW) == NOW + 500  # rows count too
+
+    def test_a_send_recorded_after_the_intent_counts_in_the_latest_time_seen(
+        self, store: OperationStore
+    ) -> None:
+        # An unfinished operation may be sent long after its intent was written (a retry
+        # after the server's wait, a resume, a takeover): that send is a time the store
+        # has seen. A clock set back below it while nothing ran is seen at the next
+        # start, so that the operation's age (which may be past the server's key
+        # retention) is never trusted and it is looked up, not sent again.
+        owner = new_owner()
+        store.advance_clock(now=NOW)
+        store.begin(make_intent("retried", "k-1"), owner=owner, now=NOW, lease_until=NOW + 600)
+        retried = dataclasses.replace(progress(now=NOW + 120), sent_at=NOW + 120)
+        assert store.record_attempt("retried", owner=owner, progress=retried, lease_until=NOW)
+        assert store.advance_clock(now=NOW + 60) == NOW + 120
+        store.begin(make_intent("stopped", "k-2"), owner=owner, now=NOW, lease_until=NOW + 600)
+        stopped = dataclasses.replace(progress(now=NOW + 300), sent_at=NOW + 300)
+        store.finish("stopped", owner=owner, state=State.INDETERMINATE, progress=stopped)
+        assert store.advance_clock(now=NOW + 60) == NOW + 300
+        # Kept once seen, the step is not seen again: the sends come back to the clock.
+        store.clock_went_back(step=240.0, now=NOW + 60)
+        assert store.advance_clock(now=NOW + 60) == NOW + 60
 
     def test_sent_at_keeps_the_latest_send_that_may_have_been_applied(
         self, store: OperationStore
