@@ -20,8 +20,10 @@ order it was queued, and every call queued after it (a read, a write of the same
 operation, the store's close) waits in its thread for it to end first, so that what
 the loop asks next sees what it wrote. The loop never waits for it; `flush` waits for
 every write queued so far, and so does the interpreter's exit (`atexit`: a thread of
-ours is a daemon, which would be stopped mid-way). A write that fails is handed to the
-`failed` its writer gave (run in the thread), never raised there.
+ours is a daemon, which would be stopped mid-way), and the exit of a `multiprocessing`
+child started by fork, which ends with `os._exit` and runs no `atexit` handler (its
+finalizers: `_exit_waits`). A write that fails is handed to the `failed` its writer
+gave (run in the thread), never raised there.
 
 A process forked while threads were running (a web server's workers forked from an app
 that has paid, `multiprocessing` with fork) has none of them: in the child, each
@@ -37,6 +39,7 @@ import atexit
 import contextlib
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -178,6 +181,8 @@ class Workers:
         write = _Write(call, failed)
         with self._writes:
             self._unwritten.add(write)
+        if not _exit_waits_here:
+            _exit_waits()
         self._submit(write)
 
     async def flush(self) -> None:
@@ -354,8 +359,26 @@ def _at_exit() -> None:
 
 atexit.register(_at_exit)
 
+#: this process's exit waits for the queued writes where `atexit` does not run
+#: (`_exit_waits`); made false again in a forked child
+_exit_waits_here = False
+
+
+def _exit_waits() -> None:
+    """Make this process's end wait for its queued writes where no `atexit` handler runs:
+    a `multiprocessing` child started by fork ends with `os._exit` once its target
+    returns, after multiprocessing's own finalizers (registered in the child: those of
+    its parent are dropped as it starts). Elsewhere `atexit` does (`_at_exit`)."""
+    global _exit_waits_here
+    _exit_waits_here = True
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:  # never imported here for this: a child has it already
+        util.Finalize(None, _at_exit, exitpriority=0)
+
 
 def _after_fork_in_child() -> None:
+    global _exit_waits_here
+    _exit_waits_here = False
     for workers in list(_ALL):
         workers._start_afresh()
 
