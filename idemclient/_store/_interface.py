@@ -194,8 +194,9 @@ class OperationStore(Protocol):
         """Note that a clock of this store's users reads `now`; return the latest time
         the store had seen before (0.0 for a new store): the latest `now` it was given
         (its high-water mark) and the latest time its records show: a finished
-        operation's `finished_at`, an unfinished one's `created_at` and `sent_at` (a
-        send may come long after the intent)."""
+        operation's `finished_at` (until it is reaped: `reap` raises the mark past it),
+        an unfinished one's `created_at` and `sent_at` (a send may come long after the
+        intent)."""
         ...
 
     def clock_went_back(self, *, step: float, now: float) -> int:
@@ -344,7 +345,9 @@ class OperatorStore(OperationStore, Protocol):
 
         Their id, key, fingerprint, reference, state and status stay (and the answer's
         size and sha256), so an operation id is never given a second key: only `purge`
-        deletes operations. Unfinished operations are never touched.
+        deletes operations. Unfinished operations are never touched. Where it reaped
+        any, the store's high-water mark is raised to `now` less the retention, past
+        their ends (see `advance_clock`).
         """
         ...
 

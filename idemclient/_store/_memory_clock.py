@@ -19,7 +19,8 @@ class MemoryClock(MemoryRows):
             for row in self._rows.values():
                 record = row.record
                 if record.finished_at is not None:
-                    seen = max(seen, record.finished_at)
+                    if not row.reaped:  # as the SQL stores read it (`Statements.seen`)
+                        seen = max(seen, record.finished_at)
                 else:  # its intent, and its latest send (which may come long after)
                     seen = max(seen, record.created_at, record.sent_at or 0.0)
             self._high_water = max(self._high_water, now)

@@ -63,6 +63,8 @@ class MemoryOperators(MemoryRows):
                 self._put(record, body=b"", response=response)
                 row.reaped = True
                 reaped += 1
+            if reaped:  # its end no longer counts as a time seen: the mark passes it
+                self._high_water = max(self._high_water, now - self.retention)
         return reaped
 
     def move(self, operation_id: str, *, origin: str, now: float) -> OperationRecord:

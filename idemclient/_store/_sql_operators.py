@@ -49,10 +49,14 @@ class SQLOperators(SQLBase):
             return self._record(row)
 
     def reap(self, *, now: float, batch: int = 10_000) -> int:
+        before = now - self.retention
         with self._write(durable=False) as conn:
-            return conn.execute(
-                self._sql.reap, (b"", b"", now, now - self.retention, batch)
-            ).rowcount
+            reaped = int(conn.execute(self._sql.reap, (b"", b"", now, before, batch)).rowcount)
+            if reaped:
+                # A reaped operation's end is no longer read as a time the store has
+                # seen (`Statements.seen`): the store's mark passes it instead.
+                conn.execute(self._sql.advance, (before,))
+        return reaped
 
     def purge(self, operation_ids: Iterable[str]) -> int:
         ids = list(operation_ids)

@@ -167,11 +167,15 @@ _REAP = (
 # The latest time the store has seen: the high-water mark kept in its clock table, and
 # the newest time in its rows: a finished one's end, an unfinished one's intent, and an
 # unfinished one's latest send, which may come long after its intent (a retry after the
-# server's wait, a resume, a takeover). Each is read through its partial index.
+# server's wait, a resume, a takeover). Each is read through its partial index, so a
+# start costs the same in a store of millions of rows. A reaped row's end is not read
+# (no index holds it): it is older than the mark, which the start that reaped it raised
+# to its clock, at least the key retention past that end.
 _SEEN = (
     "SELECT {greatest}("
     "coalesce((SELECT high_water FROM {clock}), 0),"
-    " coalesce((SELECT max(finished_at) FROM {t} WHERE finished_at IS NOT NULL), 0),"
+    " coalesce((SELECT max(finished_at) FROM {t}"
+    " WHERE finished_at IS NOT NULL AND reaped_at IS NULL), 0),"
     " coalesce((SELECT max(created_at) FROM {t} WHERE finished_at IS NULL), 0),"
     " coalesce((SELECT max(sent_at) FROM {t}"
     " WHERE finished_at IS NULL AND sent_at IS NOT NULL), 0))"
