@@ -195,11 +195,15 @@ class Workers:
         whether they all have."""
         give_up = time.monotonic() + timeout
         with self._written:
-            while self._unwritten:
-                left = give_up - time.monotonic()
-                if left <= 0:
-                    return False
-                self._written.wait(left)
+            self._waiters += 1
+            try:
+                while self._unwritten:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._written.wait(left)
+            finally:
+                self._waiters -= 1
         return True
 
     def _submit(self, job: _Job[Any] | _Write) -> None:
@@ -230,8 +234,7 @@ class Workers:
     def _ended(self, write: _Write) -> None:
         with self._writes:
             self._unwritten.discard(write)
-            if self._waiters or not self._unwritten:
-                # the calls waiting for it; `wait_written` waits for them all
+            if self._waiters:  # calls waiting for it, or for all (`wait_written`)
                 self._written.notify_all()
 
     def _work(self) -> None:

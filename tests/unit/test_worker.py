@@ -154,3 +154,45 @@ def test_a_shielded_call_cancelled_before_a_thread_took_it_runs_and_is_waited_fo
         await asyncio.wait_for(first, BOUND)
 
     asyncio.run(main())
+
+
+def test_a_queued_write_is_not_awaited_and_what_it_raises_goes_to_its_writer() -> None:
+    workers = Workers(max_threads=2)
+    release = threading.Event()
+    failures: list[BaseException] = []
+    order: list[str] = []
+
+    def write() -> None:
+        assert release.wait(BOUND)
+        order.append("written")
+        raise OSError("disk full")
+
+    async def main() -> None:
+        workers.later(write, failures.append)  # returns at once: nothing awaited
+        assert order == []
+        release.set()
+        # queued after the write: runs once it has ended, in whichever thread
+        assert await asyncio.wait_for(workers.run(lambda: list(order)), BOUND) == ["written"]
+        await asyncio.wait_for(workers.flush(), BOUND)
+        assert await workers.run(lambda: 42) == 42  # the threads go on
+
+    asyncio.run(main())
+    assert [str(error) for error in failures] == ["disk full"]
+    assert workers.wait_written(BOUND)
+
+
+def test_waiting_for_the_queued_writes_from_outside_the_loop() -> None:
+    # What the interpreter's exit does (`flush_all`), and the deprecated sync read.
+    workers = Workers(max_threads=1)
+    release = threading.Event()
+    done: list[str] = []
+
+    def write() -> None:
+        assert release.wait(BOUND)
+        done.append("written")
+
+    workers.later(write, lambda _error: None)
+    assert not workers.wait_written(0.01)  # still held: not written, and said so
+    release.set()
+    assert workers.wait_written(BOUND)
+    assert done == ["written"]
