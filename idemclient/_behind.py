@@ -34,6 +34,7 @@ if it had not been sent.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ from ._store._base import OperationRecord, Progress
 from ._store._owners import hold_owner, let_go_owner
 from ._store._sqlstore import finished_record
 from ._time import LEASE_MARGIN, lease_holds
-from ._worker import here
+from ._worker import AT_EXIT, flush_all, here, to_thread, unwritten_elsewhere
 
 if TYPE_CHECKING:
     from ._store import OperationStore
@@ -187,7 +188,11 @@ def queued(finish: Finish, kwargs: Mapping[str, Any]) -> OperationRecord | None:
 
 
 async def written() -> None:
-    """Wait for the writes queued so far in this loop's store threads."""
+    """Wait for the writes queued so far in this loop's store threads, and in any other
+    loop's: a client used in one loop and closed in another (`asyncio.run` twice) must
+    not close its store under an answer's write still running there."""
     workers = here()
     if workers is not None:
         await workers.flush()
+    if unwritten_elsewhere(workers):
+        await to_thread(functools.partial(flush_all, AT_EXIT))

@@ -49,7 +49,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 import anyio.to_thread
 
-__all__ = ["Workers", "flush_all", "here", "to_thread"]
+__all__ = ["Workers", "flush_all", "here", "to_thread", "unwritten_elsewhere"]
 
 T = TypeVar("T")
 
@@ -344,6 +344,11 @@ def flush_all(timeout: float = AT_EXIT) -> bool:
     most `timeout` seconds in all; whether they all have."""
     give_up = time.monotonic() + timeout
     return all(workers.wait_written(max(0.0, give_up - time.monotonic())) for workers in list(_ALL))
+
+
+def unwritten_elsewhere(workers: Workers | None) -> bool:
+    """Whether a `Workers` of this process other than `workers` has writes queued."""
+    return any(other._unwritten for other in list(_ALL) if other is not workers)
 
 
 def _at_exit() -> None:

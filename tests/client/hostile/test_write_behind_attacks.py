@@ -83,3 +83,47 @@ def test_a_multiprocessing_child_that_paid_leaves_its_answer_written(tmp_path: P
     store.close()
     assert record is not None
     assert (record.state, record.lease_owner) == (State.SUCCEEDED, None)
+
+
+def test_a_client_closed_in_another_event_loop_waits_for_its_answers_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One AsyncClient, two event loops (asyncio.run twice: a script's steps, a test
+    # suite's fixtures): it pays in the first, and is closed in the second while the
+    # answer's write, queued in the first loop's store threads, is still running.
+    # aclose() waits for the queued writes: all of them, or it closes the store under
+    # the write, which then fails, and the operation stays in flight (maybe applied)
+    # though its caller was told it succeeded.
+    def slow_finish(store: SQLiteStore, operation_id: str, **kwargs: Any) -> Any:
+        if kwargs["state"].finished:
+            threading.Event().wait(SLOW_WRITE)
+        return written(store, operation_id, **kwargs)
+
+    written = SQLiteStore.finish
+    monkeypatch.setattr(SQLiteStore, "finish", slow_finish)
+    server = ReferenceServer()
+    client = AsyncClient(
+        store=tmp_path / "s.db",
+        base_url="http://psp.test",
+        transport=server.transport,
+        headers={"Authorization": "Bearer sk_test_secret"},
+        server_clock=False,
+    )
+
+    async def pay() -> State:
+        outcome = await client.post(
+            "/v1/payments",
+            json={"amount": 1999, "currency": "EUR", "reference": "order-1"},
+            operation_id="order-1",
+        )
+        return outcome.state
+
+    assert asyncio.run(pay()) is State.SUCCEEDED
+    asyncio.run(client.aclose())
+    monkeypatch.undo()
+    store = SQLiteStore(tmp_path / "s.db")
+    record = store.get("order-1")
+    store.close()
+    assert record is not None
+    assert (record.state, record.lease_owner) == (State.SUCCEEDED, None)
+    assert len(server.ledger()) == 1
