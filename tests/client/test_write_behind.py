@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from idemclient import AsyncClient, Client, State
+from idemclient import AsyncClient, Client, ManualClock, State
 from idemclient.errors import StoreError
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
@@ -350,3 +350,42 @@ def test_a_process_killed_before_its_queued_write_leaves_it_in_flight_and_pays_o
 
     asyncio.run(main())
     assert len(server.ledger()) == 1
+
+
+def test_an_async_owner_paused_past_its_lease_is_told_what_another_finished(
+    tmp_path: Path,
+) -> None:
+    # Its own final answer (a refusal in front of the server) comes after another
+    # caller's success: queued behind it, the answer told would be the refusal while the
+    # store keeps the success. Past its lease, the write is awaited, and the stored
+    # success is the answer.
+    from .test_ownership import Background, GatedPSP, Step, client, past_the_lease
+
+    clock = ManualClock()
+    late = Step(apply=False, status=403, gate=threading.Event())
+    psp = GatedPSP(late, Step(apply=True, status=201))
+
+    async def pay_a() -> Any:
+        async with AsyncClient(
+            store=tmp_path / "c.db",
+            clock=clock,
+            transport=httpx.MockTransport(psp.handler),
+            base_url="https://psp.test",
+        ) as a:
+            return await a.post("/v1/payments", json=PAYMENT, operation_id="op")
+
+    owner_a = Background(lambda: asyncio.run(pay_a()))
+    assert late.arrived.wait(BOUND)
+    past_the_lease(clock)
+    with client(psp, tmp_path / "c.db", clock) as b:
+        finished = b.post("/v1/payments", json=PAYMENT, operation_id="op")
+    assert late.gate is not None
+    late.gate.set()
+    owner_a.join()
+    assert finished.state is State.SUCCEEDED
+    assert owner_a.error is None, owner_a.error
+    told = owner_a.result
+    assert getattr(told, "state", None) is State.SUCCEEDED
+    assert getattr(told, "from_store", None) is True
+    assert getattr(told, "status_code", None) == 201
+    assert sum(psp.effects.values()) == 1
