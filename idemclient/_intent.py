@@ -11,6 +11,7 @@ import httpx
 
 from ._errors import InvalidKey, MissingKey, RequestNotReplayable
 from ._fingerprint import fingerprint
+from ._frozen import fast_constructor
 from ._keys import new_key, one_key
 from ._profile import Resolved
 from ._redaction import redact_url
@@ -141,7 +142,7 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
     # of a repeated content type is the one a fingerprint takes (as `body_type` does).
     headers = request.headers.multi_items()
     named = dict(headers)
-    return Intent(
+    return _new_intent(
         operation_id=operation_id,
         key=key,
         key_given=given is not None,
@@ -159,6 +160,10 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
         reference=options.reference if options else None,
         profile=resolved.profile.name,
     )
+
+
+#: `Intent(...)` without a call per field (see `_frozen`): one per operation.
+_new_intent = fast_constructor(Intent)
 
 
 def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:

@@ -37,6 +37,7 @@ import httpx
 from ._effects import Blocking, Close, Each, Effect, Feed, Http, Pause, Sleep, adrive, drive
 from ._errors import AnswerNotKept, KeyConflict, MissingKey, OutcomeError, RequestNotReplayable
 from ._fingerprint import Fingerprints, fingerprint, fingerprints, same
+from ._frozen import fast_constructor
 from ._hooks import Hooks
 from ._intent import KEY_HEADER, buffered_body, check_unread_key_header, intent_for
 from ._keys import key_from_identity, new_key, one_key, validate_key
@@ -460,21 +461,25 @@ class Sent:
     response: httpx.Response | None = None
 
 
+#: `Sent(...)` without a call per field (see `_frozen`): one per operation.
+_new_sent = fast_constructor(Sent)
+
+
 def sent_by(call: Http) -> Op[Sent]:
     """Do `call` (an operation's send or request) and say what it came to, without
     raising for any outcome state."""
     try:
         response = yield call
     except OutcomeError as exc:
-        return Sent(exc.outcome, exc)
+        return _new_sent(exc.outcome, exc)
     except AnswerNotKept as exc:  # finished, its body not kept: the outcome says so
-        return Sent(exc.outcome)
+        return _new_sent(exc.outcome)
     outcome = outcome_of(response)
     if outcome is not None and not outcome.state.finished:
         # Handed back to httpx and ended there (a 401 no auth flow sent on, a redirect
         # not followed): not an answer to read. Closed the way its client closes.
         yield Close(response)
-    return Sent(outcome, response=response)
+    return _new_sent(outcome, response=response)
 
 
 def request_for(

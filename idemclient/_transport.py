@@ -43,6 +43,7 @@ from ._effects import (
 )
 from ._errors import StoreError
 from ._flow import handle
+from ._frozen import fast_constructor
 from ._hooks import Hooks, StoreEvent, log_fields, logger
 from ._hosts import ByHost
 from ._intent import abody_from_chunks, body_from_chunks
@@ -180,10 +181,14 @@ def call_extensions(
     """A request's `extensions` with what the caller says about its operation, under
     the key only the transport reads."""
     extended = dict(extensions or {})
-    extended[CALL_OPTIONS] = CallOptions(
+    extended[CALL_OPTIONS] = _new_call_options(
         operation_id=operation_id, reference=reference, hooks=hooks
     )
     return extended
+
+
+#: `CallOptions(...)` without a call per field (see `_frozen`): one per operation.
+_new_call_options = fast_constructor(CallOptions)
 
 
 def _settings(

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._db.dialect import Connection
 from .._errors import OperationMismatch
+from .._frozen import fast_constructor
 from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
 from ._base import (
@@ -39,6 +40,10 @@ from ._sql_written import (
 __all__ = ["SQLSending"]
 
 
+#: `Begin(...)` without a call per field (see `_frozen`): every new operation's.
+_new_begin = fast_constructor(Begin)
+
+
 class SQLSending(SQLBase):
     """What a client writes to send an operation: see the module docstring."""
 
@@ -59,7 +64,7 @@ class SQLSending(SQLBase):
             )
         ):
             # The record just written, without reading it back.
-            return Begin(
+            return _new_begin(
                 Claim.CREATED,
                 admitted(
                     intent,

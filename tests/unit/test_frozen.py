@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import pickle
 from dataclasses import dataclass, field
+from hashlib import sha256
 from typing import Any
 
 import httpx
@@ -13,8 +14,18 @@ import pytest
 
 from idemclient._errors import Outcome, State
 from idemclient._frozen import fast_constructor
+from idemclient._operations import Sent
 from idemclient._outcome import from_record
-from idemclient._store._base import Intent, OperationRecord, Progress, StoredResponse
+from idemclient._settings import CALL_OPTIONS, CallOptions
+from idemclient._store._base import (
+    Begin,
+    Claim,
+    Intent,
+    OperationRecord,
+    Progress,
+    StoredResponse,
+)
+from idemclient._transport import call_extensions
 
 RESPONSE = httpx.Response(201, json={"id": "pay_1"})
 
@@ -70,6 +81,9 @@ CASES: list[tuple[type[Any], tuple[Any, ...], dict[str, Any]]] = [
         {"reference": "r", "profile": "wise"},
     ),
     (Progress, (1, True, "HTTP 503", None, 7.0), {"sent_at": 6.5}),
+    (Begin, (Claim.CREATED, OperationRecord(**RECORD)), {}),
+    (Sent, (Outcome("op-1", "key-1", State.SUCCEEDED, 1),), {"response": RESPONSE}),
+    (CallOptions, ("order-1", "ref-1"), {}),
 ]
 
 
@@ -119,6 +133,16 @@ def test_a_factory_default_is_made_afresh_at_each_call() -> None:
     assert one.items == []
     assert one.items is not two.items
     assert new("c", [1]).items == [1]
+
+
+def test_the_hot_path_builds_its_values_so() -> None:
+    # What an operation builds on every call, as the classes build them.
+    stored = StoredResponse.of(200, (("a", "b"),), b"body")
+    assert type(stored) is StoredResponse
+    assert stored == StoredResponse(200, (("a", "b"),), b"body", sha256(b"body").hexdigest(), 4)
+    extended = call_extensions({"timeout": 1}, operation_id="o", reference="r")
+    assert extended == {"timeout": 1, CALL_OPTIONS: CallOptions("o", "r", None)}
+    assert type(extended[CALL_OPTIONS]) is CallOptions
 
 
 def test_an_outcome_from_a_record_is_built_so() -> None:
