@@ -191,13 +191,15 @@ class Workers:
             await self.run(_nothing, shielded=True)
 
     def wait_written(self, timeout: float) -> bool:
-        """Block until every write queued so far has ended, at most `timeout` seconds;
+        """Block until every write queued so far has ended (not those queued meanwhile:
+        a loop that goes on paying never empties the queue), at most `timeout` seconds;
         whether they all have."""
         give_up = time.monotonic() + timeout
         with self._written:
+            queued = tuple(self._unwritten)
             self._waiters += 1
             try:
-                while self._unwritten:
+                while not self._unwritten.isdisjoint(queued):
                     left = give_up - time.monotonic()
                     if left <= 0:
                         return False

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from idemclient import AsyncClient, State
+from idemclient._worker import Workers
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
@@ -127,3 +128,27 @@ def test_a_client_closed_in_another_event_loop_waits_for_its_answers_writes(
     assert record is not None
     assert (record.state, record.lease_owner) == (State.SUCCEEDED, None)
     assert len(server.ledger()) == 1
+
+
+def test_waiting_for_the_queued_writes_is_not_held_up_by_writes_queued_since() -> None:
+    # aclose() in one loop waits for the answers' writes another loop queued; that loop
+    # may go on paying (a server's loop, busy). The wait is for the writes queued when
+    # it began, not until the queue is empty, which under load it never is.
+    bound = 10.0  # a bound on a test gone wrong, never a wait it relies on
+    workers = Workers(max_threads=2)
+    first, later = threading.Event(), threading.Event()
+    lost: list[BaseException] = []
+    workers.later(lambda: first.wait(bound), lost.append)
+    waited: list[bool] = []
+    waiting = threading.Thread(target=lambda: waited.append(workers.wait_written(bound)))
+    waiting.start()
+    while not workers._waiters:  # the wait has begun: what it waits for is known
+        threading.Event().wait(0.001)
+    workers.later(lambda: later.wait(bound), lost.append)  # queued since
+    first.set()
+    waiting.join(bound)
+    done = not waiting.is_alive()
+    later.set()
+    assert done  # not held up by the write queued since
+    assert waited == [True]
+    assert lost == []
