@@ -42,6 +42,8 @@ TELLING = "idemclient/_telling.py"
 TIME = "idemclient/_time.py"
 HISTORIES = "tests/checker/test_histories.py"
 BOUNDARIES = "tests/integration/test_time_boundaries.py"
+WRITE_BEHIND = "tests/client/test_write_behind.py"
+WRITE_BEHIND_QUEUE = "idemclient/_worker.py"
 LOST_THEN_DOWN = HISTORIES + "::test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -459,5 +461,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "    reached = call.maybe_applied or call.last_status is not None",
         "    reached = call.maybe_applied",
         (HISTORIES + "::test_adyen_a_refusal_the_store_could_not_record_is_not_told_not_sent",),
+    ),
+    # -- the async client's answer written behind it -------------------------------------
+    Mutant(
+        "read-ahead-of-the-queued-answer",
+        "write behind",
+        "a store call the loop makes after a final answer's queued write does not wait for"
+        " it: the same operation issued again finds it in flight under a call that has"
+        " ended, takes it over and sends it again",
+        WRITE_BEHIND_QUEUE,
+        "            if job.after:\n                self._after(job.after)\n",
+        "",
+        (WRITE_BEHIND + "::test_the_next_call_under_the_same_operation_sees_the_answer_written",),
+    ),
+    Mutant(
+        "owner-let-go-before-its-write",
+        "write behind",
+        "the call whose answer is still being written counts as ended in its own process: a"
+        " sync client on the same store takes the operation over and sends it again",
+        "idemclient/_store/_owners.py",
+        "parsed.token != ours or (owner not in _live and owner not in _behind)",
+        "parsed.token != ours or owner not in _live",
+        (WRITE_BEHIND + "::test_a_sync_client_of_the_same_process_waits_for_the_queued_answer",),
+    ),
+    Mutant(
+        "late-answer-queued-past-its-lease",
+        "write behind",
+        "a caller paused past its lease queues its own late refusal behind the answer and"
+        " is told 'failed' while the store keeps another caller's success",
+        "idemclient/_behind.py",
+        "            or not lease_holds(known.lease_expires, progress.now + LEASE_MARGIN)\n",
+        "",
+        (
+            WRITE_BEHIND
+            + "::test_an_async_owner_paused_past_its_lease_is_told_what_another_finished",
+        ),
     ),
 )
