@@ -6,9 +6,7 @@ the retry loop.
 
 from __future__ import annotations
 
-import os
 import re
-import time
 import uuid
 from collections.abc import Iterable
 
@@ -33,33 +31,12 @@ _SEPARATOR = "\x1f"  # unit separator: cannot occur in a caller's printable iden
 
 
 def new_key() -> str:
-    """A fresh UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits,
-    time-ordered for the server's index locality. Keys made within one millisecond
-    (or while the wall clock is set back) take the next millisecond after the last
-    key's, so that a process's keys sort in the order it made them."""
-    global _last_ms
-    ms = time.time_ns() // 1_000_000
-    if ms <= _last_ms:
-        ms = _last_ms + 1
-    _last_ms = ms
-    rand = int.from_bytes(os.urandom(10))  # 80 bits, 74 of them kept
-    value = (
-        (ms & _MS_MASK) << 80
-        | _VERSION_7
-        | (rand >> 62 & 0xFFF) << 64
-        | _VARIANT_RFC
-        | (rand & _RAND_B_MASK)
-    )
-    digits = f"{value:032x}"
-    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+    """A fresh UUIDv7: random, and time-ordered for the server's index locality."""
+    # Imported at the first key, not with idemclient: uuid6 reads its own version from
+    # the installed metadata when imported, which costs more than the rest of this module.
+    import uuid6
 
-
-#: the millisecond of the last key made (`new_key`), and the bits of a UUIDv7
-_last_ms = 0
-_MS_MASK = (1 << 48) - 1
-_VERSION_7 = 0x7 << 76
-_VARIANT_RFC = 0b10 << 62
-_RAND_B_MASK = (1 << 62) - 1
+    return str(uuid6.uuid7())
 
 
 def key_from_identity(*parts: str, namespace: uuid.UUID = DEFAULT_NAMESPACE) -> str:

@@ -62,7 +62,7 @@ def test_importing_idemclient_loads_no_dependency_it_does_not_need_yet() -> None
     # Not even the client's engine or httpx: the error tree is all it imports.
     assert "httpx" not in loaded
     assert "idemclient._client" not in loaded
-    for third_party in ("sqlite_utils", "tenacity", "anyio"):
+    for third_party in ("sqlite_utils", "tenacity", "uuid6", "anyio"):
         assert third_party not in loaded, third_party
 
 

@@ -104,24 +104,17 @@ def test_invalid_keys_name_what_is_wrong(key: object, reason: str) -> None:
     assert isinstance(caught.value, ValueError)
 
 
-def test_new_keys_carry_the_time_they_were_made_and_74_random_bits() -> None:
+def test_new_keys_are_uuid7_made_now_and_sort_in_the_order_made() -> None:
     import time
 
     before = time.time_ns() // 1_000_000
-    keys = [uuid.UUID(new_key()) for _ in range(200)]
-    stamps = [key.int >> 80 for key in keys]
-    # Unix milliseconds; keys made within one millisecond take the next ones (the
-    # thousands made by the tests before may have run ahead of the clock by seconds).
-    assert before <= stamps[0] < before + 600_000
-    assert stamps == sorted(stamps)
-    assert len(set(stamps)) == len(stamps)
-    randoms = [(key.int >> 64 & 0xFFF, key.int & (1 << 62) - 1) for key in keys]
-    assert len(set(randoms)) == len(randoms)
-    # every random bit varies across the keys (none stuck at 0 or at 1)
-    for bits, width in ((0, 12), (1, 62)):
-        ored = anded = randoms[0][bits]
-        for value in randoms:
-            ored |= value[bits]
-            anded &= value[bits]
-        assert ored == (1 << width) - 1
-        assert anded == 0
+    made = [new_key() for _ in range(500)]
+    after = time.time_ns() // 1_000_000
+    keys = [uuid.UUID(key) for key in made]
+    assert all(key.version == 7 and key.variant == uuid.RFC_4122 for key in keys)
+    # Unix milliseconds; keys made within one millisecond take the next ones, so the
+    # thousands made by the tests before may have run ahead of the clock by seconds.
+    assert all(before <= key.int >> 80 <= after + 600_000 for key in keys)
+    # time-ordered for the server's index: a process's keys sort as it made them
+    assert made == sorted(made)
+    assert len(set(made)) == len(made)
