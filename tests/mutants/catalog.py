@@ -297,6 +297,20 @@ MUTANTS: tuple[Mutant, ...] = (
         (BOUNDARIES + "::test_clock_step_allowance[after-at a start]",),
     ),
     Mutant(
+        "late-send-left-out-of-the-store-clock",
+        "retention margin",
+        "a clock set back while no client ran, below an unfinished operation's later send"
+        " but above its intent, goes unseen at the next start: the maybe-applied payment"
+        " looks as young as its intent and is sent again after the server forgot its key",
+        "idemclient/_store/_statements.py",
+        '    " coalesce((SELECT max(sent_at) FROM {t}"',
+        '    " coalesce((SELECT max(created_at) FROM {t}"',
+        (
+            "tests/client/test_a_late_send_shows_a_clock_step.py::test_a_clock_set_back_below_"
+            "a_late_send_is_seen_and_nothing_is_paid_twice",
+        ),
+    ),
+    Mutant(
         "running-clock-step-unseen",
         "retention margin",
         "a client whose clock goes back while it runs notices only a step of twice the"
