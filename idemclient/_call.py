@@ -36,6 +36,9 @@ __all__ = ["CONTINUATION", "Call", "Continuation"]
 
 #: Request extension carrying a `Continuation` (httpx copies it into a redirect's request).
 CONTINUATION = "idemclient.continuation"
+#: Request extension keeping the timeouts the caller asked for, beside those cut from
+#: them for the last attempt (see `Call.prepare`).
+_ASKED = "idemclient.timeout_asked"
 
 KEY_HEADER = "Idempotency-Key"
 
@@ -286,19 +289,27 @@ class Call:
         timeout = min(self.policy.attempt_timeout, remaining)
         extensions = self.request.extensions
         current = extensions.get("timeout") or {}
+        # Cut from what the caller asked, never from what an earlier call of the same
+        # request left (a request sent again after NotSent has its whole deadline): the
+        # caller's timeouts are kept beside the ones cut from them, and a request whose
+        # timeouts are not the ones cut for it last has the caller's own.
+        kept = extensions.get(_ASKED)
+        asked = kept[0] if kept is not None and kept[1] is current else current
         connect, read, write, pool = (
-            current.get("connect"),
-            current.get("read"),
-            current.get("write"),
-            current.get("pool"),
+            asked.get("connect"),
+            asked.get("read"),
+            asked.get("write"),
+            asked.get("pool"),
         )
         # Each of httpx's timeouts, cut to the time left (None: unbounded, so cut).
-        extensions["timeout"] = {
+        cut = {
             "connect": timeout if connect is None or connect > timeout else connect,
             "read": timeout if read is None or read > timeout else read,
             "write": timeout if write is None or write > timeout else write,
             "pool": timeout if pool is None or pool > timeout else pool,
         }
+        extensions["timeout"] = cut
+        extensions[_ASKED] = (asked, cut)
         hooks, call_hooks = self.settings.hooks, self.call_hooks
         if hooks.takes_attempt() or (
             call_hooks is not None and call_hooks.takes_attempt(log=False)

@@ -16,7 +16,7 @@ from .._seam import Feed, Verdict, log_fields, redact_url, settings_of, shown_ur
 from ..store import NotFound, ServerTime
 from ._identity import forms
 from ._lookup import Asked, Asking, LookupRetry, LookupSettings, Trouble
-from ._plan import SCOPE_ADVICE, Decision, recorded_payload
+from ._plan import SCOPE_ADVICE, RowAction, recorded_payload
 from ._recording import Recording
 from ._remembered import BELIEVED_FOR, believed, reading
 from ._report import conflict_with, not_working, recorded_line, utc_text
@@ -107,10 +107,10 @@ class LookingUp(Recording):
         if plan.look_up:
             return True
         self.looking.passed()
-        if plan.decision is Decision.DONE:
+        if plan.decision is RowAction.DONE:
             assert plan.record is not None
             self._done(item, recorded_line(item, plan.record))
-        elif plan.decision is Decision.REFUSED:
+        elif plan.decision is RowAction.REFUSED:
             self._problem(item, f"reference {item.identity.reference!r} {plan.why}", plan.advice)
         else:
             self.status[item.index] = start_of(plan)
@@ -251,7 +251,7 @@ class LookingUp(Recording):
             )
             return
         decision = item.plan.decision
-        if decision is Decision.ELSEWHERE:
+        if decision is RowAction.ELSEWHERE:
             if verdict.finding == "found":
                 self._found_elsewhere(item)
             else:
@@ -262,7 +262,7 @@ class LookingUp(Recording):
                     item.plan.advice,
                 )
             return
-        if decision is Decision.NEW:
+        if decision is RowAction.NEW:
             if verdict.finding == "found":
                 self._record_found(item)
             else:
@@ -276,11 +276,11 @@ class LookingUp(Recording):
             if not asked.remembered:
                 self._remember(item)
             # Sent as it is (pointed at this run's URL first, if it is to be: `record`).
-            self.status[item.index] = At.REOPEN if decision is Decision.REOPEN else At.KNOWN
+            self.status[item.index] = At.REOPEN if decision is RowAction.REOPEN else At.KNOWN
             return
         with self._holds(record.operation_id):
             reopened = None
-            if decision is Decision.REOPEN:
+            if decision is RowAction.REOPEN:
                 reopened = self._reopen(item)
                 if reopened is None:
                     return
@@ -388,9 +388,9 @@ def _rememberable(item: RunRow) -> bool:
     such an answer is worth keeping (`_remembered`): nothing of it can have been
     applied anywhere, and it is no row finished elsewhere."""
     record = item.plan.record
-    if item.plan.decision is Decision.NEW:
+    if item.plan.decision is RowAction.NEW:
         return True
-    if item.plan.decision not in (Decision.KNOWN, Decision.REOPEN) or record is None:
+    if item.plan.decision not in (RowAction.KNOWN, RowAction.REOPEN) or record is None:
         return False
     return not record.maybe_applied and record.state is not State.IN_FLIGHT
 

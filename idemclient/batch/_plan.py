@@ -66,8 +66,8 @@ __all__ = [
     "ELSEWHERE_ADVICE",
     "OTHER_CREDENTIALS_ADVICE",
     "SCOPE_ADVICE",
-    "Decision",
     "Request",
+    "RowAction",
     "RowPlan",
     "differences",
     "encode_body",
@@ -91,7 +91,7 @@ SCOPE_ADVICE = (
 _CREDENTIALS = frozenset({401, 407})
 
 
-class Decision(enum.Enum):
+class RowAction(enum.Enum):
     """What to do with a row, decided before anything is asked or sent."""
 
     #: the store does not know the row: register it, then send it with its key
@@ -151,7 +151,7 @@ JSON_BODY = "application/json"
 @dataclass(frozen=True, slots=True)
 class RowPlan:
     #: what to do with the row
-    decision: Decision
+    decision: RowAction
     #: what the store holds for the row (None for NEW)
     record: OperationRecord | None = None
     #: look the reference up on the server before anything is sent
@@ -168,8 +168,8 @@ class RowPlan:
 
 
 #: Most rows of a new file: one plan shared by all of them.
-_NEW = RowPlan(Decision.NEW)
-_NEW_LOOKED_UP = RowPlan(Decision.NEW, look_up=True)
+_NEW = RowPlan(RowAction.NEW)
+_NEW_LOOKED_UP = RowPlan(RowAction.NEW, look_up=True)
 
 
 def recorded_payload(
@@ -358,13 +358,13 @@ def plan_row(
     if record is None:
         adopted = _adopted(identity, scope, legacy, legacy_key, request)
         if isinstance(adopted, str):
-            return RowPlan(Decision.REFUSED, why=adopted)
+            return RowPlan(RowAction.REFUSED, why=adopted)
         record = adopted
     if record is None:
         return _NEW_LOOKED_UP if look_up else _NEW
     if (record.profile or "generic") != profile:
         return RowPlan(
-            Decision.REFUSED,
+            RowAction.REFUSED,
             record,
             why=(
                 f"was sent under the {record.profile or 'generic'} server profile, and this"
@@ -379,12 +379,12 @@ def plan_row(
     )
     if isinstance(fix, str):
         return RowPlan(
-            Decision.REFUSED, record, why=f"was submitted before with other content: {fix}"
+            RowAction.REFUSED, record, why=f"was submitted before with other content: {fix}"
         )
     if fix is not None:
         if fix.reopen:  # the same key, pointed at the corrected content
             return RowPlan(
-                Decision.REOPEN,
+                RowAction.REOPEN,
                 record,
                 look_up=look_up,
                 why="its content corrected",
@@ -392,7 +392,7 @@ def plan_row(
             )
         assert fix.identity is not None
         if fix.record is None:
-            return RowPlan(Decision.NEW, look_up=look_up, identity=fix.identity, corrected=fix.why)
+            return RowPlan(RowAction.NEW, look_up=look_up, identity=fix.identity, corrected=fix.why)
         # Its correction was recorded by an earlier run: as that record stands.
         plan = plan_row(
             fix.identity,
@@ -418,7 +418,7 @@ def plan_row(
             why = "was submitted before with other content: " + "; ".join(
                 differences(recorded, request.payload)
             )
-        return RowPlan(Decision.REFUSED, record, why=why)
+        return RowPlan(RowAction.REFUSED, record, why=why)
 
     def old() -> bool:
         return past_retention(record, now=now, retention=retention, server=server_time(record))
@@ -454,7 +454,7 @@ def _known(
         )
         if refused_for_target:
             return RowPlan(
-                Decision.REOPEN,
+                RowAction.REOPEN,
                 record,
                 look_up=ask,
                 why=f"refused with HTTP {status} at {_shown_target(record)}, never applied",
@@ -470,14 +470,14 @@ def _known(
             # of its own would pay the file again under that other account.
             advice = ELSEWHERE_ADVICE if elsewhere else OTHER_CREDENTIALS_ADVICE
             if look_up:
-                return RowPlan(Decision.ELSEWHERE, record, look_up=True, why=why, advice=advice)
-            return RowPlan(Decision.REFUSED, record, why=why, advice=advice)
-        return RowPlan(Decision.DONE, record)
+                return RowPlan(RowAction.ELSEWHERE, record, look_up=True, why=why, advice=advice)
+            return RowPlan(RowAction.REFUSED, record, why=why, advice=advice)
+        return RowPlan(RowAction.DONE, record)
     if moved or other_credentials:
         where = _shown_target(record) if moved else "with other credentials"
         if never_applied and record.state in (State.PENDING, State.NOT_SENT):
             return RowPlan(
-                Decision.REOPEN,
+                RowAction.REOPEN,
                 record,
                 look_up=ask,
                 why=f"recorded for {where}, never applied there",
@@ -488,7 +488,7 @@ def _known(
             else commands.reconcile(record.operation_id, where=target_of(record.url))
         )
         return RowPlan(
-            Decision.REFUSED,
+            RowAction.REFUSED,
             record,
             why=(
                 f"was sent {'to ' if moved else ''}{where} and may have been applied there"
@@ -497,7 +497,7 @@ def _known(
                 " IDEMCLIENT_TOKEN)"
             ),
         )
-    return RowPlan(Decision.KNOWN, record, look_up=ask)
+    return RowPlan(RowAction.KNOWN, record, look_up=ask)
 
 
 #: What to do about a row finished at another origin than the one this run sends to.

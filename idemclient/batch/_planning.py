@@ -14,7 +14,7 @@ from . import _resave as resave
 from ._duplicates import DUPLICATE_ADVICE, Paths, by_tail, duplicate_problem, duplicates, tails_of
 from ._identity import forms, scoped
 from ._kin import Kin
-from ._plan import JSON_BODY, SCOPE_ADVICE, Decision
+from ._plan import JSON_BODY, SCOPE_ADVICE, RowAction
 from ._report import recorded_line
 from ._resave import HELD_ADVICE, Held
 from ._run_rows import NEW_CODES, At, RunRow, recorded_intent, start_of
@@ -59,19 +59,19 @@ class Planning(RunState):
                     plan, identity = item.plan, item.identity
                     self.decisions[plan.decision.value] += 1
                     self.decisions["looked up"] += plan.look_up
-                    if plan.decision is Decision.REFUSED:
+                    if plan.decision is RowAction.REFUSED:
                         problems.append(
                             (item.row.number, f"reference {identity.reference!r} {plan.why}")
                         )
                         if plan.advice and (0, plan.advice) not in problems:
                             problems.insert(0, (0, plan.advice))
                         self.status[item.index] = At.REFUSED
-                    elif plan.decision is Decision.DONE:
+                    elif plan.decision is RowAction.DONE:
                         assert plan.record is not None
                         self._done(item, recorded_line(item, plan.record))
                     else:
                         self.status[item.index] = start_of(plan)
-                        if kin is not None and plan.decision is Decision.NEW:
+                        if kin is not None and plan.decision is RowAction.NEW:
                             # In every Unicode form a reference may be recorded in.
                             kin.add(form for value in tails_of(item.row) for form in forms(value))
             if kin is not None:
@@ -104,7 +104,7 @@ class Planning(RunState):
         new = [
             item
             for item in items
-            if item.plan.decision is Decision.NEW
+            if item.plan.decision is RowAction.NEW
             and item.row.number not in duplicated
             and not self.target.is_new_payment(item)
         ]
@@ -135,7 +135,7 @@ class Planning(RunState):
         new = [
             item
             for item in items
-            if item.plan.decision is Decision.NEW and not self.target.is_new_payment(item)
+            if item.plan.decision is RowAction.NEW and not self.target.is_new_payment(item)
         ]
         wanted = (form for item in new for value in tails_of(item.row) for form in forms(value))
         named = kin.of(wanted) if new else ()

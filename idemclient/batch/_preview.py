@@ -23,7 +23,7 @@ from ..policy import RetryPolicy
 from ..profiles import DEFAULT as DEFAULT_PROFILE
 from ..profiles import Profile
 from ..store import Store
-from ._plan import Decision
+from ._plan import RowAction
 from ._rows import Batch
 from ._run import SubmitOptions, _Run, run_on
 from ._run_rows import RunRow
@@ -33,11 +33,11 @@ __all__ = ["Preview", "PreviewRow", "preview"]
 
 #: What each decision means for the row, in words.
 _WHAT = {
-    Decision.NEW: "new to the store: would be registered and sent",
-    Decision.KNOWN: "unfinished in the store: its recorded request would be sent again, same key",
-    Decision.DONE: "finished in the store: nothing would be sent",
-    Decision.REOPEN: "never applied where it went: would be sent here, same key",
-    Decision.ELSEWHERE: "finished at another origin: would be looked up here, not sent",
+    RowAction.NEW: "new to the store: would be registered and sent",
+    RowAction.KNOWN: "unfinished in the store: its recorded request would be sent again, same key",
+    RowAction.DONE: "finished in the store: nothing would be sent",
+    RowAction.REOPEN: "never applied where it went: would be sent here, same key",
+    RowAction.ELSEWHERE: "finished at another origin: would be looked up here, not sent",
 }
 
 
@@ -84,9 +84,9 @@ class Preview:
     def summary(self) -> str:
         counts = self._counts
         sent = (
-            counts[Decision.NEW.value]
-            + counts[Decision.REOPEN.value]
-            + counts[Decision.KNOWN.value]
+            counts[RowAction.NEW.value]
+            + counts[RowAction.REOPEN.value]
+            + counts[RowAction.KNOWN.value]
         )
         parts = ", ".join(f"{counts.get(s.value, 0)} {s.value}" for s in _WHAT)
         looked_up = self.looked_up
@@ -158,10 +158,10 @@ def _shown(run: _Run, item: RunRow) -> PreviewRow:
     plan, identity = item.plan, item.identity
     record = plan.record
     method = url = body = None
-    if plan.decision in (Decision.NEW, Decision.REOPEN):
+    if plan.decision in (RowAction.NEW, RowAction.REOPEN):
         request = run.request_of(item.row, identity)
         method, url, body = "POST", request.url, request.body.decode("utf-8", "replace")
-    elif plan.decision is Decision.KNOWN and record is not None:
+    elif plan.decision is RowAction.KNOWN and record is not None:
         method, url = record.method, target_of(record.url)
         body = record.body.decode("utf-8", "replace")
     return PreviewRow(

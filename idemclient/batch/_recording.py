@@ -12,7 +12,7 @@ from .. import Outcome, State
 from .._errors import BatchInvalid, OperationMismatch, OutcomeError
 from .._seam import DATE_RESOLUTION, Verdict, reconcile, settings_of, shown_url
 from ..store import Intent, OperationRecord, ServerTime, StoredResponse
-from ._plan import Decision, past_retention
+from ._plan import RowAction, past_retention
 from ._report import found_id, found_reason, reason_of, recorded_line, report_line, unsettled_line
 from ._report_row import ReportRow
 from ._run_rows import At, RunRow
@@ -49,7 +49,7 @@ class Recording(RunState):
         found is recorded already, as each came (`answered`)."""
         for start, stop in self._chunks((At.REOPEN,)):
             for item in self._planned(start, stop, (At.REOPEN,)):
-                if item.plan.decision is not Decision.REOPEN:  # reopened meanwhile, by another
+                if item.plan.decision is not RowAction.REOPEN:  # reopened meanwhile, by another
                     self.status[item.index] = At.KNOWN
                     continue
                 if self._reopen(item) is not None:

@@ -72,7 +72,7 @@ from ._identity import nfc
 from ._lines import Stored
 from ._looking_up import LookingUp
 from ._lookup import DEFAULT_LOOKUP, LookupSettings, asked, works
-from ._plan import Decision
+from ._plan import RowAction
 from ._planning import Planning
 from ._progress_counts import BatchProgress
 from ._report import (
@@ -224,7 +224,7 @@ class _Run(Planning, LookingUp, Sending):
         sent; a row done before stays done)."""
         reason = "not sent: the batch was refused (see why in the errors); nothing was sent"
         record = item.plan.record
-        if item.plan.decision is Decision.DONE:
+        if item.plan.decision is RowAction.DONE:
             return recorded_line(item, record)
         return recorded_line(item, record, key=item.identity.key, reason=reason, replayed=False)
 

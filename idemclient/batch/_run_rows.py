@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..store import Intent, OperationRecord
 from ._identity import RowIdentity
 from ._lookup import Asked, LookupSettings
-from ._plan import Decision, RowPlan
+from ._plan import RowAction, RowPlan
 from ._rows import PayoutRow
 
 __all__ = [
@@ -133,16 +133,16 @@ NEW_CODES = (At.ASK, At.NEW, At.CORRECTION)
 KNOWN_CODES = (At.KNOWN, At.REOPENED, At.CORRECTION)
 
 
-NEW_PLAN = RowPlan(Decision.NEW)
+NEW_PLAN = RowPlan(RowAction.NEW)
 
 
 def start_of(plan: RowPlan) -> At:
     """Where a row planned so starts (a row done or refused is dealt with at once)."""
     if plan.look_up:
         return At.ASK
-    if plan.decision is Decision.NEW:
+    if plan.decision is RowAction.NEW:
         return new_code(plan)
-    return {Decision.KNOWN: At.KNOWN, Decision.REOPEN: At.REOPEN}[plan.decision]
+    return {RowAction.KNOWN: At.KNOWN, RowAction.REOPEN: At.REOPEN}[plan.decision]
 
 
 def new_code(plan: RowPlan) -> At:

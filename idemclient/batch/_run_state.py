@@ -28,7 +28,7 @@ from ._corrections import CORRECTED_MARK, correcting
 from ._identity import RowIdentity, forms, identify, legacy_key, nfc, other_ids, recorded
 from ._lines import Lines
 from ._lookup import Asked
-from ._plan import Decision, Request, RowPlan, encode_body, legacy_candidates, plan_row
+from ._plan import Request, RowAction, RowPlan, encode_body, legacy_candidates, plan_row
 from ._progress_counts import BatchProgress, LookingProgress, SendingProgress
 from ._report import utc_now
 from ._report_row import ReportRow
@@ -183,7 +183,7 @@ class RunState:
         for index, row, identity in zip(indexes, rows, identities, strict=True):
             found = recorded(by_id, identity)
             if isinstance(found, str):  # recorded under two forms of one reference
-                items.append(RunRow(index, row, identity, RowPlan(Decision.REFUSED, why=found)))
+                items.append(RunRow(index, row, identity, RowPlan(RowAction.REFUSED, why=found)))
                 continue
             plan = plan_row(
                 identity,

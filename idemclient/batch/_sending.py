@@ -12,7 +12,7 @@ from .._errors import OutcomeError, ReconcileRequired
 from .._seam import Blocking, Close, Feed, Op, read_existing, send_registered, settings_of
 from ._abandon import Abandoned
 from ._advice import rerun_settles
-from ._plan import Decision
+from ._plan import RowAction
 from ._progress_counts import Stopped
 from ._recording import Recording, _reopened_why
 from ._report import changed_line, evidence_after, reason_of, recorded_line
@@ -49,7 +49,7 @@ class Sending(Recording):
             elif code in known:
                 item = planned[index]
                 record = item.plan.record
-                if record is None or item.plan.decision is Decision.REFUSED:
+                if record is None or item.plan.decision is RowAction.REFUSED:
                     self._done(item, changed_line(item, record))
                     continue
                 item.outgoing = recorded_intent(record)

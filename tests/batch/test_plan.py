@@ -19,8 +19,8 @@ from idemclient.batch._lookup import next_wait
 from idemclient.batch._matching import matches_payment
 from idemclient.batch._plan import (
     JSON_BODY,
-    Decision,
     Request,
+    RowAction,
     differences,
     legacy_candidates,
     past_retention,
@@ -139,75 +139,83 @@ def test_the_earlier_versions_key_is_known() -> None:
     ("known", "step", "look_up"),
     [
         # nothing known: look it up, then send
-        (None, Decision.NEW, True),
+        (None, RowAction.NEW, True),
         # finished: its answer stands, nothing is sent, no look-up
-        (record(), Decision.DONE, False),
-        (record(state=State.FAILED, status=400), Decision.DONE, False),
-        (record(state=State.FAILED, status=404), Decision.DONE, False),  # same URL: stays
+        (record(), RowAction.DONE, False),
+        (record(state=State.FAILED, status=400), RowAction.DONE, False),
+        (record(state=State.FAILED, status=404), RowAction.DONE, False),  # same URL: stays
         # refused for its target at another URL, never applied: the corrected request
         (
             record(state=State.FAILED, status=404, url="http://psp.test/v1/payout"),
-            Decision.REOPEN,
+            RowAction.REOPEN,
             False,
         ),
         (
             record(state=State.FAILED, status=405, url="http://other.test/v1/payouts"),
-            Decision.REOPEN,
+            RowAction.REOPEN,
             False,
         ),
         # refused credentials: the token may have been fixed (it is never stored)
-        (record(state=State.FAILED, status=401), Decision.REOPEN, False),
+        (record(state=State.FAILED, status=401), RowAction.REOPEN, False),
         # refused at another URL after an attempt that may have been applied: never
         # reopened; and at another origin, not done here unless found here
         (
             record(state=State.FAILED, status=404, maybe_applied=True, url="http://psp.test/v1/p"),
-            Decision.DONE,
+            RowAction.DONE,
             False,
         ),
         (
             record(
                 state=State.FAILED, status=404, maybe_applied=True, url="http://x.test/v1/payouts"
             ),
-            Decision.ELSEWHERE,
+            RowAction.ELSEWHERE,
             True,
         ),
         # finished at another origin (a sandbox): looked up here, done only if found
-        (record(url="https://sandbox.psp.test/v1/payouts"), Decision.ELSEWHERE, True),
+        (record(url="https://sandbox.psp.test/v1/payouts"), RowAction.ELSEWHERE, True),
         (
             record(state=State.FAILED, status=422, url="http://x.test/v1/payouts"),
-            Decision.ELSEWHERE,
+            RowAction.ELSEWHERE,
             True,
         ),
         # at this origin, another path: the same server, done
-        (record(url="http://psp.test/v2/payouts"), Decision.DONE, False),
+        (record(url="http://psp.test/v2/payouts"), RowAction.DONE, False),
         # unfinished at this URL: its own request and key; looked up when its first
         # send is to come, when it may have been applied, and when old
-        (record(state=State.PENDING, status=None), Decision.KNOWN, False),
-        (record(state=State.PENDING, status=None, attempts=0), Decision.KNOWN, True),
-        (record(state=State.IN_FLIGHT, status=None), Decision.KNOWN, True),  # its sender died
-        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), Decision.KNOWN, True),
-        (record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY), Decision.KNOWN, True),
-        (record(state=State.PENDING, status=None, created_at=NOW + 30 * DAY), Decision.KNOWN, True),
+        (record(state=State.PENDING, status=None), RowAction.KNOWN, False),
+        (record(state=State.PENDING, status=None, attempts=0), RowAction.KNOWN, True),
+        (record(state=State.IN_FLIGHT, status=None), RowAction.KNOWN, True),  # its sender died
+        (record(state=State.INDETERMINATE, status=None, maybe_applied=True), RowAction.KNOWN, True),
+        (
+            record(state=State.NOT_SENT, status=None, created_at=NOW - 2 * DAY),
+            RowAction.KNOWN,
+            True,
+        ),
+        (
+            record(state=State.PENDING, status=None, created_at=NOW + 30 * DAY),
+            RowAction.KNOWN,
+            True,
+        ),
         # never applied at another URL: the corrected request
         (
             record(state=State.NOT_SENT, status=None, url="http://psp.test/v2/p"),
-            Decision.REOPEN,
+            RowAction.REOPEN,
             False,
         ),
         (
             record(state=State.PENDING, status=None, url="http://x/p", created_at=NOW - 2 * DAY),
-            Decision.REOPEN,
+            RowAction.REOPEN,
             True,
         ),
         # maybe applied at another URL: refused, to be finished where it went
         (
             record(state=State.INDETERMINATE, status=None, maybe_applied=True, url="http://x/p"),
-            Decision.REFUSED,
+            RowAction.REFUSED,
             False,
         ),
     ],
 )
-def test_plan_row(known: OperationRecord | None, step: Decision, look_up: bool) -> None:
+def test_plan_row(known: OperationRecord | None, step: RowAction, look_up: bool) -> None:
     planned = plan(known)
     assert (planned.decision, planned.look_up) == (step, look_up)
     assert planned.record is known
@@ -217,22 +225,22 @@ def test_plan_row(known: OperationRecord | None, step: Decision, look_up: bool) 
     ("known", "look_up", "step"),
     [
         # finished with other credentials (a test key, another account): looked up here
-        (record(), True, Decision.ELSEWHERE),
-        (record(), False, Decision.REFUSED),
+        (record(), True, RowAction.ELSEWHERE),
+        (record(), False, RowAction.REFUSED),
         # refused for its credentials or target, never applied: sent again, same key
-        (record(state=State.FAILED, status=404), True, Decision.REOPEN),
+        (record(state=State.FAILED, status=404), True, RowAction.REOPEN),
         # never applied with the other credentials: pointed at this run's, same key
-        (record(state=State.PENDING, status=None), True, Decision.REOPEN),
+        (record(state=State.PENDING, status=None), True, RowAction.REOPEN),
         # maybe applied with the other credentials: finish it with them
         (
             record(state=State.INDETERMINATE, status=None, maybe_applied=True),
             True,
-            Decision.REFUSED,
+            RowAction.REFUSED,
         ),
     ],
 )
 def test_a_row_sent_with_other_credentials(
-    known: OperationRecord, look_up: bool, step: Decision
+    known: OperationRecord, look_up: bool, step: RowAction
 ) -> None:
     planned = plan(known, look_up=look_up, other_credentials=lambda _record: True)
     assert planned.decision is step
@@ -242,7 +250,7 @@ def test_a_row_sent_with_other_credentials(
 def test_a_row_finished_elsewhere_says_where() -> None:
     sandbox = record(url="https://sandbox.psp.test/v1/payouts#sent-as=v1.00.00")
     planned = plan(sandbox, look_up=False)
-    assert planned.decision is Decision.REFUSED
+    assert planned.decision is RowAction.REFUSED
     assert planned.why == "was paid (HTTP 201) at https://sandbox.psp.test, not at http://psp.test"
     assert "--store" in planned.advice
     assert "#" not in plan(record(state=State.FAILED, status=404, url=sandbox.url)).why
@@ -268,15 +276,15 @@ def test_a_known_reference_with_other_content_is_refused_showing_both(
 ) -> None:
     new = row_of(**changes).payload()
     planned = plan(record(), request=request_of(new))
-    assert planned.decision is Decision.REFUSED
+    assert planned.decision is RowAction.REFUSED
     assert planned.why == f"was submitted before with other content: {why}"
 
 
 def test_a_reaped_body_is_compared_by_its_fingerprint() -> None:
     reaped = record(body=b"")
-    assert plan(reaped).decision is Decision.DONE
+    assert plan(reaped).decision is RowAction.DONE
     changed = plan(reaped, request=request_of(row_of(amount=7).payload()))
-    assert changed.decision is Decision.REFUSED
+    assert changed.decision is RowAction.REFUSED
     assert "old values cannot be shown" in changed.why
 
 
@@ -313,9 +321,9 @@ def legacy_plan(
 def test_an_earlier_versions_row_is_found_by_reference_and_keeps_its_key() -> None:
     old = legacy()
     planned = legacy_plan([old])
-    assert (planned.decision, planned.record) == (Decision.DONE, old)
+    assert (planned.decision, planned.record) == (RowAction.DONE, old)
     unfinished = legacy(state=State.PENDING, status=None)
-    assert legacy_plan([unfinished]).decision is Decision.KNOWN
+    assert legacy_plan([unfinished]).decision is RowAction.KNOWN
 
 
 def test_legacy_candidates_are_only_the_earlier_batch_commands_rows() -> None:
@@ -332,7 +340,7 @@ def test_a_reference_repeated_in_an_old_store_is_refused_with_how_to_scope_it() 
     november = legacy(key="k-nov")
     december = legacy(row_of(value_date="2026-12-31").payload(), key="k-dec")
     planned = legacy_plan([november, december], value_date="2027-01-31")
-    assert planned.decision is Decision.REFUSED
+    assert planned.decision is RowAction.REFUSED
     assert "recorded 2 times" in planned.why
     assert "--batch-ref" in planned.why
     # The one with the very same content is this row.
@@ -349,9 +357,9 @@ def test_in_a_scope_an_earlier_row_is_its_old_key_else_the_same_content_else_non
     assert legacy_plan([other_month, exact], scope="payroll-2026-11").record is exact
     same = legacy(key="k-renamed")  # this row, paid from a file of another name
     assert legacy_plan([other_month, same], scope="payroll-2026-11").record is same
-    assert legacy_plan([other_month], scope="payroll-2026-11").decision is Decision.NEW
+    assert legacy_plan([other_month], scope="payroll-2026-11").decision is RowAction.NEW
     twice = legacy_plan([same, legacy(key="k-again")], scope="payroll-2026-11")
-    assert twice.decision is Decision.REFUSED
+    assert twice.decision is RowAction.REFUSED
 
 
 # -- content, age ----------------------------------------------------------------------------
