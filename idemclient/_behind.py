@@ -26,7 +26,11 @@ ahead does not take it over before the write lands.
 A queued write that fails is never lost silently: it is logged at once, at ERROR, and
 the client's next operation raises a `StoreError` naming the operations whose answers
 were not written, before it records or sends anything of its own (a `StoreError` says
-that nothing of the call that raises it was recorded). `aclose` waits for the queued
+that nothing of the call that raises it was recorded). So is one that finds another
+caller's final answer there first and keeps it (the write held in its thread past the
+lease, a slow disk or another process holding the file's lock, and the operation taken
+over meanwhile), when that answer is not the one its caller was told: the store's is
+the operation's, as an awaited write's caller would have been told. `aclose` waits for the queued
 writes, and does not raise for them: the caller of each had the server's answer, and
 an error there would stand in `async with` for the outcome of the last operation, as
 if it had not been sent.
@@ -62,15 +66,20 @@ class Behind:
         self._lock = threading.Lock()
         #: what each failed write would have written, in words
         self._lost: list[str] = []
+        #: the answers told whose writes found another caller's there first, in words
+        self._overtaken: list[str] = []
 
     @property
     def lost(self) -> bool:
-        return bool(self._lost)
+        return bool(self._lost) or bool(self._overtaken)
 
     def failed(self, operation_id: str, words: str) -> Callable[[BaseException], None]:
         """What the write of `operation_id`'s answer (`words`) does if it fails."""
 
         def lost(error: BaseException) -> None:
+            if isinstance(error, _Overtaken):
+                self._overtaken_by(operation_id, words, error.kept)
+                return
             reason = error.reason if isinstance(error, StoreError) else repr(error)
             logger.error(
                 "the answer to operation %r (%s) was given to the caller but not written"
@@ -87,23 +96,47 @@ class Behind:
 
         return lost
 
+    def _overtaken_by(self, operation_id: str, words: str, kept: str) -> None:
+        logger.error(
+            "the answer to operation %r (%s) was given to the caller, but the store kept"
+            " another caller's final answer (%s), written first once its lease had lapsed"
+            " while the write waited: the store's answer is the operation's",
+            operation_id,
+            words,
+            kept,
+            extra=log_fields("answer_not_kept", operation_id=operation_id),
+        )
+        with self._lock:
+            self._overtaken.append(f"{operation_id!r} (told {words}; kept {kept})")
+
     def take(self) -> StoreError | None:
-        """The error naming the answers not written since the last one was told, if
-        any; told once."""
+        """The error naming the answers not written, or not kept, since the last one was
+        told, if any; told once."""
         with self._lock:
             lost, self._lost = self._lost, []
-        if not lost:
+            overtaken, self._overtaken = self._overtaken, []
+        if not lost and not overtaken:
             return None
         try:
             where = self._where()
         except StoreError as error:
             where = error.path
-        return StoreError(
-            where,
-            "the answers to these operations were given to their callers but could not be"
-            f" written: {'; '.join(lost)}. The store still has them in flight (maybe"
-            " applied): resume them, or look them up, before relying on the store for them",
-        )
+        said = []
+        if lost:
+            said.append(
+                "the answers to these operations were given to their callers but could not"
+                f" be written: {'; '.join(lost)}. The store still has them in flight (maybe"
+                " applied): resume them, or look them up, before relying on the store for"
+                " them"
+            )
+        if overtaken:
+            said.append(
+                "the answers to these operations were given to their callers, but the store"
+                " kept another caller's, written first once their leases had lapsed:"
+                f" {'; '.join(overtaken)}. The store's answer is the operation's: read it"
+                " (aoperation) before acting on the one told"
+            )
+        return StoreError(where, ". ".join(said))
 
 
 class Finish:
@@ -154,12 +187,11 @@ class Finish:
         )
 
     def queue(
-        self, kwargs: Mapping[str, Any]
+        self, kwargs: Mapping[str, Any], told: OperationRecord
     ) -> tuple[Callable[[], object], Callable[[BaseException], None]]:
-        """The queued write, and what it does if it fails."""
-        state = kwargs["state"]
-        response = kwargs.get("response")
-        words = state.value if response is None else f"{state.value}, HTTP {response.status_code}"
+        """The queued write of the answer `told` to its caller, and what it does if it
+        fails, or finds another caller's answer there first."""
+        words = _in_words(told)
         operation_id, owner = kwargs["operation_id"], kwargs["owner"]
         # Its call ends before it runs: the lease stays the call's, in this process too
         # (another loop's call, a sync client's), until the write has run.
@@ -167,11 +199,30 @@ class Finish:
 
         def write() -> object:
             try:
-                return self(**kwargs)
+                written = self(**kwargs)
             finally:
                 let_go_owner(owner)
+            kept = _in_words(written)
+            if kept != words:
+                raise _Overtaken(kept)
+            return written
 
         return write, self.behind.failed(operation_id, words)
+
+
+class _Overtaken(Exception):
+    """A queued write that found another caller's final answer there first, not the one
+    told (`kept`, in words)."""
+
+    def __init__(self, kept: str) -> None:
+        super().__init__(kept)
+        self.kept = kept
+
+
+def _in_words(record: OperationRecord) -> str:
+    """A final answer as its caller is told it: the state, and the HTTP status."""
+    state, response = record.state, record.response
+    return state.value if response is None else f"{state.value}, HTTP {response.status_code}"
 
 
 def queued(finish: Finish, kwargs: Mapping[str, Any]) -> OperationRecord | None:
@@ -183,7 +234,7 @@ def queued(finish: Finish, kwargs: Mapping[str, Any]) -> OperationRecord | None:
     workers = here()
     if workers is None:
         return None  # trio: anyio's threads, awaited
-    workers.later(*finish.queue(kwargs))
+    workers.later(*finish.queue(kwargs, record))
     return record
 
 

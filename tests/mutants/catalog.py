@@ -511,4 +511,18 @@ MUTANTS: tuple[Mutant, ...] = (
             + "::test_an_async_owner_paused_past_its_lease_is_told_what_another_finished",
         ),
     ),
+    Mutant(
+        "answer-not-kept-told-nobody",
+        "write behind",
+        "a queued answer's write that finds another caller's answer there first (its lease"
+        " lapsed while it waited) keeps silent: its caller acts on a refusal the store"
+        " replaced by a success",
+        "idemclient/_behind.py",
+        "            if kept != words:\n",
+        "            if False:\n",
+        (
+            "tests/client/hostile/test_answer_behind_attacks.py"
+            "::test_a_queued_answer_the_store_did_not_keep_is_not_silent",
+        ),
+    ),
 )
