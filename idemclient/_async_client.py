@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from . import _client_reconcile, _client_request
+from ._behind import written
 from ._budget import RetryBudget
 from ._client_base import (
     USE_CLIENT_DEFAULT,
@@ -41,7 +42,7 @@ from ._policy import RetryPolicy
 from ._profile import Profile
 from ._resume import resumed
 from ._transport import DEFAULT_MAX_REQUEST_BODY, make_settings
-from ._worker import AT_EXIT, here, to_thread
+from ._worker import AT_EXIT, flush_all, to_thread
 from ._wrap import StoreArg, start_store
 
 __all__ = ["AsyncClient"]
@@ -442,7 +443,10 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
 
     async def aoperation(self, operation_id: str) -> Outcome | None:
         """What the store knows of an operation (its `Outcome`, or None), without any
-        network call; the store is read in a worker thread."""
+        network call; the store is read in a worker thread, once the answers' writes
+        queued so far have run (those another event loop queued too: a client used in
+        one `asyncio.run` and read in the next reads what its caller was told)."""
+        await written()
         return await arun(_client_request.stored(self.settings, operation_id), self.http)
 
     def operation(self, operation_id: str) -> Outcome | None:
@@ -454,10 +458,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
             DeprecationWarning,
             stacklevel=2,
         )
-        workers = here()
-        if workers is not None:
-            # What this loop queued (an answer's write) is read, as `aoperation` reads it.
-            workers.wait_written(AT_EXIT)
+        # What was queued (an answer's write, by this loop or another) is read, as
+        # `aoperation` reads it.
+        flush_all(AT_EXIT)
         record = opened(self.settings.store).get(operation_id)
         return None if record is None else from_record(record)
 

@@ -341,3 +341,63 @@ def test_a_queued_answer_the_store_did_not_keep_is_not_silent(
         "'o-1'" in r.getMessage() and "kept another caller's" in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_a_read_in_the_next_event_loop_sees_the_answer_the_last_one_queued(
+    tmp_path: Path,
+) -> None:
+    # One client, two asyncio.run: the first pays and ends with the answer's write still
+    # held (no aclose); the same client's read in the next loop (another set of store
+    # threads) must see the answer its caller was told, not the operation in flight.
+    server = ReferenceServer()
+    store = HeldStore(tmp_path / "s.db")
+    client = client_of(server, store)
+
+    async def paid() -> Any:
+        store.hold = True
+        return await pay(client, "o-1")
+
+    told = asyncio.run(paid())
+    assert told.state is State.SUCCEEDED
+    assert store.held.wait(BOUND)
+    # A real wait: the read must still be waiting for the write when it is released.
+    released = threading.Timer(0.3, store.release.set)
+    released.start()
+
+    async def read() -> Any:
+        try:
+            return await client.aoperation("o-1")
+        finally:
+            await client.aclose()
+
+    try:
+        stored = asyncio.run(read())
+    finally:
+        released.join()
+    assert stored is not None
+    assert stored.state is State.SUCCEEDED
+
+
+def test_the_deprecated_sync_read_outside_any_loop_sees_the_queued_answer(
+    tmp_path: Path,
+) -> None:
+    server = ReferenceServer()
+    store = HeldStore(tmp_path / "s.db")
+    client = client_of(server, store)
+
+    async def paid() -> Any:
+        store.hold = True
+        return await pay(client, "o-1")
+
+    assert asyncio.run(paid()).state is State.SUCCEEDED
+    assert store.held.wait(BOUND)
+    released = threading.Timer(0.3, store.release.set)  # real, as above
+    released.start()
+    try:
+        with pytest.warns(DeprecationWarning, match="aoperation"):
+            stored = client.operation("o-1")
+    finally:
+        released.join()
+    assert stored is not None
+    assert stored.state is State.SUCCEEDED
+    asyncio.run(client.aclose())
