@@ -24,6 +24,7 @@ from . import _time
 from ._classify import SUCCESSES, AttemptKind, Classification
 from ._deadline import bound_body
 from ._evidence import interrupted_before_sending
+from ._frozen import fast_constructor
 from ._hooks import AttemptEvent, StartEvent
 from ._intent import intent_for
 from ._outcome import Outcome, State
@@ -420,7 +421,7 @@ class Call:
                 and self.last_kind is not AttemptKind.EXISTING
             ):
                 self.hold_in_flight()
-        return Progress(
+        return _new_progress(
             attempts=self.total_attempts,
             maybe_applied=self.maybe_applied,
             evidence=self.evidence,
@@ -433,3 +434,7 @@ class Call:
 
     def final_state(self, found: Classification) -> State:
         return State.SUCCEEDED if found.kind in SUCCESSES else State.FAILED
+
+
+#: `Progress(...)`, built as the class builds it without a call per field (`_frozen`).
+_new_progress = fast_constructor(Progress)
