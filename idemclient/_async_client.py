@@ -480,8 +480,12 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         found: Callable[[httpx.Response], bool] | None = None,
     ) -> Outcome:
         """Settle an unfinished operation by looking it up on the server, never
-        re-sending: `Client.reconcile`, awaited (the same options, the same verdicts)."""
+        re-sending: `Client.reconcile`, awaited (the same options, the same verdicts),
+        once the answers' writes queued so far (by any event loop) have run: an answer
+        this client was told and is still writing is never taken for another caller's
+        send in progress."""
         _client_reconcile.warn_if_found(found)
+        await written()
         step = _client_reconcile.reconcile(
             self.settings,
             self.http,

@@ -401,3 +401,38 @@ def test_the_deprecated_sync_read_outside_any_loop_sees_the_queued_answer(
     assert stored is not None
     assert stored.state is State.SUCCEEDED
     asyncio.run(client.aclose())
+
+
+def test_a_reconcile_in_the_next_event_loop_settles_from_the_answer_the_last_one_queued(
+    tmp_path: Path,
+) -> None:
+    # As above, with reconcile: the operation its own client was told succeeded, still
+    # being written, must not be judged "being sent by another caller right now" and
+    # left Indeterminate, to settle by hand.
+    server = ReferenceServer()
+    counted = Counted(server)
+    store = HeldStore(tmp_path / "s.db")
+    client = client_of(server, store, counted)
+
+    async def paid() -> Any:
+        store.hold = True
+        return await pay(client, "o-1")
+
+    assert asyncio.run(paid()).state is State.SUCCEEDED
+    assert store.held.wait(BOUND)
+    released = threading.Timer(0.3, store.release.set)  # real, as above
+    released.start()
+
+    async def settle() -> Any:
+        try:
+            return await client.reconcile("o-1", lookup="/v1/payments?reference=o-1")
+        finally:
+            await client.aclose()
+
+    try:
+        settled = asyncio.run(settle())
+    finally:
+        released.join()
+    assert settled.state is State.SUCCEEDED
+    assert counted.sent == 1  # no look-up needed: the stored answer
+    assert len(server.ledger()) == 1
