@@ -31,6 +31,7 @@ __all__ = [
     "Each",
     "Effect",
     "Feed",
+    "Flow",
     "Http",
     "Pause",
     "Read",
@@ -162,6 +163,8 @@ class Each:
 
 
 Effect = Blocking[Any] | Send | Read | Close | Sleep | Shield | Body | Turn | Http | Each
+#: A request's way through a transport: effects asked for, an answer returned (`_flow`).
+Flow = Generator[Effect, Any, httpx.Response]
 
 
 def drive(flow: Generator[Any, Any, Any], do: Callable[[Any], Any]) -> Any:

@@ -39,6 +39,7 @@ from ._effects import (
     Body,
     Close,
     Effect,
+    Flow,
     Read,
     Send,
     Shield,
@@ -74,10 +75,7 @@ from ._telling import (
     unsettled_failure,
 )
 
-__all__ = ["Flow", "handle", "operation"]
-
-
-Flow = Generator[Effect, Any, httpx.Response]
+__all__ = ["handle", "operation"]
 
 
 def handle(settings: Settings, request: httpx.Request) -> Flow:

@@ -13,32 +13,18 @@ import httpx
 from . import _reconcile
 from ._call import Continuation
 from ._deadline import bound_body
-from ._effects import (
-    Effect,
-    Read,
-    Send,
-    blocking,
-)
+from ._effects import Effect, Flow, Read, Send, blocking
 from ._errors import StoreError
 from ._exchange import current
 from ._outcome import OUTCOME, Outcome, State, from_record
 from ._redaction import redact_url
 from ._settings import Settings
 from ._states import Event, after
-from ._store import (
-    Claim,
-    StoredResponse,
-    new_owner,
-    release_owner,
-)
-from ._telling import (
-    unsettled_error,
-)
+from ._store import Claim, StoredResponse, new_owner, release_owner
+from ._telling import unsettled_error
 from ._time import lease_until
 
 __all__ = ["failed_after", "follow", "refuse"]
-
-Flow = Generator[Effect, Any, httpx.Response]
 
 
 def refuse(settings: Settings, request: httpx.Request, continuation: Continuation) -> Exception:
