@@ -294,8 +294,13 @@ class Call:
         # request left (a request sent again after NotSent has its whole deadline): the
         # caller's timeouts are kept beside the ones cut from them, and a request whose
         # timeouts are not the ones cut for it last has the caller's own.
+        # (A hook that edits the cut ones in place has set its own: they are asked.)
         kept = extensions.get(_ASKED)
-        asked = kept[0] if kept is not None and kept[1] is current else current
+        asked = (
+            kept[0]
+            if kept is not None and kept[1] is current and tuple(current.values()) == kept[2]
+            else current
+        )
         connect, read, write, pool = (
             asked.get("connect"),
             asked.get("read"),
@@ -310,7 +315,7 @@ class Call:
             "pool": timeout if pool is None or pool > timeout else pool,
         }
         extensions["timeout"] = cut
-        extensions[_ASKED] = (asked, cut)
+        extensions[_ASKED] = (asked, cut, tuple(cut.values()))
         hooks, call_hooks = self.settings.hooks, self.call_hooks
         if hooks.takes_attempt() or (
             call_hooks is not None and call_hooks.takes_attempt(log=False)
