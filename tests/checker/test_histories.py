@@ -1047,6 +1047,7 @@ def test_stripe_a_paused_caller_s_late_refusal_is_not_told_as_the_success() -> N
 )
 def test_ietf_a_paused_caller_s_late_success_after_a_stored_refusal_is_not_told_failed() -> None:
     state = PaymentsMachine.for_profile("ietf")()
+    state.draws_known_misreports = True
     state.start()
     state.server_fault(fault="400")
     op = state.issue_new(way="client", by="operation_id", kill_at=0, disk_full=frozenset())
