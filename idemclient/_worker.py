@@ -37,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import heapq
 import os
 import queue
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -73,8 +74,9 @@ class _Job(Generic[T]):
         self.abandoned = False
         #: read by a cancelled caller, which polls it (no event to make for every call)
         self.ended = False
-        #: the writes queued before it that must end before it starts
-        self.after: Collection[_Write] = ()
+        #: the number of the last write queued before it: every write up to it must end
+        #: before it starts (0: none)
+        self.after = 0
 
     def run(self) -> None:
         with self.lock:
@@ -99,15 +101,19 @@ class _Job(Generic[T]):
 class _Write:
     """A call queued and not awaited (see the module docstring)."""
 
-    __slots__ = ("call", "failed")
+    __slots__ = ("call", "failed", "number")
 
     #: a write waits for no other: two writes of one operation always have a call
     #: between them (its admission), which waits for the first
-    after: Collection[_Write] = ()
+    after = 0
 
-    def __init__(self, call: Callable[[], object], failed: Callable[[BaseException], None]):
+    def __init__(
+        self, call: Callable[[], object], failed: Callable[[BaseException], None], number: int
+    ):
         self.call = call
         self.failed = failed
+        #: its place in its `Workers`' queue of writes (1, 2, ...)
+        self.number = number
 
     def run(self) -> None:
         try:
@@ -143,9 +149,17 @@ class Workers:
         #: threads waiting for work, none of them promised a call yet
         self._idle_threads = 0
         self._threads = 0
-        #: the writes queued and not yet ended; `_written` tells of their ends to the
-        #: calls waiting for them (`_waiters`), under `_writes`
-        self._unwritten: set[_Write] = set()
+        #: writes are numbered as they are queued (`_queued`: the last number given); a
+        #: call waits for every write up to the last one queued before it, so it keeps
+        #: one number, never a copy of the writes pending (which would make each call
+        #: cost as much as the queue is long). `_unwritten`: a heap of the numbers of
+        #: writes not yet ended, whose first is the oldest unended (writes end out of
+        #: order, in several threads: one that ends before an older one waits in
+        #: `_ended_early` until the older ends). `_written` tells of their ends to the
+        #: calls waiting for them (`_waiters`), under `_writes`.
+        self._queued = 0
+        self._unwritten: list[int] = []
+        self._ended_early: set[int] = set()
         self._writes = threading.Lock()
         self._written = threading.Condition(self._writes)
         self._waiters = 0
@@ -157,8 +171,7 @@ class Workers:
         that leaves a cut-short call's record true): the cancellation waits for its end."""
         job = _Job(call, asyncio.get_running_loop())
         if self._unwritten:
-            with self._writes:
-                job.after = tuple(self._unwritten)
+            job.after = self._queued  # read and written in this loop's thread only
         self._submit(job)
         try:
             return await job.future
@@ -178,9 +191,10 @@ class Workers:
     def later(self, call: Callable[[], object], failed: Callable[[BaseException], None]) -> None:
         """`call()` in one of the threads, queued and not awaited: every call queued
         after it waits for its end. What it raises goes to `failed`, in the thread."""
-        write = _Write(call, failed)
         with self._writes:
-            self._unwritten.add(write)
+            self._queued += 1
+            write = _Write(call, failed, self._queued)
+            heapq.heappush(self._unwritten, write.number)
         if not _exit_waits_here:
             _exit_waits()
         self._submit(write)
@@ -196,10 +210,10 @@ class Workers:
         whether they all have."""
         give_up = time.monotonic() + timeout
         with self._written:
-            queued = tuple(self._unwritten)
+            queued = self._queued
             self._waiters += 1
             try:
-                while not self._unwritten.isdisjoint(queued):
+                while self._unwritten and self._unwritten[0] <= queued:
                     left = give_up - time.monotonic()
                     if left <= 0:
                         return False
@@ -219,23 +233,29 @@ class Workers:
             self._threads += 1
         threading.Thread(target=self._work, name="idemclient-store", daemon=True).start()
 
-    def _after(self, writes: Collection[_Write]) -> None:
+    def _after(self, last: int) -> None:
         # Every write queued before this call was taken by a thread before it (one
         # queue, first in first out): waiting here for their ends never waits for a
         # write that no thread will run.
         with self._writes:
-            if self._unwritten.isdisjoint(writes):
+            if not self._unwritten or self._unwritten[0] > last:
                 return
             self._waiters += 1
             try:
-                while not self._unwritten.isdisjoint(writes):
+                while self._unwritten and self._unwritten[0] <= last:
                     self._written.wait()
             finally:
                 self._waiters -= 1
 
     def _ended(self, write: _Write) -> None:
         with self._writes:
-            self._unwritten.discard(write)
+            unwritten = self._unwritten
+            if unwritten[0] != write.number:
+                self._ended_early.add(write.number)
+                return  # an older write still runs: nobody waits on this one alone
+            heapq.heappop(unwritten)
+            while unwritten and unwritten[0] in self._ended_early:
+                self._ended_early.discard(heapq.heappop(unwritten))
             if self._waiters:  # calls waiting for it, or for all (`wait_written`)
                 self._written.notify_all()
 

@@ -196,3 +196,42 @@ def test_waiting_for_the_queued_writes_from_outside_the_loop() -> None:
     release.set()
     assert workers.wait_written(BOUND)
     assert done == ["written"]
+
+
+@pytest.mark.parametrize("held", ["first", "second"])
+def test_a_call_waits_for_the_writes_queued_before_it_and_for_no_later_one(held: str) -> None:
+    # Writes end out of order in several threads; each call keeps only the number of the
+    # last write queued before it, and waits for the older one held or the newest.
+    workers = Workers(max_threads=4)
+    release = {name: threading.Event() for name in ("first", "second", "third")}
+    order: list[str] = []
+
+    def write(name: str) -> None:
+        assert release[name].wait(BOUND)
+        order.append(name)
+
+    def queue(name: str) -> None:
+        workers.later(functools.partial(write, name), lambda _error: None)
+
+    async def main() -> None:
+        queue("first")
+        queue("second")
+        ends_first = "second" if held == "first" else "first"
+        release[ends_first].set()
+        between = asyncio.ensure_future(workers.run(lambda: list(order)))
+        await asyncio.sleep(0)  # queued now, behind the first two writes only
+        queue("third")
+        # A short real wait for something that must not happen (the call running while
+        # a write queued before it holds): no clock of ours moves a worker thread.
+        done, _ = await asyncio.wait({between}, timeout=0.05)
+        assert not done
+        release[held].set()
+        # It runs while the third, queued after it, still holds.
+        assert sorted(await asyncio.wait_for(between, BOUND)) == ["first", "second"]
+        assert "third" not in order
+        release["third"].set()
+        await asyncio.wait_for(workers.flush(), BOUND)
+        assert await workers.run(lambda: list(order)) == [ends_first, held, "third"]
+
+    asyncio.run(main())
+    assert workers.wait_written(BOUND)
