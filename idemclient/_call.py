@@ -22,7 +22,7 @@ import httpx
 
 from . import _time
 from ._classify import SUCCESSES, AttemptKind, Classification
-from ._deadline import bound_body
+from ._deadline import bound_body, cut_timeouts
 from ._evidence import interrupted_before_sending
 from ._frozen import fast_constructor
 from ._hooks import AttemptEvent, StartEvent
@@ -37,9 +37,6 @@ __all__ = ["CONTINUATION", "Call", "Continuation"]
 
 #: Request extension carrying a `Continuation` (httpx copies it into a redirect's request).
 CONTINUATION = "idemclient.continuation"
-#: Request extension keeping the timeouts the caller asked for, beside those cut from
-#: them for the last attempt (see `Call.prepare`).
-_ASKED = "idemclient.timeout_asked"
 
 KEY_HEADER = "Idempotency-Key"
 
@@ -288,34 +285,7 @@ class Call:
         if remaining <= 0:
             return None
         timeout = min(self.policy.attempt_timeout, remaining)
-        extensions = self.request.extensions
-        current = extensions.get("timeout") or {}
-        # Cut from what the caller asked, never from what an earlier call of the same
-        # request left (a request sent again after NotSent has its whole deadline): the
-        # caller's timeouts are kept beside the ones cut from them, and a request whose
-        # timeouts are not the ones cut for it last has the caller's own.
-        # (A hook that edits the cut ones in place has set its own: they are asked.)
-        kept = extensions.get(_ASKED)
-        asked = (
-            kept[0]
-            if kept is not None and kept[1] is current and tuple(current.values()) == kept[2]
-            else current
-        )
-        connect, read, write, pool = (
-            asked.get("connect"),
-            asked.get("read"),
-            asked.get("write"),
-            asked.get("pool"),
-        )
-        # Each of httpx's timeouts, cut to the time left (None: unbounded, so cut).
-        cut = {
-            "connect": timeout if connect is None or connect > timeout else connect,
-            "read": timeout if read is None or read > timeout else read,
-            "write": timeout if write is None or write > timeout else write,
-            "pool": timeout if pool is None or pool > timeout else pool,
-        }
-        extensions["timeout"] = cut
-        extensions[_ASKED] = (asked, cut, tuple(cut.values()))
+        cut_timeouts(self.request.extensions, timeout)
         hooks, call_hooks = self.settings.hooks, self.call_hooks
         if hooks.takes_attempt() or (
             call_hooks is not None and call_hooks.takes_attempt(log=False)

@@ -1,12 +1,52 @@
-"""An answer's body read within the call's deadline (see `_DeadlineStream`)."""
+"""A request sent, and its answer's body read, within the call's deadline: each of
+httpx's timeouts cut to the time left (`cut_timeouts`), and the body's reads stopped at
+the deadline (`bound_body`, `_DeadlineStream`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
+from typing import Any
 
 import httpx
 
-__all__ = ["bound_body"]
+__all__ = ["bound_body", "cut_timeouts"]
+
+#: Request extension keeping the timeouts the caller asked for, beside those cut from
+#: them for the last send (see `cut_timeouts`).
+_ASKED = "idemclient.timeout_asked"
+
+
+def cut_timeouts(extensions: MutableMapping[str, Any], timeout: float) -> None:
+    """Set a request's timeouts (its `extensions`) for one send: each of httpx's four
+    (connect, read, write, pool) as the caller asked it, cut to `timeout` (None, unbounded,
+    is cut too). An attempt of an operation, and the GET that follows its redirect."""
+    current = extensions.get("timeout") or {}
+    # Cut from what the caller asked, never from what an earlier call of the same
+    # request left (a request sent again after NotSent has its whole deadline): the
+    # caller's timeouts are kept beside the ones cut from them, and a request whose
+    # timeouts are not the ones cut for it last has the caller's own. (A hook that
+    # edits the cut ones in place has set its own: they are asked.) A redirect's
+    # request carries the same extensions, so what the caller asked reaches it too.
+    kept = extensions.get(_ASKED)
+    asked = (
+        kept[0]
+        if kept is not None and kept[1] is current and tuple(current.values()) == kept[2]
+        else current
+    )
+    connect, read, write, pool = (
+        asked.get("connect"),
+        asked.get("read"),
+        asked.get("write"),
+        asked.get("pool"),
+    )
+    cut = {
+        "connect": timeout if connect is None or connect > timeout else connect,
+        "read": timeout if read is None or read > timeout else read,
+        "write": timeout if write is None or write > timeout else write,
+        "pool": timeout if pool is None or pool > timeout else pool,
+    }
+    extensions["timeout"] = cut
+    extensions[_ASKED] = (asked, cut, tuple(cut.values()))
 
 
 def bound_body(response: httpx.Response, remaining: Callable[[], float]) -> None:

@@ -12,7 +12,7 @@ import httpx
 
 from . import _reconcile
 from ._call import Continuation
-from ._deadline import bound_body
+from ._deadline import bound_body, cut_timeouts
 from ._effects import Effect, Flow, Read, Send, blocking
 from ._errors import StoreError
 from ._exchange import current
@@ -58,9 +58,7 @@ def follow(settings: Settings, request: httpx.Request, continuation: Continuatio
             continuation.outcome,
             f"the deadline passed before its HTTP {continuation.status} could be followed",
         )
-    request.extensions["timeout"] = dict.fromkeys(
-        ("connect", "read", "write", "pool"), min(settings.policy.attempt_timeout, remaining())
-    )
+    cut_timeouts(request.extensions, min(settings.policy.attempt_timeout, remaining()))
     # Only the answer to the operation's own request says where its result is: a 303
     # met on the way after that (a login page, a redirect chain) says nothing about it.
     see_other = continuation.status == 303 and not continuation.followed

@@ -100,3 +100,36 @@ def test_a_redirected_request_sent_again_starts_from_the_timeouts_asked(tmp_path
     assert timeouts[-2] == dict.fromkeys(ALL, 5.0)
     assert timeouts[-1] == dict.fromkeys(ALL, 5.0)
     http.close()
+
+
+@pytest.mark.parametrize("status", [303, 302])
+def test_the_get_after_a_see_other_keeps_the_tighter_timeouts_asked(
+    tmp_path: Path, status: int
+) -> None:
+    # The caller asked for a 0.5 s connect timeout and 5 s for the rest; the attempt
+    # timeout is 20 s and the deadline 9.5 s. The GET that follows the redirect is
+    # bounded by what is left of the deadline, and never looser than what was asked.
+    clock = ManualClock()
+    timeouts: list[dict[str, float | None]] = []
+
+    def psp(request: httpx.Request) -> httpx.Response:
+        timeouts.append(dict(request.extensions["timeout"]))
+        if request.method == "POST":
+            clock.advance(7.0)  # the answer took 7 s: 2.5 s of the deadline left
+            return httpx.Response(status, headers={"Location": "/v1/payments/pay_1"})
+        return httpx.Response(200, json={"id": "pay_1", "status": "succeeded"})
+
+    http = wrap(
+        httpx.Client(
+            transport=httpx.MockTransport(psp), base_url="https://psp.test", follow_redirects=True
+        ),
+        store=tmp_path / "s.db",
+        clock=clock,
+        policy=RetryPolicy(deadline=9.5, attempt_timeout=20.0, max_attempts=10),
+    )
+    asked = httpx.Timeout(5.0, connect=0.5)
+    request = http.build_request("POST", "/v1/payments", json=PAYMENT, timeout=asked)
+    assert http.send(request).status_code == 200  # a wrapped client follows as httpx does
+    assert timeouts[0] == {"connect": 0.5, "read": 5.0, "write": 5.0, "pool": 5.0}
+    assert timeouts[1] == {"connect": 0.5, "read": 2.5, "write": 2.5, "pool": 2.5}
+    http.close()
