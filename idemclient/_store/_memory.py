@@ -22,6 +22,7 @@ import threading
 from collections.abc import Collection
 from typing import Self
 
+from .._forks import afresh_in_child
 from .._redaction import DEFAULT_SECRET_HEADERS, HeaderRule
 from ._memory_batch import MemoryBatch
 from ._memory_clock import MemoryClock
@@ -67,6 +68,11 @@ class MemoryStore(MemorySending, MemoryClock, MemoryBatch, MemoryOperators):
         self._high_water = 0.0
         self._not_found = {}
         self._contents = {}
+        afresh_in_child(self)
+
+    def _locks_afresh(self) -> None:
+        """In a forked child (`_forks`): its lock made afresh (its rows are its own copy)."""
+        self._lock = threading.RLock()
 
     @property
     def path(self) -> str:

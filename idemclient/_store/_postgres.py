@@ -47,6 +47,7 @@ from .._db.postgres import (
     with_lock_timeout,
 )
 from .._errors import StoreUnavailable
+from .._forks import afresh_in_child
 from .._outcome import State
 from ._base import Durability, Intent
 from ._cipher import BodyEncryption
@@ -126,6 +127,8 @@ class PostgresStore(SQLStore):
         self.durability = Durability(durability)
         self.retention = retention
         self._closed = False
+        #: what a call is told once the store cannot be used (closed, or crossed a fork)
+        self._closed_why = "is closed"
         self._close_lock = threading.Lock()
 
         def prepare(conn: Conn) -> tuple[StoreIdentity, str | None]:
@@ -152,6 +155,21 @@ class PostgresStore(SQLStore):
             not_found_table=f"{self._quoted}.not_found",
             contents_table=f"{self._quoted}.contents",
         )
+        afresh_in_child(self)
+
+    def _locks_afresh(self) -> None:
+        """In a forked child (`_forks`): its pool's connections are its parent's (a socket
+        each, a session on the server), and statements sent on them from here would mix
+        with the parent's: every call is refused, saying so, and `close` leaves them to
+        the parent (psycopg never ends a connection from a process that did not open it)."""
+        self._close_lock = threading.Lock()
+        if not self._closed:
+            self._closed = True
+            self._closed_why = (
+                "was opened before this process was forked from its parent: a PostgreSQL"
+                " connection cannot cross a fork. Create the client (and its store) in"
+                " each process, after the fork"
+            )
 
     @property
     def path(self) -> str:
@@ -210,7 +228,7 @@ class PostgresStore(SQLStore):
     def _use(self) -> Iterator[Conn]:
         """A pooled connection (autocommit), with psycopg's errors turned into ours."""
         if self._closed:
-            raise StoreUnavailable(self._where, "is closed")
+            raise StoreUnavailable(self._where, self._closed_why)
         with pg_errors(self._where, self._quoted), self._pool.connection() as conn:
             yield conn
 

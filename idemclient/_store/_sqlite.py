@@ -30,6 +30,7 @@ from .._db.dialect import SQLITE
 from .._db.errors import sqlite_error
 from .._db.sqlite import MEMORY, connect, immediate
 from .._errors import StoreError, StoreUnavailable
+from .._forks import afresh_in_child
 from .._outcome import State
 from ._base import Durability, Headers, Intent
 from ._cipher import BodyEncryption
@@ -50,6 +51,9 @@ _SQL = Statements(
     contents_table="contents",
 )
 _REGISTER_CHUNK = 5_000
+#: In a forked child: its parent's connections, kept unused and never closed there (see
+#: `SQLiteStore._locks_afresh`).
+_CROSSED: list[sqlite3.Connection] = []
 
 
 class SQLiteStore(SQLStore):
@@ -113,11 +117,41 @@ class SQLiteStore(SQLStore):
         #: the connection the thread that holds the lock is using, if any
         self._held: sqlite3.Connection | None = None
         self._closed = False
+        #: what a call is told once the store cannot be used (closed, or not reopened)
+        self._closed_why = "is closed"
         try:
             self._conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             self._conn.close()
             raise self._translate(exc) from exc
+        afresh_in_child(self)
+
+    def _locks_afresh(self) -> None:
+        """In a forked child (`_forks`), before anything else runs there: its locks made
+        afresh, and a connection of its own. The parent's connections stay the parent's:
+        SQLite's file locks and its log's shared memory belong to a process, so writing
+        through them from another could corrupt the file; nor are they closed here
+        (closing one can checkpoint or remove the log the parent is writing to): they
+        are kept, unused, for the child's life. A database in memory is the
+        connection's own, copied into the child: it keeps it."""
+        self._lock = threading.RLock()
+        self._queue_lock = threading.Lock()
+        self._queue = []
+        self._held = None
+        if self._path == MEMORY or self._closed:
+            return
+        _CROSSED.append(self._conn)
+        if self._flushed is not None:
+            _CROSSED.append(self._flushed)
+            self._flushed = None  # opened again at its first commit
+        try:
+            conn = connect(self._path, busy_timeout=self._busy_timeout, check=False)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            self._closed = True
+            self._closed_why = f"could not be opened again in a forked child: {exc}"
+            return
+        self._conn = conn
 
     @property
     def path(self) -> str:
@@ -262,7 +296,7 @@ class _Using:
         store._lock.acquire()
         try:
             if store._closed:
-                raise StoreUnavailable(store._path, "is closed")
+                raise StoreUnavailable(store._path, store._closed_why)
             held = store._held
             if held is not None and held.in_transaction:
                 # Inside a transaction this thread holds (a read while registering):

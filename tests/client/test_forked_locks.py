@@ -12,7 +12,9 @@ time otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -137,8 +139,17 @@ def test_a_child_forked_while_a_thread_named_a_lease_owner_pays(tmp_path: Path) 
         "settings_of(client.http).hosts._lock",
         # opening an async client's store at its first call (the child opens its own)
         "settings_of(unopened.http).store._lock",
+        # inside its store (a MemoryStore: its rows are the child's own copy)
+        "settings_of(client.http).store._lock",
     ],
-    ids=["server time", "clock watch", "retry budget", "profile by host", "store opening"],
+    ids=[
+        "server time",
+        "clock watch",
+        "retry budget",
+        "profile by host",
+        "store opening",
+        "store",
+    ],
 )
 def test_a_child_forked_while_a_thread_held_a_lock_of_its_parents_client_pays(
     tmp_path: Path, held: str
@@ -179,3 +190,69 @@ def test_a_child_forked_while_a_thread_counted_an_outcome_for_opentelemetry_pays
     # that client's next call must not wait for ever at its end.
     lines = forked(tmp_path, held=TELEMETRY_LOCK, child_client='globals()["traced"]')
     assert lines == PAID_IN_THE_CHILD, lines
+
+
+#: a client of the parent's on a SQLite file that has paid (kept in the script's
+#: globals, so that the child pays with it), and its store's lock
+FILED = (
+    '[globals().setdefault("filed", client_of(sys.argv[1] + "/filed.db")),'
+    ' pay(globals()["filed"], "order-0"),'
+    ' settings_of(globals()["filed"].http).store._lock][2]'
+)
+
+
+def test_a_child_forked_from_a_parent_whose_sqlite_store_was_in_use_pays_on_a_connection_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # The parent paid through a SQLite file, and a thread of it held the store's lock as
+    # it forked: in the child, the parent's client pays (its store's connections were
+    # the parent's: SQLite's file locks and its log are per process, so the child opens
+    # its own), and the parent's store still works, with both payments in it.
+    lines = forked(tmp_path, held=FILED, child_client='globals()["filed"]')
+    assert lines == ["parent succeeded", "child succeeded 3", "owner own False", "exit 0 2"], lines
+    from idemclient.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "filed.db")
+    try:
+        assert store.get("order-0").state.value == "succeeded"
+        assert store.get("order-2").state.value == "succeeded"
+    finally:
+        store.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "filed.db")) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+#: A parent opens a SQLite store, uses it, and forks: the child's calls must not use the
+#: parent's connections (SQLite's locks and its log are per process), nor close them
+#: (the parent's would lose what they hold); the parent's go on working.
+CONNECTIONS = textwrap.dedent(
+    """
+    import os, sys
+    from idemclient.store import SQLiteStore
+    store = SQLiteStore(sys.argv[1] + "/s.db")
+    store.get("nothing")
+    parents = store._conn
+    child = os.fork()
+    if child == 0:
+        store.get("nothing")
+        print("child", "own" if store._conn is not parents else "parent's", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    store.get("nothing")
+    print("parent", "own" if store._conn is parents else "lost", flush=True)
+    store.close()
+    """
+)
+
+
+def test_a_forked_child_opens_its_own_sqlite_connections(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CONNECTIONS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=BOUND * 2,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["child own", "parent own"]
