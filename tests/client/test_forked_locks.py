@@ -15,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import python_lines
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is a POSIX call")
 
@@ -93,16 +93,7 @@ FORKED = textwrap.dedent(
 
 def forked(tmp_path: Path, *, held: str, child_client: str) -> list[str]:
     script = FORKED.format(held=held, child_client=child_client, bound=BOUND)
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 2,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.splitlines()
+    return python_lines(script, str(tmp_path), timeout=BOUND * 2)
 
 
 #: the parent's payment, the child's (the ledger in the child: both), the child's
@@ -246,13 +237,5 @@ CONNECTIONS = textwrap.dedent(
 
 
 def test_a_forked_child_opens_its_own_sqlite_connections(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CONNECTIONS, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 2,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["child own", "parent own"]
+    lines = python_lines(CONNECTIONS, str(tmp_path), timeout=BOUND * 2)
+    assert lines == ["child own", "parent own"]

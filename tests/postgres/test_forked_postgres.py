@@ -8,11 +8,11 @@ A real `os.fork()` in a process of its own, bounded by the subprocess's timeout.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+from tests.support.processes import python_lines
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is a POSIX call")
 
@@ -45,13 +45,5 @@ FORKED = textwrap.dedent(
 
 
 def test_a_forked_child_does_not_speak_on_its_parents_postgres_connections(pg_url: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED, pg_url],
-        capture_output=True,
-        text=True,
-        timeout=BOUND * 2,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["child refused: True", "exit 0", "parent reads"]
+    lines = python_lines(FORKED, pg_url, timeout=BOUND * 2)
+    assert lines == ["child refused: True", "exit 0", "parent reads"]

@@ -7,6 +7,7 @@ Through `wrap()`, against a scripted transport that notes what each attempt was 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,20 @@ ALL = ("connect", "read", "write", "pool")
 def _wrapped(tmp_path: Path, psp: Noted, clock: ManualClock, **options: object) -> httpx.Client:
     return wrap(
         httpx.Client(transport=httpx.MockTransport(psp), base_url="https://psp.test", **options),  # type: ignore[arg-type]
+        store=tmp_path / "s.db",
+        clock=clock,
+        policy=RetryPolicy(deadline=9.5, attempt_timeout=20.0, max_attempts=10),
+    )
+
+
+def _following(
+    tmp_path: Path, psp: Callable[[httpx.Request], httpx.Response], clock: ManualClock
+) -> httpx.Client:
+    """A wrapped client that follows redirects, with 9.5 s of deadline and 20 s attempts."""
+    return wrap(
+        httpx.Client(
+            transport=httpx.MockTransport(psp), base_url="https://psp.test", follow_redirects=True
+        ),
         store=tmp_path / "s.db",
         clock=clock,
         policy=RetryPolicy(deadline=9.5, attempt_timeout=20.0, max_attempts=10),
@@ -83,14 +98,7 @@ def test_a_redirected_request_sent_again_starts_from_the_timeouts_asked(tmp_path
             return httpx.Response(503, headers={"Retry-After": "4"})
         return httpx.Response(201, json={"id": "pay_1", "status": "succeeded"})
 
-    http = wrap(
-        httpx.Client(
-            transport=httpx.MockTransport(psp), base_url="https://psp.test", follow_redirects=True
-        ),
-        store=tmp_path / "s.db",
-        clock=clock,
-        policy=RetryPolicy(deadline=9.5, attempt_timeout=20.0, max_attempts=10),
-    )
+    http = _following(tmp_path, psp, clock)
     request = http.build_request("POST", "/v1/payments", json=PAYMENT, timeout=5.0)
     with pytest.raises((NotSent, Indeterminate)):  # the redirect's 503s: maybe applied
         http.send(request)
@@ -119,14 +127,7 @@ def test_the_get_after_a_see_other_keeps_the_tighter_timeouts_asked(
             return httpx.Response(status, headers={"Location": "/v1/payments/pay_1"})
         return httpx.Response(200, json={"id": "pay_1", "status": "succeeded"})
 
-    http = wrap(
-        httpx.Client(
-            transport=httpx.MockTransport(psp), base_url="https://psp.test", follow_redirects=True
-        ),
-        store=tmp_path / "s.db",
-        clock=clock,
-        policy=RetryPolicy(deadline=9.5, attempt_timeout=20.0, max_attempts=10),
-    )
+    http = _following(tmp_path, psp, clock)
     asked = httpx.Timeout(5.0, connect=0.5)
     request = http.build_request("POST", "/v1/payments", json=PAYMENT, timeout=asked)
     assert http.send(request).status_code == 200  # a wrapped client follows as httpx does
