@@ -163,11 +163,28 @@ class SQLiteStore(SQLStore):
     # -- writing ---------------------------------------------------------------------
 
     def _admit(self, values: tuple[Any, ...]) -> bool:
+        durable = self.durability is not Durability.BUFFERED
+        lock = self._lock
+        # Alone (no intent queued, the connection free): admitted at once, without a
+        # ticket. An intent queued meanwhile waits for the lock and admits itself.
+        if not self._queue and lock.acquire(blocking=False):
+            try:
+                if self._held is None and not self._closed:
+                    try:
+                        conn = self._flushing() if durable else self._conn
+                        return conn.execute(_SQL.admit, values).rowcount == 1
+                    except sqlite3.Error as exc:
+                        raise self._translate(exc) from exc
+            finally:
+                lock.release()
+        return self._admit_grouped(values, durable=durable)
+
+    def _admit_grouped(self, values: tuple[Any, ...], *, durable: bool) -> bool:
         ticket = _Admission(values)
         try:
             with self._queue_lock:
                 self._queue.append(ticket)
-            with self._use(durable=self.durability is not Durability.BUFFERED) as conn:
+            with self._use(durable=durable) as conn:
                 # Group commit: whoever holds the connection first admits every intent
                 # queued by then, in one transaction and one fsync. A thread that gets
                 # the connection after its intent was admitted by another finds it done.

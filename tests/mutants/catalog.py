@@ -172,8 +172,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the intent is committed without a flush to disk before the first byte is sent: a"
         " power loss then forgets the key of a payment the server may hold",
         "idemclient/_store/_sqlite.py",
-        "            with self._use(durable=self.durability is not Durability.BUFFERED) as conn:",
-        "            with self._use(durable=False) as conn:",
+        "        durable = self.durability is not Durability.BUFFERED\n        lock = self._lock\n",
+        "        durable = False\n        lock = self._lock\n",
         ("tests/integration/test_intent_flushed.py",),
     ),
     # -- lease takeover -------------------------------------------------------------------
