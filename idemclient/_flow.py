@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Generator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -64,6 +64,8 @@ from ._store import (
     new_owner,
     release_owner,
 )
+from ._store._base import whole
+from ._store._interface import final_write
 from ._telling import (
     continuation_of,
     ended,
@@ -76,6 +78,8 @@ from ._telling import (
 )
 
 __all__ = ["handle", "operation"]
+
+T = TypeVar("T")
 
 
 def handle(settings: Settings, request: httpx.Request) -> Flow:
@@ -365,11 +369,11 @@ def _attempts(call: Call, owner: str) -> Flow:
 
 
 def _write(
-    call: Call, effect: Blocking[OperationRecord], response: httpx.Response | None
-) -> Generator[Effect, Any, OperationRecord]:
+    call: Call, effect: Blocking[T], response: httpx.Response | None
+) -> Generator[Effect, Any, T]:
     """A store write after an attempt was made; its failure is the operation's news."""
     try:
-        record: OperationRecord = yield effect
+        record: T = yield effect
     except StoreError as exc:
         raise store_failed(call, exc, response) from exc
     return record
@@ -377,10 +381,14 @@ def _write(
 
 def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> Flow:
     stored = _stored(response)
+    settings = call.settings
+    # The brief form of the write where the store has one (no record built for an
+    # answer written as asked); `finish` itself where a hook times the store's calls.
+    write = final_write(settings.store) if settings.hooks.on_store is None else None
     record = yield from _write(
         call,
         blocking(
-            call.settings.store.finish,
+            write or settings.store.finish,
             operation_id=call.operation_id,
             owner=owner,
             state=call.move(final_answer(state)),
@@ -394,7 +402,7 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
         # Another caller finished it first, while this one was paused past its lease:
         # its answer is the operation's, never this call's own under its name.
         yield Close(response)
-        return stored_answer(call, record)
+        return stored_answer(call, whole(record))
     outcome_of(call, record, response)
     return response
 

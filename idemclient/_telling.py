@@ -20,7 +20,7 @@ from ._errors import (
     StoreError,
 )
 from ._hooks import EndEvent, logger
-from ._outcome import OUTCOME, Outcome, State, from_record
+from ._outcome import OUTCOME, Outcome, Recorded, State, from_record
 from ._profile import codes_in
 from ._reading import key_shared
 from ._settings import origin_of
@@ -99,7 +99,7 @@ def unsettled_error(
 
 def outcome_of(
     call: Call,
-    record: OperationRecord,
+    record: Recorded,
     response: httpx.Response | None,
     *,
     from_store: bool = False,
@@ -198,7 +198,7 @@ def continuation_of(call: Call, record: OperationRecord, response: httpx.Respons
     return continuation
 
 
-def _existing(call: Call, record: OperationRecord, response: httpx.Response | None) -> str | None:
+def _existing(call: Call, record: Recorded, response: httpx.Response | None) -> str | None:
     """The resource an "already done, here it is" answer names, if this is one."""
     if response is None or record.state is not State.SUCCEEDED or call.profile.existing is None:
         return None
@@ -207,7 +207,7 @@ def _existing(call: Call, record: OperationRecord, response: httpx.Response | No
     return call.profile.existing_id(response.status_code, response.headers, response.content)
 
 
-def _conflict(call: Call, record: OperationRecord, response: httpx.Response | None) -> bool:
+def _conflict(call: Call, record: Recorded, response: httpx.Response | None) -> bool:
     """The final answer says the key was used for another request."""
     if response is None or record.state is not State.FAILED:
         return False

@@ -10,20 +10,22 @@ implement both; `idemclient.testing.store_contract` is the suite a backend passe
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from .._outcome import State
 from .._server_time import ServerTime
-from ._base import Begin, Intent, NotFound, OperationRecord, Progress, StoredResponse
+from ._base import Begin, Finished, Intent, NotFound, OperationRecord, Progress, StoredResponse
 
 __all__ = [
     "AdminStore",
     "BatchStore",
+    "FinalWrite",
     "OperationStore",
     "OperatorStore",
     "SendingStore",
     "Store",
     "as_admin",
+    "final_write",
 ]
 
 
@@ -164,6 +166,9 @@ class OperationStore(Protocol):
 
         `known` is the record as the caller last saw it (from `begin` or `claim`): when
         the write lands, the store may answer from it instead of reading the row back.
+
+        A backend may offer a brief form of this write beside it, `finish_brief` (see
+        `FinalWrite`), which tells a write that landed without building the record.
         """
         ...
 
@@ -398,3 +403,43 @@ def as_admin(store: OperationStore, *, needed_by: str) -> AdminStore:
             f" {store!r} lacks {', '.join(missing)}"
         )
     return cast(AdminStore, store)
+
+
+class FinalWrite(Protocol):
+    """The write that ends a call (`final_write`): `OperationStore.finish`, or a store's
+    brief form of it, `finish_brief`, which a backend may offer beside it (optional: the
+    client asks `finish` of a store without one).
+
+    `finish_brief` takes `finish`'s arguments and writes the same; a write that landed
+    as asked it tells by a `Finished` (where the operation stands, as an outcome reads
+    it), which builds the record only when asked (`Finished.record()`); one that did
+    not, by the stored record, as `finish` does."""
+
+    def __call__(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        state: State,
+        progress: Progress,
+        response: StoredResponse | None = None,
+        known: OperationRecord | None = None,
+    ) -> Finished | OperationRecord: ...
+
+
+#: per store class: whether its `finish_brief` is the brief form of its `finish`
+_BRIEF: dict[type, bool] = {}
+
+
+def final_write(store: OperationStore) -> FinalWrite:
+    """`store.finish_brief` where the store has one that stands for its `finish` (it
+    names it, `finish_brief_of`: a subclass that overrides `finish`, to watch or change
+    it, is asked by that `finish`), else `store.finish`."""
+    kind = type(store)
+    brief = _BRIEF.get(kind)
+    if brief is None:
+        of: Any = getattr(kind, "finish_brief_of", None)
+        brief = _BRIEF[kind] = of is not None and getattr(kind, "finish", None) is of
+    if brief:
+        return cast(FinalWrite, store.finish_brief)  # type: ignore[attr-defined]
+    return store.finish

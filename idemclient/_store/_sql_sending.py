@@ -17,25 +17,20 @@ from ._base import (
     Begin,
     Claim,
     Durability,
+    Finished,
     Intent,
     OperationRecord,
     Progress,
     StoredResponse,
     holder_is_live,
+    new_finished,
     owner_sent_until,
+    whole,
 )
 from ._owners import owner_is_dead
 from ._rows import as_stored, dump_headers, mismatch
 from ._sql_base import SQLBase
-from ._sql_written import (
-    admission_values,
-    admitted,
-    finished_record,
-    latest,
-    returned,
-    server_sent,
-    server_sent_after,
-)
+from ._sql_written import admission_values, admitted, returned, server_sent
 
 __all__ = ["SQLSending"]
 
@@ -137,6 +132,29 @@ class SQLSending(SQLBase):
         known: OperationRecord | None = None,
         drop_answer: bool = False,
     ) -> OperationRecord:
+        return whole(
+            self.finish_brief(
+                operation_id,
+                owner=owner,
+                state=state,
+                progress=progress,
+                response=response,
+                known=known,
+                drop_answer=drop_answer,
+            )
+        )
+
+    def finish_brief(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        state: State,
+        progress: Progress,
+        response: StoredResponse | None = None,
+        known: OperationRecord | None = None,
+        drop_answer: bool = False,
+    ) -> Finished | OperationRecord:
         kept, response_values = as_stored(
             response,
             self.header_rule,
@@ -149,7 +167,6 @@ class SQLSending(SQLBase):
         # Unsettled with no answer given: the row keeps the answer it has (see
         # `Statements.finish`), unless it is dropped (its columns written empty).
         answered = final or response is not None or drop_answer
-        finished_at = now if final else None
         # A final answer ends any wait the server asked for.
         not_before = None if final else progress.not_before
         # Unsettled, and maybe applied by this caller or by anyone before: indeterminate.
@@ -164,7 +181,7 @@ class SQLSending(SQLBase):
             not_before,
             *(response_values if answered else ()),
             now,
-            finished_at,
+            now if final else None,  # finished_at
             progress.sent_at,
             progress.sent_at,
             *server_sent(progress),
@@ -180,28 +197,29 @@ class SQLSending(SQLBase):
                 if row is not None:
                     return self._record(row)
             elif conn.execute(self._sql.finish[final, answered], params).rowcount == 1:
+                # Landed as asked: what it wrote, the record made only if asked for.
                 maybe_applied = answer_from.maybe_applied or progress.maybe_applied
-                return finished_record(
+                return new_finished(
+                    operation_id,
+                    answer_from.key,
+                    if_maybe if maybe_applied else state,
+                    progress.attempts,
+                    maybe_applied,
+                    progress.evidence,
+                    not_before,
+                    kept if answered else answer_from.response,
                     answer_from,
-                    state=if_maybe if maybe_applied else state,
-                    attempts=progress.attempts,
-                    maybe_applied=maybe_applied,
-                    evidence=progress.evidence,
-                    not_before=not_before,
-                    response=kept if answered else answer_from.response,
-                    updated_at=now,
-                    finished_at=finished_at,
-                    sent_at=latest(answer_from.sent_at, progress.sent_at),
-                    server_sent_at=server_sent_after(answer_from, progress),
-                    replay_unexplained=(
-                        answer_from.replay_unexplained or progress.replay_unexplained
-                    ),
+                    progress,
                 )
             # Not written as asked (a final answer was there first, or the lease moved
             # on): the stored row is the truth, and keeps what this caller learnt.
             if not final:
                 self._merge(conn, operation_id, progress)
             return dataclasses.replace(self._fetch(conn, operation_id), lease_lost=True)
+
+    #: the `finish` whose brief form `finish_brief` is (see `_interface.final_write`): a
+    #: subclass that overrides `finish` is asked by its own.
+    finish_brief_of = finish
 
     def _merge(self, conn: Connection, operation_id: str, progress: Progress) -> None:
         conn.execute(

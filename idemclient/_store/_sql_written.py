@@ -9,7 +9,15 @@ from typing import Any
 from .._db.dialect import Cursor
 from .._frozen import fast_constructor
 from .._outcome import State
-from ._base import Headers, Intent, OperationRecord, Progress, StoredResponse
+from ._base import (
+    Headers,
+    Intent,
+    OperationRecord,
+    Progress,
+    finished_record,
+    latest,
+    server_sent_after,
+)
 from ._cipher import PLAIN, Cipher
 
 __all__ = [
@@ -91,58 +99,8 @@ def admitted(
     )
 
 
-#: `OperationRecord(...)`, built without a call per field (see `_frozen`): an admission
-#: and a finish build one each, for every operation.
+#: `OperationRecord(...)`, built without a call per field (see `_frozen`).
 _new_record = fast_constructor(OperationRecord)
-
-
-def finished_record(
-    known: OperationRecord,
-    *,
-    state: State,
-    attempts: int,
-    maybe_applied: bool,
-    evidence: str,
-    not_before: float | None,
-    response: StoredResponse | None,
-    updated_at: float,
-    finished_at: float | None,
-    sent_at: float | None,
-    replay_unexplained: bool = False,
-    server_sent_at: float | None = None,
-) -> OperationRecord:
-    """`known` as `finish` just wrote it, lease released: `dataclasses.replace`
-    spelled out, which costs a quarter as much on the hottest path of the library (a
-    test checks that every other field is carried over)."""
-    return _new_record(
-        operation_id=known.operation_id,
-        key=known.key,
-        method=known.method,
-        url=known.url,
-        headers=known.headers,
-        body=known.body,
-        fingerprint=known.fingerprint,
-        reference=known.reference,
-        state=state,
-        attempts=attempts,
-        maybe_applied=maybe_applied,
-        evidence=evidence,
-        not_before=not_before,
-        lease_owner=None,
-        lease_expires=None,
-        lease_look_up=False,
-        response=response,
-        created_at=known.created_at,
-        updated_at=updated_at,
-        finished_at=finished_at,
-        withheld_headers=known.withheld_headers,
-        profile=known.profile,
-        clock_stepped=known.clock_stepped,
-        sent_at=sent_at,
-        replay_unexplained=replay_unexplained,
-        server_created_at=known.server_created_at,
-        server_sent_at=server_sent_at,
-    )
 
 
 def server_sent(progress: Progress) -> tuple[int, float | None, float | None]:
@@ -155,22 +113,6 @@ def server_sent(progress: Progress) -> tuple[int, float | None, float | None]:
     if progress.server_sent_at is None:
         return 2, None, None
     return 1, progress.server_sent_at, progress.server_sent_at
-
-
-def server_sent_after(stored: OperationRecord, progress: Progress) -> float | None:
-    """`server_sent_at` as `server_sent` has the row write it."""
-    if progress.sent_at is None:
-        return stored.server_sent_at
-    if progress.server_sent_at is None:
-        return None
-    return latest(stored.server_sent_at, progress.server_sent_at)
-
-
-def latest(stored: float | None, sent: float | None) -> float | None:
-    """The later of two times, either of which may be unknown (as `_FINISH` writes it)."""
-    if stored is None or sent is None:
-        return sent if stored is None else stored
-    return max(stored, sent)
 
 
 def returned(cursor: Cursor) -> Any:

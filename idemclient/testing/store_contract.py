@@ -397,6 +397,37 @@ class OperationStoreContract:
         assert record.lease_owner is None
         assert record.finished_at == NOW
 
+    def test_a_brief_finish_writes_and_tells_what_finish_would(self, store: OperationStore) -> None:
+        # Optional: a backend may offer `finish_brief` beside `finish` (see
+        # `OperationStore.finish`); the client asks it for a call's final answer. It
+        # writes what `finish` writes; landed as asked, it tells the operation as an
+        # outcome reads it and makes the record, the row, only when asked (`record()`);
+        # not landed, it answers the stored record, `lease_lost`, as `finish` does.
+        brief = getattr(store, "finish_brief", None)
+        if brief is None:
+            return  # nothing more to hold a backend without it to
+        first, second = new_owner(), new_owner()
+        begun = store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+        told = brief(
+            "op-1",
+            owner=first,
+            state=State.SUCCEEDED,
+            progress=progress(2),
+            response=StoredResponse.of(201, (), b"{}"),
+            known=begun.record,
+        )
+        stored = store.get("op-1")
+        assert stored is not None
+        assert told.record() == stored
+        assert (told.state, told.attempts, told.maybe_applied) == (State.SUCCEEDED, 2, True)
+        assert (told.key, told.response, told.lease_lost) == (stored.key, stored.response, False)
+        # A caller whose lease was taken over is told so by the stored record.
+        store.begin(make_intent("op-2", "key-2"), owner=first, now=NOW, lease_until=NOW + 1)
+        store.claim("op-2", owner=second, now=NOW + 2, lease_until=NOW + 60)
+        lost = brief("op-2", owner=first, state=State.INDETERMINATE, progress=progress())
+        assert lost.lease_lost
+        assert lost.lease_owner == second
+
     def test_maybe_applied_never_goes_back(self, store: OperationStore) -> None:
         owner = new_owner()
         store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)

@@ -12,13 +12,16 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import sqlite_utils
 
-from idemclient import State
-from idemclient._store import Claim, Progress, StoredResponse, new_owner
+from idemclient import Client, State
+from idemclient._store import Claim, OperationRecord, Progress, StoredResponse, new_owner
+from idemclient._store._base import Finished
+from idemclient._store._interface import final_write
 from idemclient._store._schema import APPLICATION_ID, SCHEMA_VERSION, open_database
 from idemclient.errors import ForeignStore, StoreCorrupt, StoreTooNew, StoreUnavailable
 from idemclient.store import Durability, SQLiteStore
@@ -522,6 +525,70 @@ def test_finish_answers_the_record_as_written(store: SQLiteStore, state: State) 
     assert finished == store.get(intent.operation_id)
     assert finished.withheld_headers == ("x-trace",)
     assert (finished.reference, finished.profile) == ("ref-1", "stripe")
+
+
+@pytest.mark.parametrize("state", [State.SUCCEEDED, State.INDETERMINATE])
+def test_the_brief_finish_tells_what_it_wrote_and_makes_the_record_on_demand(
+    store: SQLiteStore, state: State
+) -> None:
+    # `finish_brief` tells a write that landed by a `Finished`, which makes the record
+    # only when asked: every field an outcome reads is the row's, and the record it
+    # makes is the row, as `finish` would have answered it.
+    intent = dataclasses.replace(make_intent(), profile="stripe", server_created_at=NOW - 1)
+    owner = new_owner()
+    begun = store.begin(intent, owner=owner, now=NOW, lease_until=NOW + 60)
+    answer = StoredResponse.of(201, (("content-type", "application/json"),), b'{"id":"p1"}')
+    sent = Progress(
+        attempts=2,
+        maybe_applied=True,
+        evidence="HTTP 201",
+        not_before=None,
+        now=NOW + 1,
+        sent_at=NOW + 0.5,
+        server_sent_at=NOW + 0.4,
+    )
+    told = final_write(store)(
+        intent.operation_id,
+        owner=owner,
+        state=state,
+        progress=sent,
+        response=answer if state.finished else None,
+        known=begun.record,
+    )
+    stored = store.get(intent.operation_id)
+    assert isinstance(told, Finished)
+    assert stored is not None
+    assert told.record() == stored
+    read = ("operation_id", "key", "state", "attempts", "maybe_applied", "evidence")
+    assert [getattr(told, name) for name in read] == [getattr(stored, name) for name in read]
+    assert (told.not_before, told.response) == (stored.not_before, stored.response)
+    assert (told.lease_owner, told.lease_lost) == (None, False)
+
+
+def test_a_store_whose_finish_is_overridden_is_asked_by_that_finish(tmp_path: Path) -> None:
+    # A subclass that overrides `finish` (to watch it, or change it) is never passed by
+    # for the brief form of the write: the client asks its own `finish`.
+    asked: list[str] = []
+
+    class Watched(SQLiteStore):
+        def finish(self, operation_id: str, **kwargs: Any) -> OperationRecord:
+            asked.append(operation_id)
+            return super().finish(operation_id, **kwargs)
+
+    plain = SQLiteStore(tmp_path / "s.db")
+    assert final_write(plain) == plain.finish_brief
+    plain.close()
+    store = Watched(tmp_path / "w.db")
+    assert final_write(store) == store.finish
+    with Client(
+        store=store,
+        transport=httpx.MockTransport(lambda request: httpx.Response(201, json={})),
+        base_url="http://psp.test",
+    ) as client:
+        outcome = client.post("/v1/payments", json={"amount": 1}, operation_id="op-w")
+    assert outcome.state is State.SUCCEEDED
+    assert asked == ["op-w"]
+    store.close()
 
 
 def test_a_start_reads_the_latest_time_seen_through_indexes_alone(store: SQLiteStore) -> None:
