@@ -11,10 +11,13 @@ here say where the instructions go; `benchmarks.instructions` says how many ther
 Each contender posts the same JSON body through `httpx.MockTransport` as
 `benchmarks.instructions` does (the same functions run), first a few operations
 untraced (imports, caches, the store's schema), then `--ops` traced; the figures are
-per operation, minus plain httpx's for the same function (what idemclient adds).
+per operation, minus plain httpx's for the same function (what idemclient adds); the
+async contender against plain `httpx.AsyncClient`, counting the event loop's thread
+only (the store's calls run in worker threads, which are not traced).
 
     python -m benchmarks.where_it_goes                        # Client.post, default store
     python -m benchmarks.where_it_goes --contender no-writes  # the flow alone
+    python -m benchmarks.where_it_goes --contender async      # AsyncClient.post
     python -m benchmarks.where_it_goes --functions 40         # the 40 costliest functions
 
 Frozen dataclasses' generated ``__init__`` run from ``<string>``: they are counted by
@@ -34,10 +37,13 @@ from typing import Any
 
 from . import instructions
 
-CONTENDERS: dict[str, Callable[[int, Path], None]] = {
-    "default": instructions.idem_default,
-    "no-writes": instructions.idem_no_writes,
-    "floor": instructions.floor,
+#: name -> (run, the plain httpx run it is compared with)
+CONTENDERS: dict[str, tuple[Callable[[int, Path], None], Callable[[int, Path], None]]] = {
+    "default": (instructions.idem_default, instructions.plain),
+    "no-writes": (instructions.idem_no_writes, instructions.plain),
+    "floor": (instructions.floor, instructions.plain),
+    # the event loop's thread only: the store's calls run in worker threads, untraced
+    "async": (instructions.async_idem, instructions.async_plain),
 }
 
 Where = tuple[str, str]
@@ -80,8 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modules", type=int, default=30, help="modules to list")
     parser.add_argument("--functions", type=int, default=0, help="functions to list")
     args = parser.parse_args(argv)
-    plain = bytecodes(instructions.plain, args.ops)
-    this = bytecodes(CONTENDERS[args.contender], args.ops)
+    run, base = CONTENDERS[args.contender]
+    plain = bytecodes(base, args.ops)
+    this = bytecodes(run, args.ops)
     added = collections.Counter(this)
     added.subtract(plain)
     total_plain, total = sum(plain.values()), sum(this.values())

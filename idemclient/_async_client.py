@@ -1,8 +1,9 @@
 """`AsyncClient`: the async `Client` (asyncio or trio, through httpx).
 
-The twin of `Client` (`_client`): each method awaits the step that `Client`'s runs
-(`_operations.arun`), with every store call in a worker thread. A test holds the two
-classes' signatures the same.
+The twin of `Client` (`_client`): `request` and its verbs await `_client_request`'s
+`arequest`, the twin of what `Client`'s run; the other methods await the step that
+`Client`'s runs (`_operations.arun`). Every store call runs in a worker thread. A test
+holds the two classes' signatures the same.
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
-        step = self._operation(
+        return await _client_request.arequest(
+            self.settings,
+            self.http,
             method,
             url,
             key,
@@ -156,7 +159,6 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
             timeout,
             extensions,
         )
-        return await arun(step, self.http)
 
     async def post(
         self,
@@ -371,7 +373,9 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
         # class or the instance) is called with only the options the caller gave, for it
         # to read as **kwargs.
         if getattr(self.request, "__func__", None) is _OWN_REQUEST:
-            step = self._operation(
+            return await _client_request.arequest(
+                self.settings,
+                self.http,
                 method,
                 url,
                 key,
@@ -391,7 +395,6 @@ class AsyncClient(ClientBase[httpx.AsyncClient]):
                 timeout,
                 extensions,
             )
-            return await arun(step, self.http)
         return await self.request(
             method,
             url,

@@ -6,9 +6,10 @@ final answer (`NotSent`, `Indeterminate`) or when the server says the key was us
 another request (`KeyConflict`). A final refusal (400, 402, 404...) is an answer, and
 comes back as an `Outcome` in state `failed`, like an httpx response with that status.
 
-Its methods are thin: each runs a step written once for both clients
-(`_client_request`, `_client_reconcile`, `_resume`) in the calling thread;
-`AsyncClient` (`_async_client`) awaits the same steps. The two classes are twins by
+Its methods are thin: `request` and its verbs call `_client_request.request` (whose
+twin `AsyncClient` awaits, over the same shared steps); the others run a step written
+once for both clients (`_client_reconcile`, `_resume`) in the calling thread, which
+`AsyncClient` (`_async_client`) awaits. The two classes are twins by
 hand, and a test holds their signatures the same.
 """
 
@@ -139,7 +140,9 @@ class Client(ClientBase[httpx.Client]):
         Returns the `Outcome` for a final answer (state `succeeded` or `failed`).
         Raises `NotSent`, `Indeterminate` (maybe applied) or `KeyConflict`.
         """
-        step = self._operation(
+        return _client_request.request(
+            self.settings,
+            self.http,
             method,
             url,
             key,
@@ -159,7 +162,6 @@ class Client(ClientBase[httpx.Client]):
             timeout,
             extensions,
         )
-        return run(step, self.http)
 
     def post(
         self,
@@ -374,7 +376,9 @@ class Client(ClientBase[httpx.Client]):
         # class or the instance) is called with only the options the caller gave, for it
         # to read as **kwargs.
         if getattr(self.request, "__func__", None) is _OWN_REQUEST:
-            step = self._operation(
+            return _client_request.request(
+                self.settings,
+                self.http,
                 method,
                 url,
                 key,
@@ -394,7 +398,6 @@ class Client(ClientBase[httpx.Client]):
                 timeout,
                 extensions,
             )
-            return run(step, self.http)
         return self.request(
             method,
             url,

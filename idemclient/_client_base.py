@@ -1,13 +1,12 @@
 """What `Client` and `AsyncClient` share: their settings and their httpx client, built
-and closed; the step their `request` runs; and the types of the request options they
-take from httpx."""
+and closed; and the types of the request options they take from httpx. What their
+`request` runs is `_client_request`'s (`request`, and its twin `arequest`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Generic
 
-import httpx
 from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 from httpx._types import (
     AuthTypes,
@@ -21,11 +20,7 @@ from httpx._types import (
     TimeoutTypes,
 )
 
-from . import _client_request
 from ._deferred import opened
-from ._hooks import Hooks
-from ._operations import Op
-from ._outcome import Outcome
 from ._policy import RetryPolicy
 from ._settings import Settings
 from ._store import OperationStore
@@ -87,53 +82,6 @@ class ClientBase(Generic[HttpxClient]):
     def policy(self) -> RetryPolicy:
         """The retry policy: which methods are operations, how many attempts, how long."""
         return self.settings.policy
-
-    def _operation(
-        self,
-        method: str,
-        url: httpx.URL | str,
-        key: str | None,
-        operation_id: str | None,
-        identity: str | Sequence[str] | None,
-        reference: str | None,
-        hooks: Hooks | None,
-        content: RequestContent | None,
-        data: RequestData | None,
-        files: RequestFiles | None,
-        json: Any | None,
-        params: QueryParamTypes | None,
-        headers: HeaderTypes | None,
-        cookies: CookieTypes | None,
-        auth: AuthTypes | UseClientDefault | None,
-        follow_redirects: bool | UseClientDefault,
-        timeout: TimeoutTypes | UseClientDefault,
-        extensions: RequestExtensions | None,
-    ) -> Op[Outcome]:
-        """The step of `request` (see `_client_request`), for either client to run."""
-        return _client_request.request(
-            self.settings,
-            self.http,
-            method,
-            url,
-            key=key,
-            operation_id=operation_id,
-            identity=identity,
-            reference=reference,
-            hooks=hooks,
-            headers=headers,
-            extensions=extensions,
-            options={
-                "content": content,
-                "data": data,
-                "files": files,
-                "json": json,
-                "params": params,
-                "cookies": cookies,
-                "auth": auth,
-                "follow_redirects": follow_redirects,
-                "timeout": timeout,
-            },
-        )
 
     def _close_store(self) -> None:
         # Closing the http client closed it already through its transports; a store

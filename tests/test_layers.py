@@ -165,6 +165,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._transport",
             "idemclient.transport",
             "idemclient._operations",
+            "idemclient._steps",
             "idemclient._wrap",
             "idemclient._resume",
             "idemclient._client_base",

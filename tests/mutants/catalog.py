@@ -431,8 +431,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "an operation issued again by its id under a profile whose key is a body field"
         " gets a new key in its body, not the recorded one",
         "idemclient/_client_request.py",
-        "            known = records[0].key if records else None",
-        "            known = None",
+        "    return records[0].key if records else None",
+        "    return None",
         (HISTORIES + "::test_an_operation_issued_again_after_its_answer_was_lost_pays_once",),
     ),
     # -- deadline and Retry-After arithmetic ----------------------------------------------
