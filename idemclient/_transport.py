@@ -38,8 +38,6 @@ from ._effects import (
     Shield,
     Sleep,
     Turn,
-    adrive,
-    drive,
 )
 from ._errors import StoreError
 from ._flow import handle
@@ -251,8 +249,38 @@ class IdempotentTransport(_Wrapping[httpx.BaseTransport], httpx.BaseTransport):
     _default = httpx.HTTPTransport
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response: httpx.Response = drive(handle(self.settings, request), self._do)
-        return response
+        # `_effects.drive`, with the flow's three common effects done in the loop itself
+        # (a store call, a send, a read: the rest, and a store call a hook times, by
+        # `_do`): a request's flow asks for some five effects, each a turn of this loop.
+        flow = handle(self.settings, request)
+        send, throw = flow.send, flow.throw
+        untimed = self.settings.hooks.on_store is None
+        inner = self.inner
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                while True:  # inside the handler: a Ctrl-C at its turn is thrown in too
+                    effect = send(answer) if error is None else throw(error)
+                    error = None
+                    if type(effect) is Blocking and untimed:
+                        answer = effect.fn(*effect.args, **effect.kwargs)
+                    elif type(effect) is Send:
+                        answer = inner.handle_request(effect.request)
+                    elif type(effect) is Read:
+                        answer = effect.response.read()
+                    else:
+                        answer = self._do(effect)
+            except BaseException as exc:
+                # Raised by an effect, or here between two: the flow (suspended) decides,
+                # and leaves the record that says where the operation stands.
+                if getattr(flow, "gi_frame", None) is not None:
+                    answer, error = None, exc
+                    continue
+                if isinstance(exc, StopIteration):
+                    response: httpx.Response = exc.value
+                    return response
+                raise  # the flow's own end
 
     def _do(self, effect: Effect) -> Any:
         if isinstance(effect, Shield):
@@ -297,8 +325,43 @@ class AsyncIdempotentTransport(_Wrapping[httpx.AsyncBaseTransport], httpx.AsyncB
     _deferred = True
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response: httpx.Response = await adrive(handle(self.settings, request), self._shielded)
-        return response
+        # `_effects.adrive`, with the flow's common effects awaited in the loop itself
+        # (see `IdempotentTransport.handle_request`): no coroutine made per effect for
+        # a store call, a send or a read.
+        flow = handle(self.settings, request)
+        send, throw = flow.send, flow.throw
+        untimed = self.settings.hooks.on_store is None
+        inner = self.inner
+        answer: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                while True:
+                    effect = send(answer) if error is None else throw(error)
+                    error = None
+                    if type(effect) is Blocking and untimed:
+                        fn = effect.fn
+                        # A final answer's write, queued behind the answer (see `_behind`).
+                        record = queued(fn, effect.kwargs) if type(fn) is Finish else None
+                        if record is not None:
+                            answer = record
+                        else:
+                            call = functools.partial(fn, *effect.args, **effect.kwargs)
+                            answer = await to_thread(call)
+                    elif type(effect) is Send:
+                        answer = await inner.handle_async_request(effect.request)
+                    elif type(effect) is Read:
+                        answer = await effect.response.aread()
+                    else:
+                        answer = await self._shielded(effect)
+            except BaseException as exc:
+                if getattr(flow, "gi_frame", None) is not None:
+                    answer, error = None, exc
+                    continue
+                if isinstance(exc, StopIteration):
+                    response: httpx.Response = exc.value
+                    return response
+                raise
 
     async def _shielded(self, effect: Effect) -> Any:
         if isinstance(effect, Shield):
