@@ -400,7 +400,9 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
     )
     if record.lease_lost:
         # Another caller finished it first, while this one was paused past its lease:
-        # its answer is the operation's, never this call's own under its name.
+        # its answer is the operation's, never this call's own under its name. (A
+        # success of this call's is written over a refusal stored first, and lands: it
+        # is told as its own, below; see `_states`.)
         yield Close(response)
         return stored_answer(call, whole(record))
     outcome_of(call, record, response)

@@ -8,6 +8,23 @@ a write. The store's conditional writes are the other half: each one lands only 
 states the table lists as the event's `sources` (a write whose guard fails leaves the
 row as it was, and the caller reads back what is there).
 
+A final success is the truth about the money, and it wins over a refusal stored
+first: a 2xx to this operation's own request says the server made the payment, whatever
+another caller was told before it (a caller paused past its lease whose request paid,
+after the caller that took the operation over was refused in front of the server). So
+`SUCCEEDED` (and `FOUND_APPLIED`, a look-up's) may follow `FAILED`; nothing follows
+`SUCCEEDED`, and no refusal follows a failure (the first one stays). One condition
+stands beside the table there (`_store._guards`): a failed operation gives way to a
+success only where the answer it keeps is a refusal (not a 2xx). One whose answer is a
+2xx was failed by a look-up that found the payment and its status, declined
+(`FOUND_DECLINED`): the server's own later word on that very payment, which a 2xx to
+the request that made it (a payment accepted, then declined; or a PSP that answers a
+declined payment with a 2xx) does not undo; it stays failed. For the same reason a
+refusal stored first does not settle an attempt sent after it: a caller whose lease
+was taken over, and whose own attempt sent at or after the refusal was stored may have
+been applied, leaves the operation `INDETERMINATE` (`LEARNT_MAYBE_APPLIED`), to be
+resumed under its key or looked up, never "failed" for a payment that may be made.
+
 `maybe applied` rides beside the state: it is set by any attempt that may have reached
 the server and cleared only by a look-up (`FOUND_NOTHING`, `FOUND_REFUSED`); an
 unsettled stop of an operation that may have been applied is `INDETERMINATE`, never
@@ -77,15 +94,19 @@ MEANING: Mapping[Event, str] = {
     ),
     Event.ATTEMPTED: "an attempt that will be retried, noted with the lease extended",
     Event.SUCCEEDED: (
-        "a final 2xx answer stored (whoever holds the lease: a final answer is the truth)"
+        "a final 2xx answer stored (whoever holds the lease: a final answer is the truth);"
+        " it wins over a refusal stored first, never over a payment a look-up found declined"
     ),
-    Event.REFUSED: "a final refusal stored (400, 402, 422 ...)",
+    Event.REFUSED: "a final refusal stored (400, 402, 422 ...), unless one is stored already",
     Event.STOPPED_NOT_SENT: "the call stopped, and no attempt may have been applied",
     Event.STOPPED_MAYBE_APPLIED: "the call stopped, and an attempt may have been applied",
     Event.LEARNT_MAYBE_APPLIED: (
         "a caller whose lease was taken over leaves that its attempt may have been applied"
+        " (one sent after a refusal another caller stored: that refusal no longer settles it)"
     ),
-    Event.FOUND_APPLIED: "a look-up on the server found the payment made",
+    Event.FOUND_APPLIED: (
+        "a look-up on the server found the payment made (over a refusal stored first too)"
+    ),
     Event.FOUND_DECLINED: (
         "a look-up found the payment declined by the server (made, and failed there)"
     ),
@@ -133,6 +154,12 @@ def _table() -> dict[State | None, dict[Event, State]]:
         table[state][Event.FOUND_DECLINED] = State.FAILED
         table[state][Event.FOUND_NOTHING] = State.NOT_SENT
         table[state][Event.FOUND_REFUSED] = State.FAILED
+    # A final success wins over a refusal stored first: the payment was made (the
+    # condition beside the table: not over a payment a look-up found declined).
+    table[State.FAILED][Event.SUCCEEDED] = State.SUCCEEDED
+    table[State.FAILED][Event.FOUND_APPLIED] = State.SUCCEEDED
+    # ... and an attempt sent after that refusal, which may have been applied, unsettles it.
+    table[State.FAILED][Event.LEARNT_MAYBE_APPLIED] = State.INDETERMINATE
     # Only what was never applied (a failed one: with a status that says it never
     # reached the payment, see `NEVER_APPLIED_STATUSES`), and only while nobody holds it.
     for state in (State.PENDING, State.NOT_SENT, State.FAILED):

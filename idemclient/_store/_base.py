@@ -15,6 +15,7 @@ from ._owners import owner_is_dead
 
 __all__ = [
     "NEVER_APPLIED_STATUSES",
+    "UNSETTLED_BY_A_LATER_SEND",
     "Begin",
     "Claim",
     "Durability",
@@ -40,6 +41,13 @@ Headers = tuple[tuple[str, str], ...]
 #: credentials (401, 407). An operation that ended with one, and that nothing says may
 #: have been applied, may be pointed at a corrected target under the same key.
 NEVER_APPLIED_STATUSES = (401, 404, 405, 407)
+
+#: Added to the evidence of a refusal that an attempt sent after it unsettles (see
+#: `_guards.learns_over`): what the operation was, and why it is no longer that.
+UNSETTLED_BY_A_LATER_SEND = (
+    "; stored as a refusal, but an attempt sent after it by a caller whose lease had been"
+    " taken over may have been applied: no longer settled (resume it, or look it up)"
+)
 
 
 class Durability(enum.StrEnum):

@@ -8,8 +8,13 @@ backend names a state by hand where it guards a write, so the table and the guar
 cannot drift apart (tests/store/guards.py holds every backend to the table, state by
 state).
 
-One condition stands beside the table: a failed operation is reopened only where its
-answer's status says it never reached the payment (`NEVER_APPLIED_STATUSES`).
+Two conditions stand beside the table, both on the answer a failed operation keeps:
+it is reopened only where its status says it never reached the payment
+(`NEVER_APPLIED_STATUSES`); and a final success wins over it only where that answer is
+a refusal, not a 2xx (`gives_way`): a failed operation whose answer is a 2xx is a
+payment a look-up found declined, the server's own word on it, which stays. Such a
+refusal is unsettled too by a caller whose lease was taken over and whose attempt,
+sent at or after the refusal was stored, may have been applied (`learns_over`).
 
 "Every unfinished state" is written `finished_at IS NULL` in SQL: the stores write
 `finished_at` exactly when a row's state becomes final (and clear it only when a row is
@@ -27,13 +32,19 @@ __all__ = [
     "CLAIMED_IN",
     "FINAL_ANSWER_IN",
     "LEARNT_IN",
+    "REFUSED_IN",
     "SETTLED_IN",
+    "SUCCEEDED_IN",
+    "final_answer_lands",
+    "gives_way",
     "lands_in",
+    "learns_over",
     "may_reopen",
     "sql_attempted",
     "sql_claimed",
     "sql_claimed_state",
     "sql_final_answer",
+    "sql_found_applied",
     "sql_learnt_state",
     "sql_reopenable",
     "sql_settled",
@@ -72,14 +83,20 @@ def _uniform_target(event: Event) -> State:
 CLAIMED_IN = lands_in(Event.CLAIMED, Event.CLAIMED_TO_LOOK_UP)
 #: An attempt noted (`record_attempt`).
 ATTEMPTED_IN = lands_in(Event.ATTEMPTED)
-#: A final answer stored (`finish` with a final state), whoever holds the lease.
-FINAL_ANSWER_IN = lands_in(Event.SUCCEEDED, Event.REFUSED)
-#: A look-up's finding (`settle`).
-SETTLED_IN = lands_in(
-    Event.FOUND_APPLIED, Event.FOUND_DECLINED, Event.FOUND_NOTHING, Event.FOUND_REFUSED
-)
+#: A final success stored (`finish`), whoever holds the lease, and a look-up's finding
+#: that the payment was made (`settle`): over a refusal stored first too (`gives_way`).
+SUCCEEDED_IN = lands_in(Event.SUCCEEDED, Event.FOUND_APPLIED)
+#: A final refusal stored (`finish`), whoever holds the lease: never over another.
+REFUSED_IN = lands_in(Event.REFUSED)
+#: Where a final answer stored (`finish` with a final state) may land, by its state.
+FINAL_ANSWER_IN = {State.SUCCEEDED: SUCCEEDED_IN, State.FAILED: REFUSED_IN}
+#: A look-up's other findings (`settle`): declined, nothing, refused.
+SETTLED_IN = lands_in(Event.FOUND_DECLINED, Event.FOUND_NOTHING, Event.FOUND_REFUSED)
+if not REFUSED_IN <= SUCCEEDED_IN or {State.FAILED} != SUCCEEDED_IN - REFUSED_IN:
+    # `sql_final_answer` writes a success's guard as a refusal's and a refusal overridden.
+    raise ValueError("a final success must land where a refusal does, and over a refusal")
 #: Where a caller whose lease was taken leaves that its attempt may have been applied
-#: changes the state (`finish`'s merge).
+#: changes the state (`finish`'s merge): a failed one only by `learns_over`.
 LEARNT_IN = lands_in(Event.LEARNT_MAYBE_APPLIED)
 _REOPENED_IN = lands_in(Event.REOPENED)
 
@@ -88,8 +105,40 @@ def sql_attempted() -> str:
     return _sql_in(ATTEMPTED_IN)
 
 
+def gives_way(record: OperationRecord) -> bool:
+    """Whether a final success may replace `record`, failed, by the answer it keeps: a
+    refusal (anything but a 2xx; none kept, a row of an earlier version) gives way; a
+    2xx is a payment a look-up found declined (`FOUND_DECLINED`), and stays."""
+    return record.response is None or not 200 <= record.response.status_code < 300
+
+
+def final_answer_lands(record: OperationRecord, state: State) -> bool:
+    """Whether a final answer classified `state` may be written over `record` (the
+    guard `sql_final_answer` and `sql_found_applied` run, for the store in memory)."""
+    if state is State.SUCCEEDED:
+        return record.state in SUCCEEDED_IN and (
+            record.state is not State.FAILED or gives_way(record)
+        )
+    return record.state in REFUSED_IN
+
+
+def _sql_refusal_given_way() -> str:
+    """A failed row whose answer is a refusal (`gives_way`), in SQL."""
+    return f"(state = '{State.FAILED.value}' AND coalesce(status_code, 0) NOT BETWEEN 200 AND 299)"
+
+
 def sql_final_answer() -> str:
-    return _sql_in(FINAL_ANSWER_IN)
+    """Where a final answer lands (`Statements.finish`): `{p}`, a parameter after the
+    row's id, is the state it writes: a success lands over a refusal too."""
+    return (
+        f"({_sql_in(REFUSED_IN)} OR ({{p}} = '{State.SUCCEEDED.value}'"
+        f" AND {_sql_refusal_given_way()}))"
+    )
+
+
+def sql_found_applied() -> str:
+    """Where a look-up's finding that the payment was made lands (`settle`)."""
+    return f"({_sql_in(SUCCEEDED_IN - {State.FAILED})} OR {_sql_refusal_given_way()})"
 
 
 def sql_settled() -> str:
@@ -112,12 +161,38 @@ def sql_claimed_state(sender: str) -> str:
     return f"CASE WHEN {sender} THEN '{sent}'" + "".join(moves) + " ELSE state END"
 
 
-def sql_learnt_state(learnt: str) -> str:
+def learns_over(record: OperationRecord, sent_at: float | None) -> bool:
+    """Whether a caller whose lease was taken, whose last attempt that may have been
+    applied was sent at `sent_at`, unsettles `record`, failed: a refusal (`gives_way`)
+    stored at or before that send, which could not know of it."""
+    return (
+        record.state is State.FAILED
+        and State.FAILED in LEARNT_IN
+        and gives_way(record)
+        and sent_at is not None
+        and record.finished_at is not None
+        and sent_at >= record.finished_at
+    )
+
+
+def sql_learns_over(sent_at: str) -> str:
+    """`learns_over` in SQL (`sent_at` the SQL of the caller's send, written once)."""
+    if State.FAILED not in LEARNT_IN:
+        return "false"
+    return f"({_sql_refusal_given_way()} AND coalesce({sent_at}, -1) >= finished_at)"
+
+
+def sql_learnt_state(learnt: str, sent_at: str) -> str:
     """The state a caller whose lease was taken leaves: where learning that its attempt
     may have been applied leads, where `learnt` (SQL, written once) holds and the table
-    lets it happen; the row's state elsewhere."""
+    lets it happen (over a failed one, where `sql_learns_over` holds, by `sent_at`); the
+    row's state elsewhere."""
     target = _uniform_target(Event.LEARNT_MAYBE_APPLIED).value
-    return f"CASE WHEN {_sql_in(LEARNT_IN)} AND ({learnt}) THEN '{target}' ELSE state END"
+    unfinished = _sql_in(LEARNT_IN - {State.FAILED})
+    return (
+        f"CASE WHEN {unfinished} AND ({learnt}) THEN '{target}'"
+        f" WHEN {sql_learns_over(sent_at)} THEN '{target}' ELSE state END"
+    )
 
 
 def sql_reopenable() -> str:

@@ -155,7 +155,10 @@ class OperationStore(Protocol):
         applied), and gets the stored record back marked `lease_lost`. Final, it is
         written whoever holds the lease, unless a final answer is there already: the
         caller gets that record back, marked `lease_lost` too (its answer is not the
-        operation's).
+        operation's). A success is the one exception: it is written over a refusal
+        stored first (a failed operation whose answer is not a 2xx), for the payment
+        was made; never over a success, nor over a payment a look-up found declined
+        (failed, with the look-up's 2xx), which is the server's own word on it.
 
         `response` is the final answer; an unsettled operation may keep one too (an
         answer read as a replay that no attempt of ours explains: the refusal it is,
@@ -191,7 +194,9 @@ class OperationStore(Protocol):
         that it can be sent again; or, `state` `failed`, refused: final, never applied,
         with the answer the operation keeps as its own (the application's refusal,
         read as a replay no attempt of ours explained), only if it keeps one (else it
-        is left as it is). The only ways "maybe applied" is ever cleared.
+        is left as it is). The only ways "maybe applied" is ever cleared. Found made
+        (applied, `succeeded`), it is written over a refusal stored first too, as a
+        final success is (see `finish`).
         """
         ...
 

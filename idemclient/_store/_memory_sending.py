@@ -13,6 +13,7 @@ from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
 from .._states import Event, after
 from ._base import (
+    UNSETTLED_BY_A_LATER_SEND,
     Begin,
     Claim,
     Intent,
@@ -22,7 +23,7 @@ from ._base import (
     holder_is_live,
     owner_sent_until,
 )
-from ._guards import ATTEMPTED_IN, FINAL_ANSWER_IN, LEARNT_IN, SETTLED_IN
+from ._guards import ATTEMPTED_IN, LEARNT_IN, SETTLED_IN, final_answer_lands, learns_over
 from ._memory_rows import MemoryRows, latest
 from ._owners import owner_is_dead
 from ._rows import mismatch
@@ -100,11 +101,13 @@ class MemorySending(MemoryRows):
         answered = final or response is not None or drop_answer
         with self._open():
             stored = self._fetch(operation_id)
-            mine = stored.state in FINAL_ANSWER_IN if final else stored.lease_owner == owner
+            mine = final_answer_lands(stored, state) if final else stored.lease_owner == owner
             if not mine:
                 # Not written as asked: the stored record is the truth, and keeps what
                 # this caller learnt (its attempts may have been applied).
-                if not final and stored.finished_at is None:
+                if not final and (
+                    stored.finished_at is None or learns_over(stored, progress.sent_at)
+                ):
                     stored = self._merge(stored, progress)
                 return dataclasses.replace(stored, lease_lost=True)
             maybe_applied = stored.maybe_applied or progress.maybe_applied
@@ -126,12 +129,17 @@ class MemorySending(MemoryRows):
 
     def _merge(self, stored: OperationRecord, progress: Progress) -> OperationRecord:
         maybe_applied = stored.maybe_applied or progress.maybe_applied
-        state = stored.state
-        if state in LEARNT_IN and maybe_applied:
+        state, evidence = stored.state, stored.evidence
+        if stored.finished_at is not None:  # a refusal a later send unsettles
+            state = after(state, Event.LEARNT_MAYBE_APPLIED)
+            evidence += UNSETTLED_BY_A_LATER_SEND
+        elif state in LEARNT_IN and maybe_applied:
             state = after(state, Event.LEARNT_MAYBE_APPLIED)
         return self._put(
             stored,
             state=state,
+            evidence=evidence,
+            finished_at=None,
             maybe_applied=maybe_applied,
             attempts=max(stored.attempts, progress.attempts),
             updated_at=progress.now,
@@ -153,7 +161,11 @@ class MemorySending(MemoryRows):
             raise ValueError(f"an applied operation is settled as final, not {state.words}")
         with self._open():
             stored = self._fetch(operation_id)
-            if stored.state not in SETTLED_IN or stored.lease_owner != owner:
+            if applied and state is State.SUCCEEDED:  # found made: over a refusal too
+                lands = final_answer_lands(stored, State.SUCCEEDED)
+            else:
+                lands = stored.state in SETTLED_IN
+            if not lands or stored.lease_owner != owner:
                 return stored
             changes: dict[str, object]
             if applied:

@@ -14,6 +14,7 @@ from .._frozen import fast_constructor
 from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
 from ._base import (
+    UNSETTLED_BY_A_LATER_SEND,
     Begin,
     Claim,
     Durability,
@@ -188,8 +189,9 @@ class SQLSending(SQLBase):
             progress.replay_unexplained,
             operation_id,
         )
-        if not final:  # the guard names the owner (see `Statements.finish`)
-            params += (owner,)
+        # The guard names the owner, or the state a final answer writes (a success
+        # lands over a refusal too: see `Statements.finish`).
+        params += (state.value,) if final else (owner,)
         answer_from = known if self._answer_from_known else None
         with self._write(durable=self.durability is Durability.FULL) as conn:
             if answer_from is None:
@@ -226,6 +228,8 @@ class SQLSending(SQLBase):
             self._sql.merge,
             (
                 progress.maybe_applied,
+                progress.sent_at,
+                UNSETTLED_BY_A_LATER_SEND,
                 progress.maybe_applied,
                 progress.attempts,
                 progress.attempts,
@@ -235,6 +239,7 @@ class SQLSending(SQLBase):
                 *server_sent(progress),
                 progress.replay_unexplained,
                 operation_id,
+                progress.sent_at,
             ),
         )
 
@@ -259,7 +264,9 @@ class SQLSending(SQLBase):
                 cipher=self._cipher,
                 operation_id=operation_id,
             )
-            statement = self._sql.settle_applied
+            # Found made, or found declined: each lands where the table says.
+            succeeded = state is State.SUCCEEDED
+            statement = self._sql.settle_applied if succeeded else self._sql.settle_declined
             values: tuple[Any, ...] = (state.value, *columns, now)
         elif state is State.FAILED:
             statement = self._sql.settle_refused

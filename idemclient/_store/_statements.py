@@ -28,6 +28,8 @@ from ._guards import (
     sql_claimed,
     sql_claimed_state,
     sql_final_answer,
+    sql_found_applied,
+    sql_learns_over,
     sql_learnt_state,
     sql_reopenable,
     sql_settled,
@@ -122,28 +124,37 @@ _ANSWER = (
     " response_size = {p}, "
 )
 # A final answer is recorded whoever holds the lease: the server answers the same
-# under this key to everyone. Giving up only counts while the caller owns it: the
-# owner's lease is the guard (a sender's stop, or a look-up giving its lease back with
-# the state it found, which is no event of the table: the state is the caller's).
+# under this key to everyone; a success over a refusal stored first too (the last {p}
+# is the state written: the table's rule, `_guards`). Giving up only counts while the
+# caller owns it: the owner's lease is the guard (a sender's stop, or a look-up giving
+# its lease back with the state it found, which is no event of the table: the state is
+# the caller's).
 _FINAL_ANSWER = sql_final_answer()
 _WHILE_OWNED = "lease_owner = {p}"
 # A caller that lost its lease still leaves what it learnt: that its own attempts may
-# have been applied (where the table lets that change the state, `_guards`). The
-# caller's maybe-applied twice, then the attempts it saw, the time and the operation.
+# have been applied (where the table lets that change the state, `_guards`); over a
+# refusal another caller stored before this caller's attempt was sent, that refusal no
+# longer settles the operation: unfinished again, the refusal named in its evidence.
+# The caller's maybe-applied, its send, the words added, its maybe-applied again, then
+# the attempts it saw, the time, its send twice, the operation, and its send again.
 _MERGE = (
-    "UPDATE {t} SET state = " + sql_learnt_state("maybe_applied OR {p}") + ","
+    "UPDATE {t} SET state = " + sql_learnt_state("maybe_applied OR {p}", "{p}") + ","
+    " evidence = CASE WHEN finished_at IS NULL THEN evidence ELSE evidence || {p} END,"
+    " finished_at = NULL,"
     " maybe_applied = maybe_applied OR {p},"
     " attempts = CASE WHEN attempts < {p} THEN {p} ELSE attempts END, updated_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
     " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
     " WHEN 2 THEN NULL ELSE server_sent_at END,"
     " replay_unexplained = replay_unexplained OR {p}"
-    " WHERE id = {p} AND finished_at IS NULL"
+    " WHERE id = {p} AND (finished_at IS NULL OR " + sql_learns_over("{p}") + ")"
 )
+# A look-up's finding, by the lease's holder: that the payment was made lands over a
+# refusal stored first too (`_guards`), the others only on an unfinished row.
 _SETTLE = (
     "UPDATE {t} SET {sets}, evidence = {p}, not_before = NULL, lease_owner = NULL,"
     " lease_expires = NULL, lease_look_up = false, updated_at = {p}"
-    " WHERE id = {p} AND " + sql_settled() + " AND lease_owner = {p}{also} RETURNING {c}"
+    " WHERE id = {p} AND {where} AND lease_owner = {p}{also} RETURNING {c}"
 )
 _APPLIED = (
     "state = {p}, status_code = {p}, response_headers = {j}, response_body = {p},"
@@ -345,10 +356,13 @@ class Statements:
             which: render(text + " RETURNING {c}") for which, text in finish.items()
         }
 
-        def settle(sets: str, also: str = "") -> str:
-            return render(_SETTLE.replace("{sets}", sets).replace("{also}", also))
+        def settle(sets: str, also: str = "", where: str = sql_settled()) -> str:
+            text = _SETTLE.replace("{sets}", sets).replace("{where}", where)
+            return render(text.replace("{also}", also))
 
-        self.settle_applied: Final = settle(_APPLIED)
+        # Found made (a success), or found declined (failed).
+        self.settle_applied: Final = settle(_APPLIED, where=sql_found_applied())
+        self.settle_declined: Final = settle(_APPLIED)
         self.settle_not_applied: Final = settle(_NOT_APPLIED)
         self.settle_refused: Final = settle(_REFUSED, _KEEPS_ANSWER)
         self.reap: Final = render(_REAP)

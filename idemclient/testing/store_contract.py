@@ -30,7 +30,9 @@ What the tests state, in short (docs/store.md says it at length):
   owner in flight may have been applied. A look-up's lease sends nothing: it keeps the
   operation's state, and its takeover counts no send.
 - **Answers.** A final answer is written whoever holds the lease, unless another final
-  answer is there first; an unsettled one only by the lease's holder. A caller whose
+  answer is there first; but a success is written over a refusal stored first (the
+  payment was made), never over a payment a look-up found declined; an unsettled one
+  only by the lease's holder. A caller whose
   write did not land as asked gets the stored record back, marked `lease_lost`.
   "Maybe applied" never goes back, except by a look-up's verdict (`settle`).
 - **Clock steps.** Times are the callers' (`now`); the store keeps the latest it saw
@@ -427,6 +429,112 @@ class OperationStoreContract:
         lost = brief("op-2", owner=first, state=State.INDETERMINATE, progress=progress())
         assert lost.lease_lost
         assert lost.lease_owner == second
+
+    def test_a_final_success_replaces_a_refusal_stored_first(self, store: OperationStore) -> None:
+        # A caller paused past its lease; the one that took over was refused (stored
+        # failed); then the first one's own request is answered 2xx: the payment was
+        # made, and the success is the operation's answer, written as the caller's own.
+        first, second = new_owner(), new_owner()
+        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+        refused = store.finish(
+            "op-1",
+            owner=second,
+            state=State.FAILED,
+            progress=progress(2, now=NOW + 3),
+            response=StoredResponse.of(400, (), b'{"error": "bad request"}'),
+        )
+        assert (refused.state, refused.lease_lost) == (State.FAILED, False)
+        record = store.finish(
+            "op-1",
+            owner=first,
+            state=State.SUCCEEDED,
+            progress=progress(1, applied=True, now=NOW + 4),
+            response=StoredResponse.of(201, (), b'{"id": "pay_1"}'),
+        )
+        assert (record.state, record.lease_lost, record.lease_owner) == (
+            State.SUCCEEDED,
+            False,
+            None,
+        )
+        stored = store.get("op-1")
+        assert stored is not None
+        assert (stored.state, stored.finished_at, stored.maybe_applied) == (
+            State.SUCCEEDED,
+            NOW + 4,
+            True,
+        )
+        assert stored.response is not None
+        assert (stored.response.status_code, stored.response.body) == (201, b'{"id": "pay_1"}')
+
+    def test_a_final_answer_never_replaces_a_success_nor_a_refusal_a_second_refusal(
+        self, store: OperationStore
+    ) -> None:
+        for first_answer, late_answer in (
+            ((State.SUCCEEDED, 201), (State.SUCCEEDED, 200)),
+            ((State.SUCCEEDED, 201), (State.FAILED, 400)),
+            ((State.FAILED, 400), (State.FAILED, 402)),
+        ):
+            operation_id = f"op-{first_answer[1]}-{late_answer[1]}-{late_answer[0].value}"
+            first, second = new_owner(), new_owner()
+            intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
+            store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
+            store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60)
+            store.finish(
+                operation_id,
+                owner=second,
+                state=first_answer[0],
+                progress=progress(now=NOW + 3),
+                response=StoredResponse.of(first_answer[1], (), b"{}"),
+            )
+            late = store.finish(
+                operation_id,
+                owner=first,
+                state=late_answer[0],
+                progress=progress(now=NOW + 4),
+                response=StoredResponse.of(late_answer[1], (), b"{}"),
+            )
+            assert late.lease_lost, (first_answer, late_answer)
+            assert late.state is first_answer[0]
+            assert late.response is not None
+            assert late.response.status_code == first_answer[1]
+            stored = store.get(operation_id)
+            assert stored is not None
+            assert (stored.state, stored.finished_at) == (first_answer[0], NOW + 3)
+
+    def test_a_final_success_never_replaces_a_payment_a_look_up_found_declined(
+        self, store: OperationStore
+    ) -> None:
+        # Failed by a look-up that found the payment and its status, declined: the
+        # server's own later word on the payment, which a 2xx to the request that made
+        # it (accepted, then declined) does not undo.
+        first, second = new_owner(), new_owner()
+        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60, look_up=True)
+        declined = StoredResponse.of(200, (), b'{"data": [{"status": "declined"}]}')
+        store.settle(
+            "op-1",
+            owner=second,
+            applied=True,
+            evidence="found, declined",
+            now=NOW + 3,
+            response=declined,
+            state=State.FAILED,
+        )
+        late = store.finish(
+            "op-1",
+            owner=first,
+            state=State.SUCCEEDED,
+            progress=progress(applied=True, now=NOW + 4),
+            response=StoredResponse.of(201, (), b"{}"),
+        )
+        assert late.lease_lost
+        assert (late.state, late.evidence) == (State.FAILED, "found, declined")
+        stored = store.get("op-1")
+        assert stored is not None
+        assert stored.state is State.FAILED
+        assert stored.response is not None
+        assert stored.response.status_code == 200
 
     def test_maybe_applied_never_goes_back(self, store: OperationStore) -> None:
         owner = new_owner()

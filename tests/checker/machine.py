@@ -451,9 +451,6 @@ class PaymentsMachine(RuleBasedStateMachine):
     #: built by default, sending only the application's requests; such steps are then
     #: outside the assumptions, and not drawn (docs/reliability.md).
     time_probe: bool = True
-    #: draw the histories of the misreports known and not fixed yet (each kept as a
-    #: strict xfail in test_histories.py); off in random runs, on where one is replayed
-    draws_known_misreports: bool = False
 
     @classmethod
     def for_profile(cls, name: str, *, time_probe: bool = True) -> type[PaymentsMachine]:
@@ -929,14 +926,6 @@ class PaymentsMachine(RuleBasedStateMachine):
         paused owner's lease runs, no other process sends under its key
         (`_at_the_server`): two senders at once, where a server runs both."""
         if op.retired:
-            return
-        if self.between.refusals and not self.draws_known_misreports:
-            # A refusal scripted in front of the server would meet the caller that takes
-            # over, and the paused caller's own request then pays: a known misreport, not
-            # fixed yet (test_histories.py::
-            # test_ietf_a_paused_caller_s_late_success_after_a_stored_refusal_is_not_told_failed,
-            # docs/reliability.md). Not drawn until it is, so that the bounded run keeps
-            # finding what is new; the history above keeps it in sight.
             return
         fate = Fate(pause_at=pause_at)
         broken: list[AssertionError] = []

@@ -11,6 +11,7 @@ recorded on a row a look-up holds, a correction of a row that may have been sent
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
@@ -103,21 +104,36 @@ class GuardsDrawnFromTheTable(ABC):
         assert record is not None
         assert record.maybe_applied is landed
 
+    @pytest.mark.parametrize(
+        ("answer", "event"),
+        [(State.SUCCEEDED, Event.SUCCEEDED), (State.FAILED, Event.REFUSED)],
+        ids=["succeeded", "refused"],
+    )
+    @pytest.mark.parametrize("status", [400, 200], ids=["kept-a-refusal", "kept-a-2xx"])
     @pytest.mark.parametrize("state", STATES, ids=list(_ids()))
     def test_a_final_answer_lands_only_where_the_table_allows_one(
-        self, store: AdminStore, state: State
+        self, store: AdminStore, state: State, status: int, answer: State, event: Event
     ) -> None:
-        self.put(store, state, held_by=HOLDER)
+        self.put(store, state, held_by=HOLDER, status=status)
+        given = 201 if answer is State.SUCCEEDED else 402
         record = store.finish(
             "op-1",
             owner=HOLDER,
-            state=State.SUCCEEDED,
+            state=answer,
             progress=quiet(now=NOW + 1),
-            response=StoredResponse.of(201, (), b"{}"),
+            response=StoredResponse.of(given, (), b"{}"),
         )
-        allowed = state in sources(Event.SUCCEEDED)
+        # A success wins over a failure only where the failure's answer is a refusal
+        # (not a 2xx: a payment a look-up found declined stays): the other condition
+        # beside the table (`_guards.gives_way`).
+        allowed = state in sources(event) and (state is not State.FAILED or status == 400)
         assert record.lease_lost is not allowed
-        assert record.state is (after(state, Event.SUCCEEDED) if allowed else state)
+        assert record.state is (after(state, event) if allowed else state)
+        stored = store.get("op-1")
+        assert stored is not None
+        assert stored.state is record.state
+        assert stored.response is not None
+        assert stored.response.status_code == (given if allowed else status)
 
     @pytest.mark.parametrize(
         ("applied", "verdict", "event"),
@@ -129,11 +145,18 @@ class GuardsDrawnFromTheTable(ABC):
         ],
         ids=["found-applied", "found-declined", "found-nothing", "found-refused"],
     )
+    @pytest.mark.parametrize("status", [404, 200], ids=["kept-a-refusal", "kept-a-2xx"])
     @pytest.mark.parametrize("state", STATES, ids=list(_ids()))
     def test_a_look_up_settles_only_where_the_table_allows_it(
-        self, store: AdminStore, state: State, applied: bool, verdict: State, event: Event
+        self,
+        store: AdminStore,
+        state: State,
+        status: int,
+        applied: bool,
+        verdict: State,
+        event: Event,
     ) -> None:
-        self.put(store, state, held_by=HOLDER)
+        self.put(store, state, held_by=HOLDER, status=status)
         record = store.settle(
             "op-1",
             owner=HOLDER,
@@ -142,7 +165,7 @@ class GuardsDrawnFromTheTable(ABC):
             now=NOW + 1,
             state=verdict,
         )
-        allowed = state in sources(event)
+        allowed = state in sources(event) and (state is not State.FAILED or status == 404)
         assert (record.evidence == "the look-up's finding") is allowed
         assert record.state is (after(state, event) if allowed else state)
 
@@ -162,17 +185,28 @@ class GuardsDrawnFromTheTable(ABC):
         assert stored is not None
         assert stored.state is (after(state, Event.REOPENED) if allowed else state)
 
+    @pytest.mark.parametrize(
+        "sent", [NOW - 1, NOW, None], ids=["sent-before", "sent-as-it-ended", "nothing-sent"]
+    )
+    @pytest.mark.parametrize("status", [404, 200], ids=["kept-a-refusal", "kept-a-2xx"])
     @pytest.mark.parametrize("state", STATES, ids=list(_ids()))
     def test_a_caller_whose_lease_was_taken_changes_a_state_only_as_the_table_says(
-        self, store: AdminStore, state: State
+        self, store: AdminStore, state: State, status: int, sent: float | None
     ) -> None:
-        self.put(store, state, held_by=HOLDER)
-        record = store.finish(
-            "op-1", owner=OTHER, state=State.INDETERMINATE, progress=quiet(maybe_applied=True)
-        )
+        self.put(store, state, held_by=HOLDER, status=status)
+        progress = dataclasses.replace(quiet(maybe_applied=True, now=NOW + 1), sent_at=sent)
+        record = store.finish("op-1", owner=OTHER, state=State.INDETERMINATE, progress=progress)
         assert record.lease_lost
         learnt = state in sources(Event.LEARNT_MAYBE_APPLIED)
+        if state is State.FAILED:
+            # The condition beside the table (`_guards.learns_over`): a refusal (not a
+            # 2xx: a payment found declined stays) stored at or before the caller's send.
+            learnt = status == 404 and sent is not None and sent >= NOW
         assert record.state is (after(state, Event.LEARNT_MAYBE_APPLIED) if learnt else state)
+        stored = store.get("op-1")
+        assert stored is not None
+        assert stored.state is record.state
+        assert (stored.finished_at is None) is (not stored.state.finished)
 
     @pytest.mark.parametrize(
         ("look_up", "event"),

@@ -42,11 +42,37 @@ def test_nothing_follows_a_success() -> None:
     assert not may_follow((State.SUCCEEDED, False), (State.NOT_SENT, False))
 
 
-def test_a_failure_is_final_unless_corrected() -> None:
-    assert set(TABLE[State.FAILED]) == {Event.REOPENED}
-    # A correction only of what was never applied.
-    assert not may_follow((State.FAILED, True), (State.PENDING, False))
+def test_a_failure_is_final_unless_corrected_or_a_success_comes() -> None:
+    # A final success is the truth about the money: it wins over a refusal stored first
+    # (a paused caller's own request that paid); nothing else follows a failure but a
+    # correction, or an attempt sent after it that may have been applied; never a
+    # second refusal.
+    assert set(TABLE[State.FAILED]) == {
+        Event.REOPENED,
+        Event.SUCCEEDED,
+        Event.FOUND_APPLIED,
+        Event.LEARNT_MAYBE_APPLIED,
+    }
+    assert after(State.FAILED, Event.SUCCEEDED) is State.SUCCEEDED
+    # An attempt sent after the refusal was stored, which may have been applied: the
+    # refusal no longer settles it.
+    assert after(State.FAILED, Event.LEARNT_MAYBE_APPLIED) is State.INDETERMINATE
+    assert after(State.FAILED, Event.FOUND_APPLIED) is State.SUCCEEDED
+    for event in (Event.REFUSED, Event.FOUND_DECLINED, Event.FOUND_REFUSED, Event.FOUND_NOTHING):
+        with pytest.raises(StateMachineError, match="failed cannot be"):
+            after(State.FAILED, event)
+    assert may_follow((State.FAILED, True), (State.SUCCEEDED, True))
+    assert may_follow((State.FAILED, False), (State.SUCCEEDED, True))
+    assert not may_follow((State.SUCCEEDED, True), (State.FAILED, True))
+    # A correction only of what was never applied (maybe applied: not without a look-up
+    # that clears it first, once an attempt sent after the refusal unsettled it).
+    assert (State.PENDING, False) not in _reachable_without((State.FAILED, True), LOOK_UPS)
+    assert True not in _states._MAYBE[Event.REOPENED]
     assert may_follow((State.FAILED, False), (State.PENDING, False))
+    # A success that comes after a correction ends the row succeeded, whatever the
+    # corrected request came to first.
+    assert may_follow((State.PENDING, False), (State.SUCCEEDED, True))
+    assert after(after(State.PENDING, Event.REFUSED), Event.SUCCEEDED) is State.SUCCEEDED
 
 
 def _reachable_without(start: tuple[State, bool], left_out: set[Event]) -> set[tuple[State, bool]]:
@@ -80,7 +106,8 @@ def test_a_call_is_refused_an_event_its_state_does_not_allow() -> None:
     with pytest.raises(StateMachineError, match="pending cannot be 'stopped unsent'"):
         after(State.PENDING, Event.STOPPED_NOT_SENT)
     assert sources(Event.CLAIMED) == frozenset(UNFINISHED)
-    assert sources(Event.SUCCEEDED) == frozenset(UNFINISHED)
+    assert sources(Event.SUCCEEDED) == frozenset({*UNFINISHED, State.FAILED})
+    assert sources(Event.REFUSED) == frozenset(UNFINISHED)
     assert final_answer(State.SUCCEEDED) is Event.SUCCEEDED
     assert final_answer(State.FAILED) is Event.REFUSED
     with pytest.raises(ValueError, match="not a final answer"):
