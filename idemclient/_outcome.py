@@ -20,6 +20,7 @@ __all__ = [
     "State",
     "from_record",
     "outcome_of",
+    "seen_from_record",
 ]
 
 #: Response extension carrying the `Outcome` of the operation a response answers.
@@ -66,7 +67,8 @@ def outcome_of(response: httpx.Response) -> Outcome | None:
 def from_record(record: Recorded, **changes: Any) -> Outcome:
     """The `Outcome` an operation's stored record stands for, as the store has it
     (`from_store`, no response); `changes` are what the caller saw beyond the record
-    (a response, other evidence...). Every outcome made from a record is made here."""
+    (a response, other evidence...). Every outcome made from a record is made here (or
+    by `seen_from_record`, with every field beyond the record given)."""
     fields: dict[str, Any] = {
         "operation_id": record.operation_id,
         "key": record.key,
@@ -81,6 +83,38 @@ def from_record(record: Recorded, **changes: Any) -> Outcome:
     # Built once with the changes (an unknown name is a TypeError, as for any call).
     fields.update(changes)
     return _new_outcome(**fields)
+
+
+def seen_from_record(
+    record: Recorded,
+    response: httpx.Response | None,
+    *,
+    replayed: bool,
+    from_store: bool,
+    last_status: int | None,
+    body_omitted: bool,
+    existing: str | None,
+    key_conflict: bool,
+) -> Outcome:
+    """`from_record(record, ...)` with every field beyond the record given, as a call
+    that ends tells it: the same outcome, without a mapping of the fields built and
+    unpacked for every operation."""
+    return _new_outcome(
+        record.operation_id,
+        record.key,
+        record.state,
+        record.attempts,
+        response,
+        replayed,
+        from_store,
+        record.evidence,
+        record.not_before,
+        record.maybe_applied,
+        last_status,
+        body_omitted,
+        existing,
+        key_conflict,
+    )
 
 
 #: `Outcome(...)`, built without a call per field (see `_frozen`): every operation's.

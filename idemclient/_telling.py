@@ -20,7 +20,7 @@ from ._errors import (
     StoreError,
 )
 from ._hooks import EndEvent, logger
-from ._outcome import OUTCOME, Outcome, Recorded, State, from_record
+from ._outcome import OUTCOME, Outcome, Recorded, State, from_record, seen_from_record
 from ._profile import codes_in
 from ._reading import key_shared
 from ._settings import origin_of
@@ -109,9 +109,9 @@ def outcome_of(
         call.profile.replayed(response.headers)
         or (not from_store and call.last_kind is AttemptKind.REPLAYED)
     )
-    outcome = from_record(
+    outcome = seen_from_record(
         record,
-        response=response,
+        response,
         replayed=replayed,
         from_store=from_store,
         last_status=response.status_code if response is not None else call.last_status,

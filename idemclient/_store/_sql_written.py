@@ -72,30 +72,35 @@ def admitted(
     now: float,
     lease_until: float,
 ) -> OperationRecord:
-    """The record an admission just wrote, without reading it back."""
+    """The record an admission just wrote, without reading it back (every field by
+    position, in the record's order: a test holds it to the row)."""
     return _new_record(
-        operation_id=intent.operation_id,
-        key=intent.key,
-        method=intent.method,
-        url=intent.url,
-        headers=headers,
-        body=intent.body,
-        fingerprint=intent.fingerprint,
-        reference=intent.reference,
-        state=State.IN_FLIGHT,
-        attempts=0,
-        maybe_applied=False,
-        evidence="",
-        not_before=None,
-        lease_owner=owner,
-        lease_expires=lease_until,
-        response=None,
-        created_at=now,
-        updated_at=now,
-        finished_at=None,
-        withheld_headers=withheld,
-        profile=intent.profile,
-        server_created_at=intent.server_created_at,
+        intent.operation_id,
+        intent.key,
+        intent.method,
+        intent.url,
+        headers,
+        intent.body,
+        intent.fingerprint,
+        intent.reference,
+        State.IN_FLIGHT,
+        0,  # attempts
+        False,  # maybe_applied
+        "",  # evidence
+        None,  # not_before
+        owner,
+        lease_until,
+        None,  # response
+        now,  # created_at
+        now,  # updated_at
+        None,  # finished_at
+        withheld,
+        intent.profile,
+        None,  # clock_stepped
+        None,  # sent_at
+        False,  # lease_look_up
+        False,  # replay_unexplained
+        intent.server_created_at,
     )
 
 

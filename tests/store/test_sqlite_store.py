@@ -513,6 +513,7 @@ def test_finish_answers_the_record_as_written(store: SQLiteStore, state: State) 
     )
     owner = new_owner()
     begun = store.begin(intent, owner=owner, now=NOW, lease_until=NOW + 60)
+    assert begun.record == store.get(intent.operation_id)  # `begin` answers so too
     answer = StoredResponse.of(201, (("content-type", "application/json"),), b'{"id":"p1"}')
     finished = store.finish(
         intent.operation_id,

@@ -15,7 +15,7 @@ import pytest
 from idemclient._errors import Outcome, State
 from idemclient._frozen import fast_constructor
 from idemclient._operations import Sent
-from idemclient._outcome import from_record
+from idemclient._outcome import from_record, seen_from_record
 from idemclient._settings import CALL_OPTIONS, CallOptions
 from idemclient._store._base import (
     Begin,
@@ -161,6 +161,27 @@ def test_an_outcome_from_a_record_is_built_so() -> None:
         maybe_applied=True,
         last_status=201,
     )
+
+
+def test_an_outcome_a_call_tells_is_the_one_from_record_makes() -> None:
+    # `seen_from_record` gives every field by position: a field of `Outcome` moved or
+    # added shows here as a difference from the outcome made by name.
+    record = OperationRecord(**RECORD)
+    seen = {
+        "replayed": True,
+        "from_store": False,
+        "last_status": 409,
+        "body_omitted": True,
+        "existing": "PM1",
+        "key_conflict": True,
+    }
+    outcome = seen_from_record(record, RESPONSE, **seen)
+    assert type(outcome) is Outcome
+    assert outcome == from_record(record, response=RESPONSE, **seen)
+    assert [getattr(outcome, f.name) for f in dataclasses.fields(Outcome)] == [
+        "op-1", "key-1", State.SUCCEEDED, 2, RESPONSE, True, False, "HTTP 201", 5.0, True, 409,
+        True, "PM1", True,
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
