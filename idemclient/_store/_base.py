@@ -29,6 +29,7 @@ __all__ = [
     "holder_is_live",
     "latest",
     "new_finished",
+    "new_stored_response",
     "owner_sent_until",
     "server_sent_after",
     "whole",
@@ -86,12 +87,13 @@ class StoredResponse:
     @classmethod
     def of(cls, status_code: int, headers: Headers, body: bytes) -> StoredResponse:
         """A whole response; the store decides how much of the body to keep."""
-        new = _new_stored_response if cls is StoredResponse else cls
+        new = new_stored_response if cls is StoredResponse else cls
         return new(status_code, headers, body, hashlib.sha256(body).hexdigest(), len(body))
 
 
-#: `StoredResponse(...)` without a call per field (see `_frozen`): every final answer's.
-_new_stored_response = fast_constructor(StoredResponse)
+#: `StoredResponse(...)` without a call per field (see `_frozen`): every final answer's,
+#: and the one a store keeps of it.
+new_stored_response = fast_constructor(StoredResponse)
 
 
 @dataclass(frozen=True, slots=True)

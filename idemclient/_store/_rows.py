@@ -22,7 +22,7 @@ from .._redaction import (
     redact_url,
     secret_query_names,
 )
-from ._base import Headers, Intent, OperationRecord, StoredResponse
+from ._base import Headers, Intent, OperationRecord, StoredResponse, new_stored_response
 from ._cipher import PLAIN, Cipher
 
 __all__ = [
@@ -73,16 +73,21 @@ def as_stored(
         return None, (None, None, None, None, None)
     headers = rule.response(response.headers)
     body = response.body if response.body_size <= max_body else b""
-    kept = StoredResponse(
+    kept = new_stored_response(
         response.status_code, headers, body, response.body_sha256, response.body_size
     )
-    where = {"operation_id": operation_id}
+    sealed_body, sealed_sha256 = body, kept.body_sha256
+    if cipher.enabled:
+        where = {"operation_id": operation_id}
+        # An empty body (nothing, or not kept) holds nothing to hide.
+        if body:
+            sealed_body = cipher.seal(body, column="response body", **where)
+        sealed_sha256 = cipher.seal_text(sealed_sha256, column="response sha256", **where)
     return kept, (
         kept.status_code,
         dump_headers(headers),
-        # An empty body (nothing, or not kept) holds nothing to hide.
-        cipher.seal(body, column="response body", **where) if body else body,
-        cipher.seal_text(kept.body_sha256, column="response sha256", **where),
+        sealed_body,
+        sealed_sha256,
         kept.body_size,
     )
 

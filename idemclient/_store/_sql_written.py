@@ -43,15 +43,19 @@ def admission_values(
 ) -> tuple[Any, ...]:
     """The values of `Statements.admit` (`INSERT_COLUMNS`), headers already as stored,
     the body and its fingerprint sealed by `cipher`."""
-    where = {"operation_id": intent.operation_id}
+    body, fingerprint = intent.body, intent.fingerprint
+    if cipher.enabled:
+        where = {"operation_id": intent.operation_id}
+        body = cipher.seal(body, column="body", **where)
+        fingerprint = cipher.seal_text(fingerprint, column="fingerprint", **where)
     return (
         intent.operation_id,
         intent.key,
         intent.method,
         intent.url,
         headers,
-        cipher.seal(intent.body, column="body", **where),
-        cipher.seal_text(intent.fingerprint, column="fingerprint", **where),
+        body,
+        fingerprint,
         intent.reference,
         state.value,
         owner,
