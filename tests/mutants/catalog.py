@@ -43,6 +43,7 @@ TIME = "idemclient/_time.py"
 HISTORIES = "tests/checker/test_histories.py"
 BOUNDARIES = "tests/integration/test_time_boundaries.py"
 WRITE_BEHIND = "tests/client/test_write_behind.py"
+LATE_SUCCESS = "tests/client/test_late_success.py"
 WRITE_BEHIND_QUEUE = "idemclient/_worker.py"
 LOST_THEN_DOWN = HISTORIES + "::test_an_attempt_applied_then_its_answer_lost_is_never_told_not_sent"
 
@@ -209,6 +210,39 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/client/test_ownership.py::"
             "test_an_owner_paused_past_its_lease_returns_what_another_finished",
             HISTORIES + "::test_stripe_a_paused_caller_s_late_refusal_is_not_told_as_the_success",
+        ),
+    ),
+    Mutant(
+        "late-success-loses-to-a-stored-refusal",
+        "lease takeover",
+        "a caller paused past its lease, whose own request paid after the caller that took"
+        " over stored a refusal, is told 'failed', and the store keeps the refusal for a"
+        " payment made",
+        "idemclient/_store/_guards.py",
+        "    return f\"(state = '{State.FAILED.value}' AND coalesce(status_code, 0) NOT BETWEEN"
+        ' 200 AND 299)"',
+        '    return "false"',
+        (
+            LATE_SUCCESS
+            + "::test_a_paused_caller_s_own_late_success_wins_over_a_refusal_stored_meanwhile",
+            HISTORIES + "::test_ietf_a_paused_caller_s_late_success_after_a_stored_refusal"
+            "_is_not_told_failed",
+        ),
+    ),
+    Mutant(
+        "late-attempt-settled-by-a-stored-refusal",
+        "lease takeover",
+        "a caller paused past its lease, whose own attempt sent after the caller that took"
+        " over stored a refusal may have been applied (its answer lost, or pending), is"
+        " told 'failed', and the store keeps the refusal, never resumed nor looked up",
+        "idemclient/_store/_guards.py",
+        '    return f"({_sql_refusal_given_way()} AND coalesce({sent_at}, -1) >= finished_at)"',
+        '    return "false"',
+        (
+            LATE_SUCCESS
+            + "::test_a_paused_caller_s_own_late_attempt_unsettles_a_refusal_stored_meanwhile",
+            HISTORIES
+            + "::test_ietf_a_paused_caller_s_late_pending_attempt_unsettles_a_stored_refusal",
         ),
     ),
     # -- the hold -------------------------------------------------------------------------
