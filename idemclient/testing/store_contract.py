@@ -31,8 +31,9 @@ What the tests state, in short (docs/store.md says it at length):
   operation's state, and its takeover counts no send.
 - **Answers.** A final answer is written whoever holds the lease, unless another final
   answer is there first; but a success is written over a refusal stored first (the
-  payment was made), never over a payment a look-up found declined; an unsettled one
-  only by the lease's holder. A caller whose
+  payment was made), never over a payment a look-up found declined, and a caller whose
+  lease was taken over, whose attempt sent at or after such a refusal may have been
+  applied, leaves it indeterminate; an unsettled one only by the lease's holder. A caller whose
   write did not land as asked gets the stored record back, marked `lease_lost`.
   "Maybe applied" never goes back, except by a look-up's verdict (`settle`).
 - **Clock steps.** Times are the callers' (`now`); the store keeps the latest it saw
@@ -466,6 +467,42 @@ class OperationStoreContract:
         )
         assert stored.response is not None
         assert (stored.response.status_code, stored.response.body) == (201, b'{"id": "pay_1"}')
+
+    def test_an_attempt_sent_after_a_refusal_stored_first_unsettles_it(
+        self, store: OperationStore
+    ) -> None:
+        # The caller whose lease was taken over stops unsettled, its own attempt maybe
+        # applied: sent (or learnt maybe applied) at or after the other caller's refusal
+        # was stored, which therefore does not settle it; sent before, it does.
+        for sent, unsettled in ((NOW + 4, True), (NOW + 3, True), (NOW + 1, False)):
+            operation_id = f"op-sent-{sent - NOW:.0f}"
+            first, second = new_owner(), new_owner()
+            intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
+            store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
+            store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60)
+            store.finish(
+                operation_id,
+                owner=second,
+                state=State.FAILED,
+                progress=progress(now=NOW + 3),
+                response=StoredResponse.of(400, (), b"{}"),
+            )
+            late = dataclasses.replace(progress(now=NOW + 5), sent_at=sent)
+            record = store.finish(
+                operation_id, owner=first, state=State.INDETERMINATE, progress=late
+            )
+            assert record.lease_lost
+            stored = store.get(operation_id)
+            assert stored is not None
+            if unsettled:
+                assert (stored.state, stored.finished_at, stored.maybe_applied) == (
+                    State.INDETERMINATE,
+                    None,
+                    True,
+                ), sent
+                assert "no longer settled" in stored.evidence
+            else:
+                assert (stored.state, stored.finished_at) == (State.FAILED, NOW + 3), sent
 
     def test_a_final_answer_never_replaces_a_success_nor_a_refusal_a_second_refusal(
         self, store: OperationStore
