@@ -161,12 +161,14 @@ def sql_claimed_state(sender: str) -> str:
     return f"CASE WHEN {sender} THEN '{sent}'" + "".join(moves) + " ELSE state END"
 
 
-def learns_over(record: OperationRecord, sent_at: float | None) -> bool:
+def learns_over(record: OperationRecord, sent_at: float | None, *, reaped: bool = False) -> bool:
     """Whether a caller whose lease was taken, whose last attempt that may have been
     applied was sent at `sent_at`, unsettles `record`, failed: a refusal (`gives_way`)
-    stored at or before that send, which could not know of it."""
+    stored at or before that send, which could not know of it. Never one `reaped`: its
+    request's body is gone, and it could not be sent again (it stays as it is)."""
     return (
-        record.state is State.FAILED
+        not reaped
+        and record.state is State.FAILED
         and State.FAILED in LEARNT_IN
         and gives_way(record)
         and sent_at is not None
@@ -179,7 +181,10 @@ def sql_learns_over(sent_at: str) -> str:
     """`learns_over` in SQL (`sent_at` the SQL of the caller's send, written once)."""
     if State.FAILED not in LEARNT_IN:
         return "false"
-    return f"({_sql_refusal_given_way()} AND coalesce({sent_at}, -1) >= finished_at)"
+    return (
+        f"({_sql_refusal_given_way()} AND reaped_at IS NULL"
+        f" AND coalesce({sent_at}, -1) >= finished_at)"
+    )
 
 
 def sql_learnt_state(learnt: str, sent_at: str) -> str:

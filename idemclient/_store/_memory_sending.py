@@ -106,7 +106,8 @@ class MemorySending(MemoryRows):
                 # Not written as asked: the stored record is the truth, and keeps what
                 # this caller learnt (its attempts may have been applied).
                 if not final and (
-                    stored.finished_at is None or learns_over(stored, progress.sent_at)
+                    stored.finished_at is None
+                    or learns_over(stored, progress.sent_at, reaped=self._rows[operation_id].reaped)
                 ):
                     stored = self._merge(stored, progress)
                 return dataclasses.replace(stored, lease_lost=True)

@@ -236,8 +236,8 @@ MUTANTS: tuple[Mutant, ...] = (
         " over stored a refusal may have been applied (its answer lost, or pending), is"
         " told 'failed', and the store keeps the refusal, never resumed nor looked up",
         "idemclient/_store/_guards.py",
-        '    return f"({_sql_refusal_given_way()} AND coalesce({sent_at}, -1) >= finished_at)"',
-        '    return "false"',
+        '        f" AND coalesce({sent_at}, -1) >= finished_at)"',
+        '        " AND false)"',
         (
             LATE_SUCCESS
             + "::test_a_paused_caller_s_own_late_attempt_unsettles_a_refusal_stored_meanwhile",

@@ -208,6 +208,15 @@ class GuardsDrawnFromTheTable(ABC):
         assert stored.state is record.state
         assert (stored.finished_at is None) is (not stored.state.finished)
 
+    def test_a_reaped_refusal_is_not_unsettled_by_a_late_send(self, store: AdminStore) -> None:
+        # Its request's body is gone: unfinished again, it could not be sent again.
+        self.put(store, State.FAILED, held_by=None)
+        assert store.reap(now=NOW + 10**9) == 1
+        progress = dataclasses.replace(quiet(maybe_applied=True, now=NOW + 1), sent_at=NOW + 1)
+        record = store.finish("op-1", owner=OTHER, state=State.INDETERMINATE, progress=progress)
+        assert record.lease_lost
+        assert record.state is State.FAILED
+
     @pytest.mark.parametrize(
         ("look_up", "event"),
         [(False, Event.CLAIMED), (True, Event.CLAIMED_TO_LOOK_UP)],
