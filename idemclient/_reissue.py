@@ -72,9 +72,7 @@ def send_recorded(request: httpx.Request, record: OperationRecord) -> None:
     headers = request.headers
     for name in ("content-type", "content-length", "transfer-encoding"):
         headers.pop(name, None)
-    content_type = _content_type(record)
-    if content_type is not None:
-        headers["Content-Type"] = content_type
+    _put_types(headers, _content_types(record))
     headers["Content-Length"] = str(len(record.body))
 
 
@@ -184,9 +182,9 @@ def rebuilt(
     was read from (`streamed`). The transport refuses another meaning, in its words."""
     recorded = recorded_body(record, body)
     if recorded is not None and _same_operation(settings, request, body, record):
-        return _request_with(request, recorded, _content_type(record))
+        return _request_with(request, recorded, _content_types(record))
     if streamed:
-        return _request_with(request, body, request.headers.get("content-type"))
+        return _request_with(request, body, request.headers.get_list("content-type"))
     return request
 
 
@@ -200,19 +198,26 @@ def _same_operation(
     return mismatch(intent, record, sending=False) is None
 
 
-def _request_with(request: httpx.Request, body: bytes, content_type: str | None) -> httpx.Request:
+def _request_with(request: httpx.Request, body: bytes, content_types: list[str]) -> httpx.Request:
     headers = httpx.Headers(request.headers)
     for name in ("content-type", "content-length", "transfer-encoding"):
         headers.pop(name, None)
-    if content_type is not None:
-        headers["Content-Type"] = content_type
+    _put_types(headers, content_types)
     return httpx.Request(
         request.method, request.url, headers=headers, content=body, extensions=request.extensions
     )
 
 
-def _content_type(record: OperationRecord) -> str | None:
-    for name, value in record.headers:
-        if name.lower() == "content-type":
-            return value
-    return None
+def _content_types(record: OperationRecord) -> list[str]:
+    """The `Content-Type` values the operation was recorded with, in their order: a
+    type given twice is sent again twice, so that the one its fingerprint read (the
+    last, see `_fingerprint.body_type`) is the one it reads again."""
+    return [value for name, value in record.headers if name.lower() == "content-type"]
+
+
+def _put_types(headers: httpx.Headers, content_types: list[str]) -> None:
+    """Give `headers` (which hold none) each of `content_types`, in order."""
+    if len(content_types) == 1:
+        headers["Content-Type"] = content_types[0]
+    elif content_types:
+        headers.update([("Content-Type", value) for value in content_types])

@@ -389,3 +389,81 @@ def test_an_operation_recorded_meanwhile_by_another_process_is_not_sent_under_a_
         )
     assert again is State.SUCCEEDED
     assert len(server.ledger) == 1
+
+
+# -- a Content-Type given twice: sent again as it was recorded, as the fingerprint read it --
+
+#: the content type given twice; the fingerprint reads the last (JSON, by its meaning)
+TWO_TYPES = [("Content-Type", "text/plain"), ("Content-Type", "application/json")]
+
+
+def _types(request: httpx.Request) -> list[str]:
+    return request.headers.get_list("content-type")
+
+
+@pytest.mark.parametrize("signer", [{}, *SIGNERS.values()], ids=["none", *SIGNERS.keys()])
+def test_a_content_type_given_twice_is_sent_again_as_recorded(
+    tmp_path: Path, signer: dict[str, Any]
+) -> None:
+    """The fingerprint reads the last of a repeated Content-Type (here JSON, so the
+    reordered members are the same operation): the re-issue carries the recorded bytes
+    with the content types they were recorded with, both, in their order, not the
+    first alone (which reads as text, another request by the fingerprint's rule)."""
+    server = SignedChecksumServer(signed=bool(signer))
+    server.drop_next = True
+    with Client(
+        store=tmp_path / "c.db",
+        clock=ManualClock(),
+        transport=httpx.MockTransport(server.handle),
+        base_url="https://psp.test",
+        policy=ONCE,
+        **signer,
+    ) as client:
+        for payment in (PAYMENT, REORDERED):
+            state = _state(
+                lambda payment=payment: client.post(
+                    "/v1/payments",
+                    content=json.dumps(payment).encode(),
+                    headers=TWO_TYPES,
+                    operation_id="order-1042",
+                )
+            )
+        assert state is State.SUCCEEDED
+    first, again = server.seen
+    assert _types(first) == _types(again) == ["text/plain", "application/json"]
+    assert again.content == first.content
+    assert len(server.ledger) == 1
+
+
+def test_a_streamed_body_with_a_content_type_given_twice_keeps_both(tmp_path: Path) -> None:
+    """A streamed body read before a signing flow (its bytes the recorded ones) keeps
+    its content types as they were given, not joined into one value (which no longer
+    reads as JSON, and so as another request)."""
+    server = SignedChecksumServer(signed=True)
+    server.drop_next = True
+
+    def chunks() -> Iterator[bytes]:
+        text = json.dumps(PAYMENT).encode()
+        yield text[:10]
+        yield text[10:]
+
+    with Client(
+        store=tmp_path / "c.db",
+        clock=ManualClock(),
+        transport=httpx.MockTransport(server.handle),
+        base_url="https://psp.test",
+        auth=SigningAuth(),
+        policy=ONCE,
+    ) as client:
+        states = [
+            _state(
+                lambda: client.post(
+                    "/v1/payments", content=chunks(), headers=TWO_TYPES, operation_id="o-1"
+                )
+            )
+            for _ in range(2)
+        ]
+    assert states == [State.INDETERMINATE, State.SUCCEEDED]
+    first, again = server.seen
+    assert _types(first) == _types(again) == ["text/plain", "application/json"]
+    assert len(server.ledger) == 1
