@@ -163,17 +163,27 @@ def same(
     ).matches(recorded, body)
 
 
-def body_type(headers: Iterable[tuple[str, str | None]]) -> dict[str, str | None]:
+def body_type(
+    headers: Iterable[tuple[str, str | None]], *, lowercase: bool = False
+) -> dict[str, str | None]:
     """The content type and encoding among `headers` (name, value pairs, as an intent
-    or a record keeps them), as `fingerprint` takes them."""
-    found: dict[str, str | None] = {"content_type": None, "content_encoding": None}
+    or a record keeps them), as `fingerprint` takes them: the last of a repeated one,
+    as a multi-dict of headers keeps it. `lowercase`: every name is in lower case
+    already (a live request's, read by `_frame.read_headers`)."""
+    if lowercase:
+        named = dict(headers)
+        return {
+            "content_type": named.get("content-type"),
+            "content_encoding": named.get("content-encoding"),
+        }
+    content_type = content_encoding = None
     for name, value in headers:
         lowered = name.lower()
         if lowered == "content-type":
-            found["content_type"] = value
+            content_type = value
         elif lowered == "content-encoding":
-            found["content_encoding"] = value
-    return found
+            content_encoding = value
+    return {"content_type": content_type, "content_encoding": content_encoding}
 
 
 def _bytes_digest(method: bytes, raw_path: bytes, body: bytes) -> str:

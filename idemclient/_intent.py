@@ -10,7 +10,8 @@ from collections.abc import AsyncIterable, Iterable
 import httpx
 
 from ._errors import InvalidKey, MissingKey, RequestNotReplayable
-from ._fingerprint import fingerprint
+from ._fingerprint import body_type, fingerprint
+from ._frame import Pairs, read_headers, values_of
 from ._frozen import fast_constructor
 from ._keys import new_key, one_key
 from ._profile import Resolved
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 KEY_HEADER = "Idempotency-Key"
+_KEY_HEADER_NAME = KEY_HEADER.lower()
 
 #: What reading a caller's body can raise: a file opened write-only or in text mode, a
 #: closed file, a generator httpx has already consumed.
@@ -123,7 +125,9 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
         raise TypeError(f"request extension {CALL_OPTIONS!r} must be CallOptions")
     if resolved is None:
         resolved = DEFAULT_PROFILE.resolve(request.method, request.url.path, frozenset())
-    given = key_in(request, body, resolved)
+    # Read once (httpx decodes every header on each read); names come lowercased.
+    headers = read_headers(request.headers)
+    given = _key_given(headers, body, resolved)
     key = resolved.check_key(given) if given is not None else resolved.check_key(new_key())
     if given is None and resolved.key.header is None:
         raise MissingKey(
@@ -138,25 +142,16 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
     # Stored and fingerprinted without credentials: no user or password, no value of a
     # secret-looking query parameter (see `_redaction`).
     url = redact_url(request.url)
-    # Read once (each read decodes every header); names come lowercased, and the last
-    # of a repeated content type is the one a fingerprint takes (as `body_type` does).
-    headers = request.headers.multi_items()
-    named = dict(headers)
+    method = request.method
     return _new_intent(
         operation_id=operation_id,
         key=key,
         key_given=given is not None,
-        method=request.method,
+        method=method,
         url=str(url),
         headers=tuple(headers),
         body=body,
-        fingerprint=fingerprint(
-            request.method,
-            url,
-            body,
-            content_type=named.get("content-type"),
-            content_encoding=named.get("content-encoding"),
-        ),
+        fingerprint=fingerprint(method, url, body, **body_type(headers, lowercase=True)),
         reference=options.reference if options else None,
         profile=resolved.profile.name,
     )
@@ -170,11 +165,16 @@ def key_in(request: httpx.Request, body: bytes, resolved: Resolved) -> str | Non
     """The key `request` carries where its profile's server reads it, or None. A key in
     the `Idempotency-Key` header where the server reads it elsewhere is refused (see
     `check_unread_key_header`)."""
-    given = _key_in_slot(request, body, resolved)
-    where = resolved.key.where
-    check_unread_key_header(
-        resolved, request.headers, [] if given is None else [(f"the {where}", given)]
-    )
+    return _key_given(read_headers(request.headers), body, resolved)
+
+
+def _key_given(headers: Pairs, body: bytes, resolved: Resolved) -> str | None:
+    """`key_in`, of a request whose headers are `headers` (`read_headers`)."""
+    given = _key_in_slot(headers, body, resolved)
+    slot = resolved.key
+    if slot.header is None or slot.header.lower() != _KEY_HEADER_NAME:
+        unread = values_of(headers, _KEY_HEADER_NAME)
+        _check_unread(resolved, unread, [] if given is None else [(f"the {slot.where}", given)])
     return given
 
 
@@ -191,11 +191,17 @@ def check_unread_key_header(
     a second payment there); with another one there, two keys for one request. The same
     key in both places is one key."""
     slot = resolved.key
-    if slot.header is not None and slot.header.lower() == KEY_HEADER.lower():
+    if slot.header is not None and slot.header.lower() == _KEY_HEADER_NAME:
         return
-    unread = headers.get_list(KEY_HEADER)
+    _check_unread(resolved, headers.get_list(KEY_HEADER), given)
+
+
+def _check_unread(resolved: Resolved, unread: list[str], given: list[tuple[str, str]]) -> None:
+    """`check_unread_key_header`, where the `Idempotency-Key` header's values are
+    `unread` (and the profile's server reads its key elsewhere)."""
     if not unread:
         return
+    slot = resolved.key
     if not given:
         raise MissingKey(
             unread[0],
@@ -208,10 +214,10 @@ def check_unread_key_header(
     one_key([*given, *((f"the {KEY_HEADER} header", value) for value in unread)])
 
 
-def _key_in_slot(request: httpx.Request, body: bytes, resolved: Resolved) -> str | None:
+def _key_in_slot(headers: Pairs, body: bytes, resolved: Resolved) -> str | None:
     slot = resolved.key
     if slot.header is not None:
-        given = request.headers.get_list(slot.header)
+        given = values_of(headers, slot.header.lower())
         if len(given) == 1:
             return slot.key_from_header(given[0])
         # The header given more than once: one key, or two for one request (refused).

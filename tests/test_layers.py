@@ -89,6 +89,7 @@ LAYERS: tuple[Layer, ...] = (
             "idemclient._keys",
             "idemclient.keys",
             "idemclient._fingerprint",
+            "idemclient._frame",
             "idemclient._redaction",
             "idemclient._profile",
             "idemclient.profiles",

@@ -202,6 +202,20 @@ def test_the_body_type_is_read_from_stored_headers() -> None:
     assert body_type(()) == {"content_type": None, "content_encoding": None}
 
 
+def test_the_body_type_of_lowercase_names_is_read_by_the_same_rule() -> None:
+    """A live request's headers (names lowercased once) are read as stored ones are:
+    the last of a repeated content type or encoding is the one taken."""
+    given = [
+        [("content-type", "text/plain"), ("content-type", JSON)],
+        [("content-encoding", "gzip"), ("accept", "*/*"), ("content-encoding", "identity")],
+        [("content-type", JSON), ("content-length", "2")],
+        [],
+    ]
+    for headers in given:
+        assert body_type(headers, lowercase=True) == body_type(headers)
+    assert body_type(given[0], lowercase=True)["content_type"] == JSON
+
+
 def test_httpx_uploads_drawn_with_new_boundaries_are_one_request() -> None:
     client = httpx.Client(base_url="https://psp.test")
     files = {"file": ("statement.pdf", b"%PDF-1.7 ...", "application/pdf")}
