@@ -219,7 +219,7 @@ def _prepared(
     hooks: Hooks | None,
     headers: Any,
     extensions: Any,
-) -> tuple[httpx.URL, Resolved, httpx.Headers, dict[str, Any], str | None]:
+) -> tuple[httpx.URL, Resolved, httpx.Headers | None, dict[str, Any], str | None]:
     """What an operation's request is, checked before anything is recorded or sent: its
     target, the profile's facts there, the headers and extensions it is sent with, and
     the key the caller chose (if any)."""
@@ -271,7 +271,7 @@ def _json_with_key(
     chosen: str | None,
     known: str | None,
     identity: str | Sequence[str] | None,
-    merged: httpx.Headers,
+    merged: httpx.Headers | None,
     content: Any,
     data: Any,
     files: Any,

@@ -145,14 +145,22 @@ def request_options(
     extensions: Any,
     slot: KeySlot = GENERIC_SLOT,
     defaults: httpx.Headers | None = None,
-) -> tuple[httpx.Headers, dict[str, Any], str | None]:
+) -> tuple[httpx.Headers | None, dict[str, Any], str | None]:
     """Per-call options to the headers and extensions the transport reads, and the key
     the caller chose (by key= or identity=), if any. A key that goes in a header (`slot`)
     is put there; one that goes in the body is the caller's to put (see `key_in_json`).
 
     A key given twice for one request (key= or identity=, the key header, given twice,
     or `defaults`, the client's default headers, where the call gives one too) must be
-    one key: two different ones are refused (`InvalidKey`) before anything is recorded."""
+    one key: two different ones are refused (`InvalidKey`) before anything is recorded.
+    The headers are None when the call gives none and no key: httpx sends the client's
+    (and the transport puts the operation's key in its place)."""
+    if key is None and identity is None and headers is None:
+        # Most calls: no key given anywhere of the call's, nothing to check or put in.
+        extended = call_extensions(
+            extensions, operation_id=operation_id, reference=reference, hooks=hooks
+        )
+        return None, extended, None
     if key is not None and identity is not None:
         raise ValueError("pass key= or identity=, not both: an identity is a way to make a key")
     chosen: str | None = None
@@ -191,7 +199,9 @@ def request_options(
     return merged, extended, chosen
 
 
-def sent_headers(client: httpx.Client | httpx.AsyncClient, headers: httpx.Headers) -> httpx.Headers:
+def sent_headers(
+    client: httpx.Client | httpx.AsyncClient, headers: httpx.Headers | None
+) -> httpx.Headers:
     """The headers a request with `headers` will carry: the client's, those of the
     call in their place (as httpx merges them)."""
     merged = client.headers.copy()
