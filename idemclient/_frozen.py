@@ -10,16 +10,18 @@ no guard), with plain attribute stores, and then makes it an instance of the val
 class: what comes out is exactly what the class's own constructor gives (its class,
 fields, equality, hash, repr and frozenness), at a quarter of the cost.
 
-Only for a class it can build so: a frozen dataclass with slots, directly on `object`,
-every field set by `__init__` from its argument, no `__post_init__`. Anything else is
+Only for a class it can build so: a frozen dataclass with slots, directly on `object`
+(or on `Generic[T]`, which adds no slot), every field set by `__init__` from its
+argument, no `__post_init__`. Anything else is
 refused when the constructor is made, never at a call.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 __all__ = ["fast_constructor"]
 
@@ -40,7 +42,7 @@ def fast_constructor(cls: Callable[P, T]) -> Callable[P, T]:
     slots = cls.__dict__.get("__slots__")
     if not params.frozen or not params.init or slots is None:
         raise TypeError(f"{name}: only a frozen dataclass with slots and an __init__")
-    if cls.__bases__ != (object,):
+    if cls.__bases__ not in ((object,), (Generic,)):
         raise TypeError(f"{name}: only a dataclass directly on object (its slots alone)")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{name}: its __post_init__ would not run")
@@ -52,7 +54,13 @@ def fast_constructor(cls: Callable[P, T]) -> Callable[P, T]:
             raise TypeError(f"{name}.{field.name}: a field not given to __init__ in order")
         if not field.name.isidentifier() or field.name.startswith("_fc_"):
             raise TypeError(f"{name}.{field.name}: a name this constructor cannot take")
-    twin = type(f"_{cls.__name__}Fields", (object,), {"__slots__": slots})
+    # On the same base (a generic value's `Generic[T]`, which adds no slot), or the
+    # instance could not be given the value's class.
+    twin = types.new_class(
+        f"_{cls.__name__}Fields",
+        getattr(cls, "__orig_bases__", (object,)),
+        exec_body=lambda space: space.update(__slots__=slots),
+    )
     namespace: dict[str, Any] = {"_fc_twin": twin, "_fc_class": cls, "_fc_factory": _FACTORY}
     arguments, body = [], []
     for index, field in enumerate(fields):

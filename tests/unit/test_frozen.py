@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from idemclient._effects import Blocking, blocking
 from idemclient._errors import Outcome, State
 from idemclient._frozen import fast_constructor
 from idemclient._operations import Sent
@@ -110,6 +111,21 @@ def test_the_value_built_is_the_one_its_class_builds(
     assert dataclasses.replace(made, **{first: getattr(made, first)}) == expected
 
 
+def test_a_generic_value_is_built_as_its_class_builds_it() -> None:
+    # `Blocking[T]` is on `Generic[T]`, which adds no slot (its kwargs, a dict: no hash)
+    kwargs = {"sep": ""}
+    made = fast_constructor(Blocking)(print, (1,), kwargs)
+    assert type(made) is Blocking
+    assert made.fn is print
+    assert made.args == (1,)
+    assert made.kwargs is kwargs
+    assert made == Blocking(print, (1,), {"sep": ""})
+    assert repr(made) == repr(Blocking(print, (1,), {"sep": ""}))
+    assert fast_constructor(Blocking)(print).kwargs == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.fn = len  # type: ignore[misc]
+
+
 def test_it_takes_the_class_s_arguments_and_refuses_what_the_class_refuses() -> None:
     new = fast_constructor(Outcome)
     assert new(key="k", operation_id="o", attempts=1, state=State.NOT_SENT) == Outcome(
@@ -143,6 +159,9 @@ def test_the_hot_path_builds_its_values_so() -> None:
     extended = call_extensions({"timeout": 1}, operation_id="o", reference="r")
     assert extended == {"timeout": 1, CALL_OPTIONS: CallOptions("o", "r", None)}
     assert type(extended[CALL_OPTIONS]) is CallOptions
+    effect = blocking(print, 1, sep="")
+    assert type(effect) is Blocking
+    assert effect == Blocking(print, (1,), {"sep": ""})
 
 
 def test_an_outcome_from_a_record_is_built_so() -> None:
