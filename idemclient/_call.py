@@ -28,7 +28,7 @@ from ._frozen import fast_constructor
 from ._hooks import AttemptEvent, StartEvent
 from ._intent import intent_for
 from ._outcome import Outcome, State
-from ._settings import CALL_OPTIONS, CallOptions, Settings, origin_of
+from ._settings import CALL_OPTIONS, CallOptions, Settings
 from ._states import NEW, Event, after, stop
 from ._store._base import Intent, OperationRecord, Progress
 from ._time import ServerTime, in_flight_until, lease_until
@@ -143,7 +143,10 @@ class Call:
         options = request.extensions.get(CALL_OPTIONS)
         self.call_hooks = options.hooks if isinstance(options, CallOptions) else None
         self.continuation = continuation
-        self.resolved = settings.resolve(request)
+        frame = settings.frame(request)
+        self.resolved = frame.resolved
+        #: scheme, host and port the request goes to (its servers' times are kept by it)
+        self.origin = frame.origin
         self.profile = self.resolved.profile
         self.intent: Intent | None
         if continuation is None:
@@ -204,7 +207,7 @@ class Call:
     def server_time(self, stamped: float) -> ServerTime | None:
         """The server's time now, by the latest `Date` its origin sent this client, to
         judge a stamp made at `stamped` (see `Settings.server_time`)."""
-        return self.settings.server_time(self.request.url, stamped=stamped)
+        return self.settings.server_time(self.origin, stamped=stamped)
 
     def age(self, now: float) -> float:
         """The operation's age at `now`: by this clock, or by the server's if more (from
@@ -221,7 +224,7 @@ class Call:
         times = self.settings.server_times
         if times is None:
             return None
-        return times.at(origin_of(self.request.url), self.clock.monotonic())
+        return times.at(self.origin, self.clock.monotonic())
 
     def stamped_intent(self) -> Intent:
         """The intent, with the server's time as it is recorded (a lower bound: the

@@ -35,7 +35,6 @@ from ._call import CONTINUATION, Continuation
 from ._errors import IdemError
 from ._intent import KEY_HEADER
 from ._outcome import OUTCOME
-from ._profile import Resolved
 from ._reissue import aas_recorded, as_recorded, may_read_body
 from ._settings import CALL_OPTIONS, Settings, origin_of
 from ._telling import unsettled_error
@@ -60,10 +59,6 @@ class Exchange:
     #: request hook) may read the body: an operation issued again had its recorded
     #: bytes put in before (`_reissue.as_recorded`), and is never given other ones after
     body_read_above: bool = False
-    #: the caller's request's method and URL as the exchange began, and the profile's
-    #: facts for them (`Settings.resolve`): asked again of the same request, unchanged,
-    #: by the transport (`route`)
-    resolved_first: tuple[str, httpx.URL, Resolved] | None = None
 
     def is_operation(self, request: httpx.Request) -> bool:
         """The caller's request, or one an auth flow rebuilt from it: the same method,
@@ -157,12 +152,8 @@ def route(owner: object, request: httpx.Request, keyed: Callable[[httpx.Request]
         if not exchange.is_operation(request):
             return _PASS  # the auth flow's own request (a token, say): not an operation
         exchange.adopt(request)
-    if exchange is not None and request is exchange.request:
-        first = exchange.resolved_first
-        # The caller's request, its method and URL as they were (a URL is immutable:
-        # the same object, the same URL): what `keyed` would find again.
-        if first is not None and request.url is first[1] and request.method == first[0]:
-            return _OPERATION if first[2].keyed else _PASS
+    # The caller's request, its method and URL as the exchange began: found again in
+    # the settings' frames (`Settings.frame`), not worked out again.
     return _OPERATION if keyed(request) else _PASS
 
 
@@ -261,9 +252,8 @@ class _Exchanging:
             # auth flow that rebuilds the request before it is first sent must carry
             # that header over, not the generic one (or the caller's key= is lost for
             # a new one).
-            resolved = owner.resolve(request)
-            exchange.key_header = resolved.key.header, resolved.key.quoted
-            exchange.resolved_first = request.method, request.url, resolved
+            slot = owner.resolve(request).key
+            exchange.key_header = slot.header, slot.quoted
         self.exchange = exchange
         self.tell = tell
         #: the response httpx gave back, if it gave one

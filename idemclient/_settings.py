@@ -15,6 +15,7 @@ import httpx
 
 from ._budget import RetryBudget
 from ._clock import Clock, StepWatch
+from ._frame import Frame, Frames, Origin, origin_of
 from ._hooks import Hooks
 from ._hosts import ByHost
 from ._policy import RetryPolicy, retention_set
@@ -80,9 +81,10 @@ class Settings:
     _resolved: dict[tuple[int, str, str], Resolved] = dataclasses.field(
         init=False, default_factory=dict, repr=False, compare=False
     )
-    #: the last request URL `resolve` answered for: (url, method, its facts)
-    _last: list[tuple[httpx.URL, str, Resolved] | None] = dataclasses.field(
-        init=False, default_factory=lambda: [None], repr=False, compare=False
+    #: each request's frame (its profile's facts and origin), by its URL object and
+    #: method: asked by the exchange, the route, the call and each answer
+    _frames: Frames = dataclasses.field(
+        init=False, default_factory=Frames, repr=False, compare=False
     )
 
     def step_back(self) -> float:
@@ -97,21 +99,23 @@ class Settings:
         if times is not None:
             headers = response.headers
             times.heard(
-                origin_of(request.url),
+                self._frames.origin(request.url),
                 headers.get("date"),
                 self.clock.monotonic(),
                 headers.get("age"),
             )
 
-    def server_time(self, url: httpx.URL, *, stamped: float) -> ServerTime | None:
-        """The server's time now, by the latest `Date` from `url`'s origin, to judge a
-        stamp made at `stamped`; None if none came (or it was garbled, or
-        `server_times` is off), or the stamp was made since this client started
-        watching its clock (it would have seen a step back since; see `watched`)."""
+    def server_time(self, url: httpx.URL | Origin, *, stamped: float) -> ServerTime | None:
+        """The server's time now, by the latest `Date` from `url`'s origin (or the
+        origin given), to judge a stamp made at `stamped`; None if none came (or it was
+        garbled, or `server_times` is off), or the stamp was made since this client
+        started watching its clock (it would have seen a step back since; see
+        `watched`)."""
         times = self.server_times
         if times is None or self.watched(stamped):
             return None
-        return times.at(origin_of(url), self.clock.monotonic())
+        origin = url if isinstance(url, tuple) else origin_of(url)
+        return times.at(origin, self.clock.monotonic())
 
     def watched(self, stamped: float) -> bool:
         """A stamp made at `stamped` was made while this client watched its clock
@@ -126,18 +130,18 @@ class Settings:
         return self.profile if self.hosts is None else self.hosts.at(url.host)[0]
 
     def resolve(self, request: httpx.Request) -> Resolved:
-        """The profile's facts for `request` (its endpoint's, where they differ).
+        """The profile's facts for `request` (its endpoint's, where they differ)."""
+        return self.frame(request).resolved
 
-        Asked of one request several times on its way (the exchange, the route, the
-        call): the last answer is kept with the URL it was for (an `httpx.URL` never
-        changes), so the same request's URL is not read again."""
+    def frame(self, request: httpx.Request) -> Frame:
+        """`request`'s frame: the profile's facts for it and its origin. Asked of one
+        request several times on its way (the exchange, the route, the call), found
+        once for its URL object and method (see `Frames`)."""
         method, url = request.method, request.url
-        last = self._last[0]
-        if last is not None and last[0] is url and last[1] == method:
-            return last[2]
-        resolved = self.resolve_url(method, url)
-        self._last[0] = (url, method, resolved)  # one store: atomic between threads
-        return resolved
+        found = self._frames.get(url, method)
+        if found is None:
+            found = self._frames.keep(Frame(url, method, self.resolve_url(method, url)))
+        return found
 
     def resolve_url(self, method: str, url: httpx.URL) -> Resolved:
         """The facts of the profile a request with `method` to `url` speaks. Raises
@@ -194,8 +198,3 @@ class Settings:
 
 #: How many (method, path) facts a `Settings` keeps at most.
 _RESOLVED_KEPT = 256
-
-
-def origin_of(url: httpx.URL) -> tuple[bytes, bytes, int | None]:
-    """Scheme, host and port: what the servers' times and a redirect's bounds are kept by."""
-    return (url.raw_scheme, url.raw_host, url.port)
