@@ -6,8 +6,9 @@ client's store hands it a `Finish` for that, which its driver asks first (`ahead
 whether the write may go behind. It may when it is the final answer of a call that
 still holds the operation's lease: the store writes a final answer whoever holds the
 lease unless another caller's final answer is there first, and no other caller can
-have finished it while this one's lease holds. Its record is then known without the
-store (the store gives back the same from `known`), and the write is queued to the
+have finished it while this one's lease holds. What it writes is then known without
+the store (as the store's brief write tells it, a `Finished` made from `known`, the
+record built only if asked for), and the write is queued to the
 loop's store threads (`_worker.Workers.later`): every store call of that loop queued
 after it waits for its end, so the next operation under its key, or a read of it, sees
 the answer written. Anything else (an unsettled end, a lease that may have lapsed) is
@@ -45,9 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import StoreError
 from ._hooks import log_fields, logger
-from ._store._base import OperationRecord, Progress
+from ._outcome import State
+from ._store._base import Finished, OperationRecord, Progress, new_finished
+from ._store._interface import final_write
 from ._store._owners import hold_owner, let_go_owner
-from ._store._sqlstore import finished_record
 from ._time import LEASE_MARGIN, lease_holds
 from ._worker import AT_EXIT, flush_all, here, to_thread, unwritten_elsewhere
 
@@ -153,41 +155,37 @@ class Finish:
     def __call__(self, operation_id: str, **kwargs: Any) -> OperationRecord:
         return self.store().finish(operation_id, **kwargs)
 
-    def ahead(self, kwargs: Mapping[str, Any]) -> OperationRecord | None:
-        """The record this write gives back, told without the store, if it may be
-        queued: a final answer, by the holder of a lease that holds now."""
+    def ahead(self, kwargs: Mapping[str, Any]) -> Finished | None:
+        """What this write tells, known without the store, if it may be queued: a final
+        answer, by the holder of a lease that holds now. Told as the store's brief write
+        tells one that landed (`Finished`: the record built only if asked for)."""
         known: OperationRecord | None = kwargs.get("known")
         progress: Progress = kwargs["progress"]
+        state: State = kwargs["state"]
         if (
             known is None
-            or not kwargs["state"].finished
+            or not state.finished
             or known.lease_owner != kwargs["owner"]
             # By a margin: a host whose clock is a little ahead must not take it over
             # before the write lands (a call within its deadline has more than that).
             or not lease_holds(known.lease_expires, progress.now + LEASE_MARGIN)
         ):
             return None
-        maybe_applied = known.maybe_applied or progress.maybe_applied
-        sent_at = progress.sent_at if known.sent_at is None else known.sent_at
-        if progress.sent_at is not None and sent_at is not None:
-            sent_at = max(sent_at, progress.sent_at)
-        return finished_record(
+        return new_finished(
+            kwargs["operation_id"],
+            known.key,
+            state,
+            progress.attempts,
+            known.maybe_applied or progress.maybe_applied,
+            progress.evidence,
+            None,  # a final answer ends any wait
+            kwargs.get("response"),
             known,
-            state=kwargs["state"],
-            attempts=progress.attempts,
-            maybe_applied=maybe_applied,
-            evidence=progress.evidence,
-            not_before=None,
-            response=kwargs.get("response"),
-            updated_at=progress.now,
-            finished_at=progress.now,
-            sent_at=sent_at,
-            server_sent_at=progress.server_sent_at or known.server_sent_at,
-            replay_unexplained=known.replay_unexplained or progress.replay_unexplained,
+            progress,
         )
 
     def queue(
-        self, kwargs: Mapping[str, Any], told: OperationRecord
+        self, kwargs: Mapping[str, Any], told: Finished
     ) -> tuple[Callable[[], object], Callable[[BaseException], None]]:
         """The queued write of the answer `told` to its caller, and what it does if it
         fails, or finds another caller's answer there first."""
@@ -199,7 +197,9 @@ class Finish:
 
         def write() -> object:
             try:
-                written = self(**kwargs)
+                # The store's brief form where it has one: what it wrote is compared in
+                # words, with no record built for an answer that landed as told.
+                written = final_write(self.store())(**kwargs)
             finally:
                 let_go_owner(owner)
             kept = _in_words(written)
@@ -219,15 +219,16 @@ class _Overtaken(Exception):
         self.kept = kept
 
 
-def _in_words(record: OperationRecord) -> str:
+def _in_words(record: Finished | OperationRecord) -> str:
     """A final answer as its caller is told it: the state, and the HTTP status."""
     state, response = record.state, record.response
     return state.value if response is None else f"{state.value}, HTTP {response.status_code}"
 
 
-def queued(finish: Finish, kwargs: Mapping[str, Any]) -> OperationRecord | None:
+def queued(finish: Finish, kwargs: Mapping[str, Any]) -> Finished | None:
     """Queue the write `finish(**kwargs)` to the running loop's store threads, if it
-    may go behind the answer, and give back its record; None: await it."""
+    may go behind the answer, and give back what it writes (see `Finish.ahead`); None:
+    await it."""
     record = finish.ahead(kwargs)
     if record is None:
         return None
