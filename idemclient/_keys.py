@@ -6,9 +6,7 @@ the retry loop.
 
 from __future__ import annotations
 
-import os
 import re
-import time
 import uuid
 from collections.abc import Iterable
 
@@ -34,27 +32,12 @@ _SEPARATOR = "\x1f"  # unit separator: cannot occur in a caller's printable iden
 
 def new_key() -> str:
     """A fresh UUIDv7 (RFC 9562): random, and time-ordered for the server's index
-    locality. Unix milliseconds in the first 48 bits; a key made within the millisecond
-    of the last takes the next one, so that a process's keys sort in the order made."""
-    global _last_ms
-    ms = time.time_ns() // 1_000_000
-    if ms <= _last_ms:
-        ms = _last_ms + 1
-    _last_ms = ms
-    # 74 random bits around the version (7) and the variant (0b10), as a UUID prints.
-    random = int.from_bytes(os.urandom(10), "big") & _RANDOM
-    value = (ms & _MS) << 80 | _VERSION_7 | random | _VARIANT
-    digits = f"{value:032x}"
-    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+    locality, made by uuid6 (the chosen library for it)."""
+    # Imported at the first key, not with idemclient: uuid6 reads its own version from
+    # the installed metadata when imported, which costs more than the rest of this module.
+    import uuid6
 
-
-#: The millisecond of the last key made (`new_key`).
-_last_ms = 0
-_MS = (1 << 48) - 1
-_VERSION_7 = 7 << 76
-_VARIANT = 0b10 << 62
-#: The random bits' place: below the version's four, the variant's two left out.
-_RANDOM = ((1 << 76) - 1) & ~(0b11 << 62)
+    return str(uuid6.uuid7())
 
 
 def key_from_identity(*parts: str, namespace: uuid.UUID = DEFAULT_NAMESPACE) -> str:
