@@ -277,11 +277,38 @@ _DECODER = json.JSONDecoder(
     object_pairs_hook=_unique, parse_constant=_refuse_constant, parse_float=_finite
 )
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+#: `_ENCODER.encode` without the encoder it builds anew for each value: CPython's C
+#: encoder made once with the same settings (which is what `encode` builds, less the
+#: check for a value that contains itself, which no parsed document does).
+_encode_chunks: Callable[[Any, int], Sequence[str]] | None
+try:
+    from _json import make_encoder as _make_encoder
+except ImportError:  # an interpreter without the C encoder
+    _encode_chunks = None
+else:
+    _encode_chunks = _make_encoder(
+        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+
+
+#: What `_DECODER.decode` reads a document with, at an index (its hooks included).
+_scan_once: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def _json(body: bytes) -> _Value:
-    value = _DECODER.decode(body.decode("utf-8"))
-    return _ENCODER.encode(value).encode("utf-8", "surrogatepass")
+    text = body.decode("utf-8")
+    try:
+        # A document with nothing around it, read at once (`decode` also skips the
+        # whitespace around one, and refuses what follows it).
+        value, end = _scan_once(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):
+        value = _DECODER.decode(text)
+    encoded = (
+        _ENCODER.encode(value) if _encode_chunks is None else "".join(_encode_chunks(value, 0))
+    )
+    return encoded.encode("utf-8", "surrogatepass")
 
 
 def _form(body: bytes) -> _Value:

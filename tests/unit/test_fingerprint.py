@@ -1,8 +1,12 @@
 import hashlib
+import json
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from idemclient import _fingerprint as _fp
 from idemclient._fingerprint import (
     body_type,
     bytes_fingerprint,
@@ -310,3 +314,46 @@ def test_fingerprints_stores_hold_are_made_again_to_the_bit(
         assert fingerprint(method, parsed, body, **kind) == recorded
         assert fingerprints(method, parsed, **kind)(body) == recorded
         assert same(recorded, method, parsed, body, **kind)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_JSON_VALUES,
+    spacing=st.sampled_from(["", " ", "\n", "\t "]),
+    indent=st.sampled_from([None, 2]),
+    ascii=st.booleans(),
+)
+def test_a_json_body_s_meaning_is_read_as_the_decoder_and_encoder_read_it(
+    value: object, spacing: str, indent: int | None, ascii: bool
+) -> None:
+    """The meaning hashed is what the strict decoder and the sorted, compact encoder
+    make of the body (the form stores hold), whatever the body's spacing and escaping,
+    however it is read and written quickly."""
+    text = spacing + json.dumps(value, indent=indent, ensure_ascii=ascii) + spacing
+    body = text.encode("utf-8", "surrogatepass")
+    expected = _fp._ENCODER.encode(_fp._DECODER.decode(text)).encode("utf-8", "surrogatepass")
+    assert _fp._json(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b'{"a":1}x', b"bytes"),  # something after the document
+        (b'{"a":1} {"a":2}', b"bytes"),  # two documents
+        (b'{"a":1}\r\n', b"json"),  # whitespace after it: one document
+        (b' \n{"a":1}', b"json"),  # whitespace before it
+    ],
+)
+def test_only_a_body_that_is_one_json_document_is_read_as_json(body: bytes, kind: bytes) -> None:
+    assert _fp._reader(JSON, None)(body)[0] == kind
