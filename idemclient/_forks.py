@@ -10,6 +10,12 @@ it: each write of an attribute or a dictionary is whole (the thread that forked 
 the interpreter), and what each guards is written in one step, or started again where
 it was left (a store being opened).
 
+An object whose connections a fork must not copy in the middle of a write registers
+itself too (`quiet_at_fork`): as the process begins to fork, it waits (bounded) for a
+write in progress on them to end, and holds them until the fork is done
+(`_fork_begins`, then `_fork_ended` in the parent; in the child the held locks are
+made afresh anyway).
+
 Held weakly: an object gone is forgotten. (The lease owners' module lock and the async
 client's store threads are made afresh by their own modules, `_store._owners` and
 `_worker`.)
@@ -21,7 +27,7 @@ import os
 import weakref
 from typing import TYPE_CHECKING
 
-__all__ = ["afresh_in_child"]
+__all__ = ["afresh_in_child", "quiet_at_fork"]
 
 
 if TYPE_CHECKING:  # for the type checker alone: nothing more to build at import
@@ -31,8 +37,18 @@ if TYPE_CHECKING:  # for the type checker alone: nothing more to build at import
         def _locks_afresh(self) -> None:
             """Make every lock a forked child's calls take afresh (none held)."""
 
+    class Quiet(Protocol):
+        def _fork_begins(self) -> None:
+            """Wait (bounded) for a write in progress to end, and hold off the next."""
+
+        def _fork_ended(self) -> None:
+            """In the parent, once forked: let writes go on."""
+
 
 _ALL: weakref.WeakSet[Afresh] = weakref.WeakSet()
+_QUIET: weakref.WeakSet[Quiet] = weakref.WeakSet()
+#: the objects quieted for the fork under way, in the parent (each let go once)
+_quieted: list[Quiet] = []
 
 
 def afresh_in_child(owner: Afresh) -> None:
@@ -40,10 +56,32 @@ def afresh_in_child(owner: Afresh) -> None:
     _ALL.add(owner)
 
 
+def quiet_at_fork(owner: Quiet) -> None:
+    """As the process begins to fork, `owner._fork_begins()`; in the parent once it has
+    forked, `owner._fork_ended()`."""
+    _QUIET.add(owner)
+
+
+def _before_fork() -> None:
+    for owner in list(_QUIET):
+        owner._fork_begins()
+        _quieted.append(owner)
+
+
+def _after_fork_in_parent() -> None:
+    while _quieted:
+        _quieted.pop()._fork_ended()
+
+
 def _after_fork_in_child() -> None:
+    _quieted.clear()
     for owner in list(_ALL):
         owner._locks_afresh()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

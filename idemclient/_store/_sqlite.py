@@ -30,7 +30,7 @@ from .._db.dialect import SQLITE
 from .._db.errors import sqlite_error
 from .._db.sqlite import MEMORY, connect, immediate
 from .._errors import StoreError, StoreUnavailable
-from .._forks import afresh_in_child
+from .._forks import afresh_in_child, quiet_at_fork
 from .._outcome import State
 from ._base import Durability, Headers, Intent
 from ._cipher import BodyEncryption
@@ -51,8 +51,12 @@ _SQL = Statements(
     contents_table="contents",
 )
 _REGISTER_CHUNK = 5_000
-#: In a forked child: its parent's connections, kept unused and never closed there (see
-#: `SQLiteStore._locks_afresh`).
+#: How long a process that begins to fork waits for a write in progress on a store's
+#: connections to end (seconds): a write lasts milliseconds, a batch's registration of
+#: a large file a few seconds; a fork is not held up longer than that.
+_FORK_WAIT = 2.0
+#: In a forked child: its parent's connections that may have been inside a write as it
+#: forked, kept unused and never closed there (see `SQLiteStore._locks_afresh`).
 _CROSSED: list[sqlite3.Connection] = []
 
 
@@ -119,31 +123,74 @@ class SQLiteStore(SQLStore):
         self._closed = False
         #: what a call is told once the store cannot be used (closed, or not reopened)
         self._closed_why = "is closed"
+        #: the lock held by the thread that forks, no write of the store in progress
+        #: (see `_fork_begins`)
+        self._quiet_at_fork = False
         try:
             self._conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             self._conn.close()
             raise self._translate(exc) from exc
         afresh_in_child(self)
+        quiet_at_fork(self)
+
+    def _fork_begins(self) -> None:
+        """As the process begins to fork (`_forks`): wait (`_FORK_WAIT`) for a write in
+        progress on the connections to end, and hold off the next until the fork is
+        done, so that the child gets them idle."""
+        self._quiet_at_fork = self._lock.acquire(timeout=_FORK_WAIT)
+
+    def _fork_ended(self) -> None:
+        """In the parent, once it has forked: writes go on."""
+        if self._quiet_at_fork:
+            self._quiet_at_fork = False
+            self._lock.release()
 
     def _locks_afresh(self) -> None:
         """In a forked child (`_forks`), before anything else runs there: its locks made
-        afresh, and a connection of its own. The parent's connections stay the parent's:
-        SQLite's file locks and its log's shared memory belong to a process, so writing
-        through them from another could corrupt the file; nor are they closed here
-        (closing one can checkpoint or remove the log the parent is writing to): they
-        are kept, unused, for the child's life. A database in memory is the
-        connection's own, copied into the child: it keeps it."""
+        afresh, and a connection of its own.
+
+        SQLite keeps, per process, a record of the locks its connections hold on each
+        file, and the child has a copy of its parent's: a connection opened here would
+        share it, and believe it holds locks it does not (the parent, closing its store,
+        would then take itself for the file's last user and remove the log the child is
+        writing to). Where the fork waited for the store's writes (`_fork_begins`), the
+        copies of the parent's connections are idle, and are closed first, which drops
+        that record: they hold only shared locks, which the parent's own connections
+        keep holding, so closing them neither checkpoints nor removes the log (that
+        takes the file's exclusive lock). A copy left inside a transaction (a write that
+        outlasted the wait, or the forking thread's own) is never touched: closing it
+        would roll the parent's write back in the memory the log's index shares with
+        it, and its locks would hold the file here for ever: the store refuses every
+        call, saying why. Where a thread held the store past the wait outside any
+        transaction, the copies are kept unused, as they may be inside a statement.
+        A database in memory is the connection's own, copied into the child: it keeps
+        it."""
+        quiet, self._quiet_at_fork = self._quiet_at_fork, False
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
         self._queue = []
         self._held = None
         if self._path == MEMORY or self._closed:
             return
-        _CROSSED.append(self._conn)
-        if self._flushed is not None:
-            _CROSSED.append(self._flushed)
-            self._flushed = None  # opened again at its first commit
+        copies = [self._conn] if self._flushed is None else [self._conn, self._flushed]
+        self._flushed = None  # opened again at its first commit
+        if any(copy.in_transaction for copy in copies):
+            _CROSSED.extend(copies)
+            self._closed = True
+            self._closed_why = (
+                "was inside a write as this process was forked from its parent: SQLite's"
+                " record of that write's locks, copied into this process, would hold the"
+                " file here for ever. Create the client (and its store) in each process,"
+                " after the fork, or fork while no write is in progress"
+            )
+            return
+        if quiet:
+            for copy in copies:
+                with contextlib.suppress(sqlite3.Error):
+                    copy.close()
+        else:
+            _CROSSED.extend(copies)
         try:
             conn = connect(self._path, busy_timeout=self._busy_timeout, check=False)
             conn.execute("PRAGMA synchronous = NORMAL")
