@@ -20,10 +20,13 @@ success only where the answer it keeps is a refusal (not a 2xx). One whose answe
 (`FOUND_DECLINED`): the server's own later word on that very payment, which a 2xx to
 the request that made it (a payment accepted, then declined; or a PSP that answers a
 declined payment with a 2xx) does not undo; it stays failed. For the same reason a
-refusal stored first does not settle an attempt sent after it: a caller whose lease
-was taken over, and whose own attempt sent at or after the refusal was stored may have
-been applied, leaves the operation `INDETERMINATE` (`LEARNT_MAYBE_APPLIED`), to be
-resumed under its key or looked up, never "failed" for a payment that may be made.
+refusal stored first does not settle an attempt it does not cover: a caller whose lease
+was taken over, and whose own attempt may have been applied, leaves the operation
+`INDETERMINATE` (`LEARNT_MAYBE_APPLIED`), to be resumed under its key or looked up,
+never "failed" for a payment that may be made. A refusal stored while the operation may
+have been applied (by the caller that took it over from a sender) covers no other
+caller's attempt, whenever that caller read its end; a look-up's (which cleared "maybe
+applied") covers the attempts sent before it was stored.
 
 `maybe applied` rides beside the state: it is set by any attempt that may have reached
 the server and cleared only by a look-up (`FOUND_NOTHING`, `FOUND_REFUSED`); an
@@ -102,7 +105,7 @@ MEANING: Mapping[Event, str] = {
     Event.STOPPED_MAYBE_APPLIED: "the call stopped, and an attempt may have been applied",
     Event.LEARNT_MAYBE_APPLIED: (
         "a caller whose lease was taken over leaves that its attempt may have been applied"
-        " (one sent after a refusal another caller stored: that refusal no longer settles it)"
+        " (over a refusal another caller stored that does not cover it: no longer settled)"
     ),
     Event.FOUND_APPLIED: (
         "a look-up on the server found the payment made (over a refusal stored first too)"
@@ -158,7 +161,7 @@ def _table() -> dict[State | None, dict[Event, State]]:
     # condition beside the table: not over a payment a look-up found declined).
     table[State.FAILED][Event.SUCCEEDED] = State.SUCCEEDED
     table[State.FAILED][Event.FOUND_APPLIED] = State.SUCCEEDED
-    # ... and an attempt sent after that refusal, which may have been applied, unsettles it.
+    # ... and an attempt that refusal does not cover, which may have been applied, unsettles it.
     table[State.FAILED][Event.LEARNT_MAYBE_APPLIED] = State.INDETERMINATE
     # Only what was never applied (a failed one: with a status that says it never
     # reached the payment, see `NEVER_APPLIED_STATUSES`), and only while nobody holds it.

@@ -43,11 +43,11 @@ Headers = tuple[tuple[str, str], ...]
 #: have been applied, may be pointed at a corrected target under the same key.
 NEVER_APPLIED_STATUSES = (401, 404, 405, 407)
 
-#: Added to the evidence of a refusal that an attempt sent after it unsettles (see
+#: Added to the evidence of a refusal that an attempt it does not cover unsettles (see
 #: `_guards.learns_over`): what the operation was, and why it is no longer that.
 UNSETTLED_BY_A_LATER_SEND = (
-    "; stored as a refusal, but an attempt sent after it by a caller whose lease had been"
-    " taken over may have been applied: no longer settled (resume it, or look it up)"
+    "; stored as a refusal, but an attempt it does not cover, by a caller whose lease had"
+    " been taken over, may have been applied: no longer settled (resume it, or look it up)"
 )
 
 

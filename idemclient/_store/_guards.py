@@ -13,8 +13,10 @@ it is reopened only where its status says it never reached the payment
 (`NEVER_APPLIED_STATUSES`); and a final success wins over it only where that answer is
 a refusal, not a 2xx (`gives_way`): a failed operation whose answer is a 2xx is a
 payment a look-up found declined, the server's own word on it, which stays. Such a
-refusal is unsettled too by a caller whose lease was taken over and whose attempt,
-sent at or after the refusal was stored, may have been applied (`learns_over`).
+refusal is unsettled too by a caller whose lease was taken over and whose attempt may
+have been applied, where the refusal does not cover it (`learns_over`): one stored
+while the operation may have been applied never does; a look-up's, only the attempts
+sent before it.
 
 "Every unfinished state" is written `finished_at IS NULL` in SQL: the stores write
 `finished_at` exactly when a row's state becomes final (and clear it only when a row is
@@ -164,8 +166,15 @@ def sql_claimed_state(sender: str) -> str:
 def learns_over(record: OperationRecord, sent_at: float | None, *, reaped: bool = False) -> bool:
     """Whether a caller whose lease was taken, whose last attempt that may have been
     applied was sent at `sent_at`, unsettles `record`, failed: a refusal (`gives_way`)
-    stored at or before that send, which could not know of it. Never one `reaped`: its
-    request's body is gone, and it could not be sent again (it stays as it is)."""
+    that does not cover that attempt. One stored while the operation may have been
+    applied (a refusal by the caller that took the lease over from a sender, who may
+    have sent: the takeover says so) covers no other caller's attempt, whenever that
+    caller read its end: a refusal in front of the server is its own request's, and
+    one the server keeps under the key does not tell of a request that reached it
+    first. One that is a look-up's finding (which cleared "maybe applied") covers the
+    attempts sent before it was stored: it is unsettled by one sent at or after it,
+    which it could not know of. Never one `reaped`: its request's body is gone, and it
+    could not be sent again (it stays as it is)."""
     return (
         not reaped
         and record.state is State.FAILED
@@ -173,30 +182,31 @@ def learns_over(record: OperationRecord, sent_at: float | None, *, reaped: bool 
         and gives_way(record)
         and sent_at is not None
         and record.finished_at is not None
-        and sent_at >= record.finished_at
+        and (record.maybe_applied or sent_at >= record.finished_at)
     )
 
 
-def sql_learns_over(sent_at: str) -> str:
-    """`learns_over` in SQL (`sent_at` the SQL of the caller's send, written once)."""
+def sql_learns_over(sent_at: str, sent: str) -> str:
+    """`learns_over` in SQL: `sent_at` the SQL of the caller's send, `sent` that of
+    whether it has one (in that order in the statement: `sent` first)."""
     if State.FAILED not in LEARNT_IN:
         return "false"
     return (
         f"({_sql_refusal_given_way()} AND reaped_at IS NULL"
-        f" AND coalesce({sent_at}, -1) >= finished_at)"
+        f" AND ({sent} AND maybe_applied OR coalesce({sent_at}, -1) >= finished_at))"
     )
 
 
-def sql_learnt_state(learnt: str, sent_at: str) -> str:
+def sql_learnt_state(learnt: str, sent_at: str, sent: str) -> str:
     """The state a caller whose lease was taken leaves: where learning that its attempt
     may have been applied leads, where `learnt` (SQL, written once) holds and the table
-    lets it happen (over a failed one, where `sql_learns_over` holds, by `sent_at`); the
-    row's state elsewhere."""
+    lets it happen (over a failed one, where `sql_learns_over` holds, by `sent_at` and
+    `sent`); the row's state elsewhere."""
     target = _uniform_target(Event.LEARNT_MAYBE_APPLIED).value
     unfinished = _sql_in(LEARNT_IN - {State.FAILED})
     return (
         f"CASE WHEN {unfinished} AND ({learnt}) THEN '{target}'"
-        f" WHEN {sql_learns_over(sent_at)} THEN '{target}' ELSE state END"
+        f" WHEN {sql_learns_over(sent_at, sent)} THEN '{target}' ELSE state END"
     )
 
 

@@ -228,6 +228,7 @@ class SQLSending(SQLBase):
             self._sql.merge,
             (
                 progress.maybe_applied,
+                progress.sent_at is not None,
                 progress.sent_at,
                 UNSETTLED_BY_A_LATER_SEND,
                 progress.maybe_applied,
@@ -239,6 +240,7 @@ class SQLSending(SQLBase):
                 *server_sent(progress),
                 progress.replay_unexplained,
                 operation_id,
+                progress.sent_at is not None,
                 progress.sent_at,
             ),
         )

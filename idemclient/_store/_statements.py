@@ -135,10 +135,11 @@ _WHILE_OWNED = "lease_owner = {p}"
 # have been applied (where the table lets that change the state, `_guards`); over a
 # refusal another caller stored before this caller's attempt was sent, that refusal no
 # longer settles the operation: unfinished again, the refusal named in its evidence.
-# The caller's maybe-applied, its send, the words added, its maybe-applied again, then
-# the attempts it saw, the time, its send twice, the operation, and its send again.
+# The caller's maybe-applied, whether it sent and its send, the words added, its
+# maybe-applied again, then the attempts it saw, the time, its send twice, the
+# operation, and whether it sent and its send again.
 _MERGE = (
-    "UPDATE {t} SET state = " + sql_learnt_state("maybe_applied OR {p}", "{p}") + ","
+    "UPDATE {t} SET state = " + sql_learnt_state("maybe_applied OR {p}", "{p}", "{p}") + ","
     " evidence = CASE WHEN finished_at IS NULL THEN evidence ELSE evidence || {p} END,"
     " finished_at = NULL,"
     " maybe_applied = maybe_applied OR {p},"
@@ -147,7 +148,7 @@ _MERGE = (
     " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"
     " WHEN 2 THEN NULL ELSE server_sent_at END,"
     " replay_unexplained = replay_unexplained OR {p}"
-    " WHERE id = {p} AND (finished_at IS NULL OR " + sql_learns_over("{p}") + ")"
+    " WHERE id = {p} AND (finished_at IS NULL OR " + sql_learns_over("{p}", "{p}") + ")"
 )
 # A look-up's finding, by the lease's holder: that the payment was made lands over a
 # refusal stored first too (`_guards`), the others only on an unfinished row.

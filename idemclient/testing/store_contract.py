@@ -32,10 +32,12 @@ What the tests state, in short (docs/store.md says it at length):
 - **Answers.** A final answer is written whoever holds the lease, unless another final
   answer is there first; but a success is written over a refusal stored first (the
   payment was made), never over a payment a look-up found declined, and a caller whose
-  lease was taken over, whose attempt sent at or after such a refusal may have been
-  applied, leaves it indeterminate; an unsettled one only by the lease's holder. A caller whose
-  write did not land as asked gets the stored record back, marked `lease_lost`.
-  "Maybe applied" never goes back, except by a look-up's verdict (`settle`).
+  lease was taken over, whose attempt such a refusal does not cover may have been
+  applied, leaves it indeterminate (one stored while the operation may have been
+  applied covers no other caller's attempt; a look-up's, those sent before it); an
+  unsettled one only by the lease's holder. A caller whose write did not land as asked
+  gets the stored record back, marked `lease_lost`. "Maybe applied" never goes back,
+  except by a look-up's verdict (`settle`).
 - **Clock steps.** Times are the callers' (`now`); the store keeps the latest it saw
   (`advance_clock`), its records' included (an unfinished operation's latest send). A
   clock seen going back marks every unfinished operation (`clock_stepped`), so that its
@@ -472,10 +474,13 @@ class OperationStoreContract:
         self, store: OperationStore
     ) -> None:
         # The caller whose lease was taken over stops unsettled, its own attempt maybe
-        # applied: sent (or learnt maybe applied) at or after the other caller's refusal
-        # was stored, which therefore does not settle it; sent before, it does.
-        for sent, unsettled in ((NOW + 4, True), (NOW + 3, True), (NOW + 1, False)):
-            operation_id = f"op-sent-{sent - NOW:.0f}"
+        # applied. The refusal the caller that took over stored was stored while the
+        # operation may have been applied (the takeover from a sender says so): it covers
+        # no other caller's attempt, whether that one was sent (or learnt maybe applied)
+        # at or after it, or before (its answer read as lost before, written after). A
+        # caller that sent nothing leaves it as it is.
+        for sent, unsettled in ((NOW + 4, True), (NOW + 3, True), (NOW + 1, True), (None, False)):
+            operation_id = f"op-sent-{'none' if sent is None else f'{sent - NOW:.0f}'}"
             first, second = new_owner(), new_owner()
             intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
             store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
@@ -503,6 +508,52 @@ class OperationStoreContract:
                 assert "no longer settled" in stored.evidence
             else:
                 assert (stored.state, stored.finished_at) == (State.FAILED, NOW + 3), sent
+
+    def test_a_look_up_s_refusal_settles_the_attempts_sent_before_it(
+        self, store: OperationStore
+    ) -> None:
+        # A look-up that found nothing, the refusal the operation keeps its answer (which
+        # clears "maybe applied"), covers the attempts sent before it was stored: a caller
+        # whose lease was taken over and whose attempt was sent before leaves it failed;
+        # one sent at or after it, which it could not know of, unsettles it.
+        for sent, unsettled in ((NOW + 6, True), (NOW + 5, True), (NOW + 1, False)):
+            operation_id = f"op-looked-up-{sent - NOW:.0f}"
+            first, second, third = new_owner(), new_owner(), new_owner()
+            intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
+            store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
+            store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60)
+            store.finish(  # read a refusal no attempt explains: kept, unsettled
+                operation_id,
+                owner=second,
+                state=State.INDETERMINATE,
+                progress=progress(now=NOW + 3),
+                response=StoredResponse.of(400, (), b"{}"),
+            )
+            store.claim(operation_id, owner=third, now=NOW + 4, lease_until=NOW + 60, look_up=True)
+            found = store.settle(
+                operation_id,
+                owner=third,
+                applied=False,
+                evidence="found nothing: the refusal is its answer",
+                now=NOW + 5,
+                state=State.FAILED,
+            )
+            assert (found.state, found.maybe_applied) == (State.FAILED, False)
+            late = dataclasses.replace(progress(now=NOW + 7), sent_at=sent)
+            record = store.finish(
+                operation_id, owner=first, state=State.INDETERMINATE, progress=late
+            )
+            assert record.lease_lost
+            stored = store.get(operation_id)
+            assert stored is not None
+            if unsettled:
+                assert (stored.state, stored.finished_at, stored.maybe_applied) == (
+                    State.INDETERMINATE,
+                    None,
+                    True,
+                ), sent
+            else:
+                assert (stored.state, stored.finished_at) == (State.FAILED, NOW + 5), sent
 
     def test_a_final_answer_never_replaces_a_success_nor_a_refusal_a_second_refusal(
         self, store: OperationStore

@@ -236,13 +236,27 @@ MUTANTS: tuple[Mutant, ...] = (
         " over stored a refusal may have been applied (its answer lost, or pending), is"
         " told 'failed', and the store keeps the refusal, never resumed nor looked up",
         "idemclient/_store/_guards.py",
-        '        f" AND coalesce({sent_at}, -1) >= finished_at)"',
-        '        " AND false)"',
+        '        f" AND ({sent} AND maybe_applied OR coalesce({sent_at}, -1) >= finished_at))"',
+        '        f" AND ({sent} AND false OR coalesce({sent_at}, -1) < -2))"',
         (
             LATE_SUCCESS
             + "::test_a_paused_caller_s_own_late_attempt_unsettles_a_refusal_stored_meanwhile",
             HISTORIES
             + "::test_ietf_a_paused_caller_s_late_pending_attempt_unsettles_a_stored_refusal",
+        ),
+    ),
+    Mutant(
+        "refusal-while-maybe-applied-covers-an-earlier-answer",
+        "lease takeover",
+        "a caller paused past its lease, whose request paid and whose answer it read as lost"
+        " before the caller that took over stored a refusal, and wrote after it, is told"
+        " 'failed', and the store keeps the refusal for a payment made",
+        "idemclient/_store/_guards.py",
+        '        f" AND ({sent} AND maybe_applied OR coalesce({sent_at}, -1) >= finished_at))"',
+        '        f" AND ({sent} AND false OR coalesce({sent_at}, -1) >= finished_at))"',
+        (
+            "tests/client/hostile/test_state_table_attacks.py"
+            "::test_an_answer_lost_before_a_refusal_stored_meanwhile_is_never_told_failed",
         ),
     ),
     # -- the hold -------------------------------------------------------------------------

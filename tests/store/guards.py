@@ -208,6 +208,33 @@ class GuardsDrawnFromTheTable(ABC):
         assert stored.state is record.state
         assert (stored.finished_at is None) is (not stored.state.finished)
 
+    @pytest.mark.parametrize("sent", [NOW - 1, None], ids=["sent-before", "nothing-sent"])
+    def test_a_refusal_stored_while_maybe_applied_is_unsettled_by_any_late_send(
+        self, store: AdminStore, sent: float | None
+    ) -> None:
+        # Stored while the operation may have been applied (by the caller that took the
+        # lease over from a sender, who may have sent): it covers no other caller's
+        # attempt, whenever that caller read its end (`_guards.learns_over`).
+        store.begin(make_intent(), owner="setup", now=NOW - 10, lease_until=NOW + 60)
+        store.finish(
+            "op-1",
+            owner="setup",
+            state=State.FAILED,
+            progress=quiet(maybe_applied=True, now=NOW),
+            response=StoredResponse.of(400, (), b"{}"),
+        )
+        stored = store.get("op-1")
+        assert stored is not None
+        assert (stored.state, stored.maybe_applied) == (State.FAILED, True)
+        progress = dataclasses.replace(quiet(maybe_applied=True, now=NOW + 1), sent_at=sent)
+        record = store.finish("op-1", owner=OTHER, state=State.INDETERMINATE, progress=progress)
+        assert record.lease_lost
+        assert record.state is (State.FAILED if sent is None else State.INDETERMINATE)
+        stored = store.get("op-1")
+        assert stored is not None
+        assert stored.state is record.state
+        assert (stored.finished_at is None) is (not stored.state.finished)
+
     def test_a_reaped_refusal_is_not_unsettled_by_a_late_send(self, store: AdminStore) -> None:
         # Its request's body is gone: unfinished again, it could not be sent again.
         self.put(store, State.FAILED, held_by=None)

@@ -1,0 +1,109 @@
+"""Attacks on the state table's newest rules: a final success wins over a refusal
+stored first, and an attempt of a caller whose lease was taken over unsettles one.
+
+Through the public client, against the reference server in-process (its ledger
+counted), with a transport in front that refuses the second caller's request before it
+reaches the server (a server that keeps no refusal under the key: `ietf`); the clock is
+a `ManualClock`, and every wait on a gate is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient.hooks import AttemptEndEvent, Hooks
+from idemclient.store import SQLiteStore
+from idemclient.testing import ReferenceServer
+
+BOUND = 10.0  # a bound on a test gone wrong, never a wait the test relies on
+PAYMENT: dict[str, Any] = {"amount": 1999, "currency": "EUR", "reference": "order-9"}
+PROFILE = "ietf"
+
+
+class LostThenRefused(httpx.BaseTransport):
+    """The first payment request reaches the server, which pays; its answer is lost (a
+    read timeout). The second is refused here with a 400, never reaching the server."""
+
+    def __init__(self, server: ReferenceServer) -> None:
+        self.inner = server.transport
+        self.posts = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.posts += 1
+            if self.posts == 2:
+                return httpx.Response(400, json={"error": "bad request"})
+            if self.posts == 1:
+                self.inner.handle_request(request).read()
+                raise httpx.ReadTimeout("timed out", request=request)
+        return self.inner.handle_request(request)
+
+
+def client(transport: httpx.BaseTransport, store: Path, clock: ManualClock, **kw: Any) -> Client:
+    return Client(
+        store=store,
+        clock=clock,
+        transport=transport,
+        base_url="http://psp.test",
+        headers={"Authorization": "Bearer sk_test_secret"},
+        server_clock=False,
+        profile=PROFILE,
+        **kw,
+    )
+
+
+def test_an_answer_lost_before_a_refusal_stored_meanwhile_is_never_told_failed(
+    tmp_path: Path,
+) -> None:
+    # A's request reaches the server, which pays; A's answer is lost (a read timeout),
+    # and A is paused (a GC pause, SIGSTOP; here: its own attempt hook) after it read
+    # that, before it writes it, past its lease. B takes the operation over and is
+    # refused in front of the server; B stores the refusal. Then A goes on. A's attempt
+    # may have been applied, and was: it must not be told "failed", and the store must
+    # not keep the refusal as the operation's answer for a payment the server made.
+    server = ReferenceServer(profile=PROFILE)
+    front = LostThenRefused(server)
+    clock = ManualClock()
+    store = tmp_path / "s.db"
+    paused, gate = threading.Event(), threading.Event()
+
+    def pause(event: AttemptEndEvent) -> None:
+        if event.status is None:  # A's lost answer, read
+            paused.set()
+            assert gate.wait(BOUND), "the test never opened the gate"
+
+    told: dict[str, object] = {}
+
+    def run_a() -> None:
+        with client(front, store, clock, hooks=Hooks(on_attempt_end=pause)) as a:
+            try:
+                told["a"] = a.post("/v1/payments", json=PAYMENT, operation_id="op")
+            except BaseException as exc:  # what A is told
+                told["a"] = exc
+
+    thread = threading.Thread(target=run_a, daemon=True)
+    thread.start()
+    assert paused.wait(BOUND)
+    policy = RetryPolicy()
+    clock.advance(policy.deadline + policy.attempt_timeout + 11)  # past A's lease
+    with client(front, store, clock) as b:
+        told_b = b.post("/v1/payments", json=PAYMENT, operation_id="op")
+    assert (told_b.state, told_b.status_code) == (State.FAILED, 400)
+    gate.set()
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert len(server.ledger()) == 1  # the server paid A's request
+    told_a = told["a"]
+    assert isinstance(told_a, Indeterminate), told_a
+    record = SQLiteStore(store).get("op")
+    assert record is not None
+    assert record.state is State.INDETERMINATE, (record.state, record.evidence)
+    with client(server.transport, store, clock) as c:
+        (resumed,) = c.resume()
+    assert (resumed.state, resumed.status_code) == (State.SUCCEEDED, 201)
+    assert len(server.ledger()) == 1
