@@ -13,6 +13,7 @@ from .._errors import OperationMismatch
 from .._frozen import fast_constructor
 from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
+from .._time import LEASE_MARGIN, lease_holds
 from ._base import (
     UNSETTLED_BY_A_LATER_SEND,
     Begin,
@@ -192,7 +193,18 @@ class SQLSending(SQLBase):
         # The guard names the owner, or the state a final answer writes (a success
         # lands over a refusal too: see `Statements.finish`).
         params += (state.value,) if final else (owner,)
-        answer_from = known if self._answer_from_known else None
+        # Told from what the caller knew only while its lease holds (by a margin, for a
+        # host whose clock is a little ahead): a final answer lands whoever holds the
+        # lease, and over a row another caller took over meanwhile it is that row (its
+        # "maybe applied", by the other's attempts) that the caller is told.
+        answer_from = (
+            known
+            if self._answer_from_known
+            and known is not None
+            and known.lease_owner == owner
+            and lease_holds(known.lease_expires, now + LEASE_MARGIN)
+            else None
+        )
         with self._write(durable=self.durability is Durability.FULL) as conn:
             if answer_from is None:
                 row = returned(conn.execute(self._sql.finish_returning[final, answered], params))

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from idemclient import Client, Indeterminate, ManualClock, RetryPolicy, State
+from idemclient import Client, Indeterminate, ManualClock, Outcome, RetryPolicy, State
 from idemclient.hooks import AttemptEndEvent, Hooks
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
@@ -107,3 +108,66 @@ def test_an_answer_lost_before_a_refusal_stored_meanwhile_is_never_told_failed(
         (resumed,) = c.resume()
     assert (resumed.state, resumed.status_code) == (State.SUCCEEDED, 201)
     assert len(server.ledger()) == 1
+
+
+class RefusedThenLost(httpx.BaseTransport):
+    """The first payment request reaches the server, which refuses it; its answer is
+    held until the test opens the gate. Every later one is lost (a read timeout)."""
+
+    def __init__(self, server: ReferenceServer) -> None:
+        self.inner = server.transport
+        self.posts = 0
+        self.arrived = threading.Event()
+        self.gate = threading.Event()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.posts += 1
+            if self.posts > 1:
+                raise httpx.ReadTimeout("timed out", request=request)
+            response = self.inner.handle_request(request)
+            response.read()
+            self.arrived.set()
+            assert self.gate.wait(BOUND), "the test never opened the gate"
+            return response
+        return self.inner.handle_request(request)
+
+
+def test_a_paused_caller_s_refusal_written_over_a_takeover_tells_what_the_store_keeps(
+    tmp_path: Path,
+) -> None:
+    # A's request is refused by the server, and A is paused past its lease before it
+    # writes that. B takes the operation over, its attempt lost (maybe applied), and
+    # stops indeterminate. A's final answer is written (whoever holds the lease): the
+    # store keeps "failed, maybe applied" (B's attempt may have been applied). A must be
+    # told what the store keeps, as a store that reads its row back tells it, never a
+    # refusal "never applied" built from what A knew before its lease lapsed.
+    server = ReferenceServer(profile=PROFILE)
+    front = RefusedThenLost(server)
+    clock = ManualClock()
+    store = tmp_path / "s.db"
+    refused = {"amount": -5, "currency": "EUR", "reference": "order-10"}
+    told: dict[str, object] = {}
+
+    def run_a() -> None:
+        with client(front, store, clock) as a:
+            told["a"] = a.post("/v1/payments", json=refused, operation_id="op")
+
+    thread = threading.Thread(target=run_a, daemon=True)
+    thread.start()
+    assert front.arrived.wait(BOUND)
+    policy = RetryPolicy()
+    clock.advance(policy.deadline + policy.attempt_timeout + 11)  # past A's lease
+    b = client(front, store, clock, policy=RetryPolicy(max_attempts=1))
+    with b, pytest.raises(Indeterminate):
+        b.post("/v1/payments", json=refused, operation_id="op")
+    front.gate.set()
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    record = SQLiteStore(store).get("op")
+    assert record is not None
+    assert (record.state, record.maybe_applied) == (State.FAILED, True)
+    told_a = told["a"]
+    assert isinstance(told_a, Outcome), told_a
+    assert (told_a.state, told_a.status_code) == (State.FAILED, 400)
+    assert told_a.maybe_applied is record.maybe_applied
