@@ -15,6 +15,7 @@ from ._owners import owner_is_dead
 
 __all__ = [
     "NEVER_APPLIED_STATUSES",
+    "OVER_A_REFUSAL",
     "UNSETTLED_BY_A_LATER_SEND",
     "Begin",
     "Claim",
@@ -42,6 +43,10 @@ Headers = tuple[tuple[str, str], ...]
 #: credentials (401, 407). An operation that ended with one, and that nothing says may
 #: have been applied, may be pointed at a corrected target under the same key.
 NEVER_APPLIED_STATUSES = (401, 404, 405, 407)
+
+#: Between a success's evidence and that of the refusal it was written over (see
+#: `_guards.gives_way`): the refusal another caller stored first, and was told.
+OVER_A_REFUSAL = "; written over a refusal another caller stored first, and was told: "
 
 #: Added to the evidence of a refusal that an attempt it does not cover unsettles (see
 #: `_guards.learns_over`): what the operation was, and why it is no longer that.

@@ -13,6 +13,7 @@ from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
 from .._states import Event, after
 from ._base import (
+    OVER_A_REFUSAL,
     UNSETTLED_BY_A_LATER_SEND,
     Begin,
     Claim,
@@ -112,12 +113,15 @@ class MemorySending(MemoryRows):
                     stored = self._merge(stored, progress)
                 return dataclasses.replace(stored, lease_lost=True)
             maybe_applied = stored.maybe_applied or progress.maybe_applied
+            evidence = progress.evidence
+            if stored.finished_at is not None:  # a success over a refusal stored first
+                evidence += OVER_A_REFUSAL + stored.evidence
             return self._put(
                 stored,
                 state=(state if final else State.INDETERMINATE) if maybe_applied else state,
-                attempts=progress.attempts,
+                attempts=max(stored.attempts, progress.attempts),
                 maybe_applied=maybe_applied,
-                evidence=progress.evidence,
+                evidence=evidence,
                 not_before=None if final else progress.not_before,
                 lease_owner=None,
                 lease_expires=None,

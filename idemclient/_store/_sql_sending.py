@@ -15,6 +15,7 @@ from .._outcome import State
 from .._server_time import DATE_RESOLUTION, ServerTime
 from .._time import LEASE_MARGIN, lease_holds
 from ._base import (
+    OVER_A_REFUSAL,
     UNSETTLED_BY_A_LATER_SEND,
     Begin,
     Claim,
@@ -180,6 +181,8 @@ class SQLSending(SQLBase):
             progress.attempts,
             progress.maybe_applied,
             progress.evidence,
+            progress.evidence,
+            OVER_A_REFUSAL,
             not_before,
             *(response_values if answered else ()),
             now,

@@ -104,14 +104,18 @@ _RECORD_ATTEMPT = (
 # operation that may have been applied is indeterminate, never not sent. So the state
 # is chosen here, from the row as well as from the caller: {p} is the caller's
 # maybe-applied, then the state to write if it (or the row) says so, then the state.
+# A success written over a refusal stored first keeps that refusal in its evidence
+# (another caller was told it), after its own; the attempts counted are the most either
+# caller saw.
 # The answer's columns are written by a final finish, and by an unsettled one that
 # keeps an answer (a replay no attempt of ours explains: if a look-up finds nothing,
 # it was the application's refusal, and the operation's final answer); an unsettled
 # finish with none leaves them as they are (`{answer}` is then empty).
 _FINISH = (
     "UPDATE {t} SET state = CASE WHEN maybe_applied OR {p} THEN {p} ELSE {p} END,"
-    " attempts = {p}, maybe_applied = maybe_applied OR {p},"
-    " evidence = {p}, not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
+    " attempts = {greatest}(attempts, {p}), maybe_applied = maybe_applied OR {p},"
+    " evidence = CASE WHEN finished_at IS NULL THEN {p} ELSE {p} || ({p} || evidence) END,"
+    " not_before = {p}, lease_owner = NULL, lease_expires = NULL,"
     " lease_look_up = false, {answer}updated_at = {p}, finished_at = {p},"
     " sent_at = {greatest}(coalesce(sent_at, {p}), coalesce({p}, sent_at)),"
     " server_sent_at = CASE {p} WHEN 1 THEN {greatest}(coalesce(server_sent_at, {p}), {p})"

@@ -467,7 +467,7 @@ class OperationStoreContract:
             "op-1",
             owner=second,
             state=State.FAILED,
-            progress=progress(2, now=NOW + 3),
+            progress=dataclasses.replace(progress(2, now=NOW + 3), evidence="HTTP 400 Bad Request"),
             response=StoredResponse.of(400, (), b'{"error": "bad request"}'),
         )
         assert (refused.state, refused.lease_lost) == (State.FAILED, False)
@@ -492,6 +492,13 @@ class OperationStoreContract:
         )
         assert stored.response is not None
         assert (stored.response.status_code, stored.response.body) == (201, b'{"id": "pay_1"}')
+        # Nothing recorded is dropped: the refusal stays in the evidence, after the
+        # success's own (another caller was told it), and the attempts are the most seen.
+        assert stored.evidence.startswith("HTTP 201")
+        assert stored.evidence.endswith(
+            "another caller stored first, and was told: HTTP 400 Bad Request"
+        )
+        assert stored.attempts == 2
 
     def test_an_attempt_sent_after_a_refusal_stored_first_unsettles_it(
         self, store: OperationStore

@@ -178,6 +178,8 @@ def check(told_a: Any, told_b: Any, store: SQLiteStore, server: ReferenceServer)
     assert (record.state, record.lease_owner) == (State.SUCCEEDED, None)
     assert record.response is not None
     assert record.response.status_code == 201
+    # The refusal stays in the record's evidence: another caller was told it.
+    assert "another caller stored first, and was told: HTTP 400" in record.evidence
     assert len(server.ledger()) == 1  # paid once
 
 
