@@ -432,19 +432,24 @@ class FinalWrite(Protocol):
     ) -> Finished | OperationRecord: ...
 
 
-#: per store class: whether its `finish_brief` is the brief form of its `finish`
-_BRIEF: dict[type, bool] = {}
+#: per store class: the `finish` it had when judged, and whether its `finish_brief` is
+#: the brief form of that `finish`
+_BRIEF: dict[type, tuple[object, bool]] = {}
 
 
 def final_write(store: OperationStore) -> FinalWrite:
     """`store.finish_brief` where the store has one that stands for its `finish` (it
     names it, `finish_brief_of`: a subclass that overrides `finish`, to watch or change
-    it, is asked by that `finish`), else `store.finish`."""
+    it, is asked by that `finish`), else `store.finish`. Judged again whenever the
+    class's `finish` is another than when last judged (patched in place: a test's
+    fault, a user's wrapper)."""
     kind = type(store)
-    brief = _BRIEF.get(kind)
-    if brief is None:
+    current = getattr(kind, "finish", None)
+    judged = _BRIEF.get(kind)
+    if judged is None or judged[0] is not current:
+        # A name the class lacks is looked up once: a miss raises, and costs, inside.
         of: Any = getattr(kind, "finish_brief_of", None)
-        brief = _BRIEF[kind] = of is not None and getattr(kind, "finish", None) is of
-    if brief:
+        judged = _BRIEF[kind] = (current, of is not None and current is of)
+    if judged[1]:
         return cast(FinalWrite, store.finish_brief)  # type: ignore[attr-defined]
     return store.finish

@@ -592,6 +592,25 @@ def test_a_store_whose_finish_is_overridden_is_asked_by_that_finish(tmp_path: Pa
     store.close()
 
 
+def test_a_finish_patched_in_place_is_asked_after_a_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whether the brief form stands for `finish` is judged again once the class's
+    # `finish` changes: one patched on the class after the store's first operation (a
+    # test's fault, a user's wrapper) is asked from then on.
+    store = SQLiteStore(tmp_path / "s.db")
+    assert final_write(store) == store.finish_brief
+    finish = SQLiteStore.finish
+
+    def watched(self: SQLiteStore, operation_id: str, **kwargs: Any) -> OperationRecord:
+        return finish(self, operation_id, **kwargs)
+
+    monkeypatch.setattr(SQLiteStore, "finish", watched)
+    assert final_write(store) == store.finish
+    assert final_write(store) != store.finish_brief
+    store.close()
+
+
 def test_a_start_reads_the_latest_time_seen_through_indexes_alone(store: SQLiteStore) -> None:
     # Every client start reads the latest time the store has seen (`advance_clock`):
     # each part of it is read through an index, so that a start costs the same in a
