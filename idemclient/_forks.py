@@ -14,7 +14,9 @@ An object whose connections a fork must not copy in the middle of a write regist
 itself too (`quiet_at_fork`): as the process begins to fork, it waits (bounded) for a
 write in progress on them to end, and holds them until the fork is done
 (`_fork_begins`, then `_fork_ended` in the parent; in the child the held locks are
-made afresh anyway).
+made afresh anyway, and `quieted` says whether the wait got them). What each fork got
+is the forking thread's own: two threads forking at once each let go only what they
+took.
 
 Held weakly: an object gone is forgotten. (The lease owners' module lock and the async
 client's store threads are made afresh by their own modules, `_store._owners` and
@@ -24,10 +26,11 @@ client's store threads are made afresh by their own modules, `_store._owners` an
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import TYPE_CHECKING
 
-__all__ = ["afresh_in_child", "quiet_at_fork"]
+__all__ = ["afresh_in_child", "quiet_at_fork", "quieted"]
 
 
 if TYPE_CHECKING:  # for the type checker alone: nothing more to build at import
@@ -38,17 +41,18 @@ if TYPE_CHECKING:  # for the type checker alone: nothing more to build at import
             """Make every lock a forked child's calls take afresh (none held)."""
 
     class Quiet(Protocol):
-        def _fork_begins(self) -> None:
-            """Wait (bounded) for a write in progress to end, and hold off the next."""
+        def _fork_begins(self) -> bool:
+            """Wait (bounded) for a write in progress to end, and hold off the next:
+            whether it did (False: a write was still in progress)."""
 
-        def _fork_ended(self) -> None:
-            """In the parent, once forked: let writes go on."""
+        def _fork_ended(self, quiet: bool) -> None:
+            """In the parent, once forked: let writes go on (`quiet`: as it began)."""
 
 
 _ALL: weakref.WeakSet[Afresh] = weakref.WeakSet()
 _QUIET: weakref.WeakSet[Quiet] = weakref.WeakSet()
-#: the objects quieted for the fork under way, in the parent (each let go once)
-_quieted: list[Quiet] = []
+#: the objects quieted for the fork under way in this thread, each with what it got
+_forking = threading.local()
 
 
 def afresh_in_child(owner: Afresh) -> None:
@@ -62,21 +66,28 @@ def quiet_at_fork(owner: Quiet) -> None:
     _QUIET.add(owner)
 
 
+def quieted(owner: object) -> bool:
+    """In a forked child, as its locks are made afresh: whether the fork waited out
+    `owner`'s writes (no write of it was in progress as it forked)."""
+    return any(quiet for one, quiet in getattr(_forking, "quieted", ()) if one is owner)
+
+
 def _before_fork() -> None:
-    for owner in list(_QUIET):
-        owner._fork_begins()
-        _quieted.append(owner)
+    _forking.quieted = [(owner, owner._fork_begins()) for owner in list(_QUIET)]
 
 
 def _after_fork_in_parent() -> None:
-    while _quieted:
-        _quieted.pop()._fork_ended()
+    done, _forking.quieted = getattr(_forking, "quieted", []), []
+    for owner, quiet in reversed(done):
+        owner._fork_ended(quiet)
 
 
 def _after_fork_in_child() -> None:
-    _quieted.clear()
-    for owner in list(_ALL):
-        owner._locks_afresh()
+    try:
+        for owner in list(_ALL):
+            owner._locks_afresh()
+    finally:
+        _forking.quieted = []
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

@@ -30,7 +30,7 @@ from .._db.dialect import SQLITE
 from .._db.errors import sqlite_error
 from .._db.sqlite import MEMORY, connect, immediate
 from .._errors import StoreError, StoreUnavailable
-from .._forks import afresh_in_child, quiet_at_fork
+from .._forks import afresh_in_child, quiet_at_fork, quieted
 from .._outcome import State
 from ._base import Durability, Headers, Intent
 from ._cipher import BodyEncryption
@@ -123,9 +123,6 @@ class SQLiteStore(SQLStore):
         self._closed = False
         #: what a call is told once the store cannot be used (closed, or not reopened)
         self._closed_why = "is closed"
-        #: the lock held by the thread that forks, no write of the store in progress
-        #: (see `_fork_begins`)
-        self._quiet_at_fork = False
         try:
             self._conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
@@ -134,16 +131,15 @@ class SQLiteStore(SQLStore):
         afresh_in_child(self)
         quiet_at_fork(self)
 
-    def _fork_begins(self) -> None:
+    def _fork_begins(self) -> bool:
         """As the process begins to fork (`_forks`): wait (`_FORK_WAIT`) for a write in
         progress on the connections to end, and hold off the next until the fork is
-        done, so that the child gets them idle."""
-        self._quiet_at_fork = self._lock.acquire(timeout=_FORK_WAIT)
+        done, so that the child gets them idle; whether it did."""
+        return self._lock.acquire(timeout=_FORK_WAIT)
 
-    def _fork_ended(self) -> None:
+    def _fork_ended(self, quiet: bool) -> None:
         """In the parent, once it has forked: writes go on."""
-        if self._quiet_at_fork:
-            self._quiet_at_fork = False
+        if quiet:
             self._lock.release()
 
     def _locks_afresh(self) -> None:
@@ -166,7 +162,7 @@ class SQLiteStore(SQLStore):
         transaction, the copies are kept unused, as they may be inside a statement.
         A database in memory is the connection's own, copied into the child: it keeps
         it."""
-        quiet, self._quiet_at_fork = self._quiet_at_fork, False
+        quiet = quieted(self)
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
         self._queue = []

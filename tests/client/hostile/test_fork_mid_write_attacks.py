@@ -179,3 +179,77 @@ def test_a_child_forked_inside_a_write_that_outlasts_the_wait_is_refused_at_once
     assert lines[2].startswith("child StoreUnavailable"), lines
     assert "was inside a write as this process was forked" in lines[2], lines
     assert lines[3:] == ["exit 0", "kept order-1 row-1 row-2"], lines
+
+
+#: Two threads fork at once: the first's fork holds the store (its writes waited out)
+#: until the second's has waited for it in vain and gone on (to the `logging` module's
+#: own lock, which the first holds too: seen in the second thread's frames, a bounded
+#: poll); then both fork, and the parent pays.
+TWO_FORKS = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+
+    def waits_for_logging(thread):
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None:
+            if frame.f_code.co_name == "_acquireLock":
+                return True
+            frame = frame.f_back
+        return False
+
+    def blocking_before():  # registered first: runs after the library's own
+        if threading.current_thread().name == "first":
+            for _ in range({bound} * 200):
+                started = [t for t in threading.enumerate() if t.name == "second"]
+                if started and waits_for_logging(started[0]):
+                    break
+                time.sleep(0.005)
+            else:
+                raise AssertionError("the second fork never went on")
+
+    os.register_at_fork(before=blocking_before)
+
+    from idemclient import Client
+    from idemclient.testing import ReferenceServer
+
+    server = ReferenceServer()
+    client = Client(
+        base_url="http://psp.test",
+        transport=server.transport,
+        store=sys.argv[1] + "/s.db",
+        headers={{"Authorization": "Bearer sk_test_secret"}},
+    )
+
+    def pay(operation):
+        options = dict(
+            json={{"amount": 1999, "currency": "EUR", "reference": operation}},
+            operation_id=operation,
+        )
+        return client.post("/v1/payments", **options).state.value
+
+    print("parent", pay("order-1"), flush=True)
+    children = []
+
+    def fork():
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        children.append(child)
+
+    threads = [threading.Thread(target=fork, name=name) for name in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join({bound})
+    for child in children:
+        os.waitpid(child, 0)
+    signal.alarm({bound} // 2)  # a store held for ever ends here, by SIGALRM
+    print("parent", pay("order-2"), flush=True)
+    """
+)
+
+
+def test_two_threads_forking_at_once_each_let_go_of_what_its_fork_held(tmp_path: Path) -> None:
+    script = TWO_FORKS.format(bound=BOUND)
+    lines = python_lines(script, str(tmp_path), timeout=BOUND * 2)
+    assert lines == ["parent succeeded", "parent succeeded"], lines
