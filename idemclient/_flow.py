@@ -52,7 +52,7 @@ from ._following import failed_after, follow, refuse
 from ._intent import buffered_body
 from ._outcome import State
 from ._policy import Decision
-from ._reading import observe
+from ._reading import learnt_maybe_applied, observe
 from ._reissue import recorded_body, refusal, send_recorded
 from ._settings import Settings
 from ._states import Event, final_answer
@@ -334,8 +334,13 @@ def _attempts(call: Call, owner: str) -> Flow:
             if found.final or call.keeps_answer:
                 call.bound_body(response)
                 yield Read(response)
-            if found.final:
-                return (yield from _finish(call, owner, response, call.final_state(found)))
+            # Twice at most: a refusal judged without knowing that the operation may
+            # have been applied is judged again once the store says so (`_finish`).
+            while found.final:
+                answer = yield from _finish(call, owner, response, call.final_state(found))
+                if answer is not None:
+                    return answer
+                found = learnt_maybe_applied(call, response, found)
             if found.handoff:
                 return (yield from _hand_back(call, owner, response))
         except Exception as exc:
@@ -379,7 +384,13 @@ def _write(
     return record
 
 
-def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> Flow:
+def _finish(
+    call: Call, owner: str, response: httpx.Response, state: State
+) -> Generator[Effect, Any, httpx.Response | None]:
+    """Store the final answer `response` and return what the caller is told; None where
+    the store would not take a refusal judged without knowing that the operation may
+    have been applied (another caller's attempt, noted after this call read the row:
+    `_guards.refusal_judged_blind`): the caller judges it again, knowing."""
     stored = _stored(response)
     settings = call.settings
     # The brief form of the write where the store has one (no record built for an
@@ -398,6 +409,8 @@ def _finish(call: Call, owner: str, response: httpx.Response, state: State) -> F
         ),
         response,
     )
+    if record.lease_lost and not record.state.finished:
+        return None  # a refusal judged blind: not written (see above)
     if record.lease_lost:
         # Another caller finished it first, while this one was paused past its lease:
         # its answer is the operation's, never this call's own under its name. (A

@@ -20,7 +20,7 @@ from ._hooks import AttemptEndEvent
 from ._profile import codes_in
 from ._redaction import redact_location
 
-__all__ = ["key_shared", "observe"]
+__all__ = ["key_shared", "learnt_maybe_applied", "observe"]
 
 _REFUSALS = frozenset({AttemptKind.REJECTED, AttemptKind.KEY_CONFLICT})
 
@@ -59,20 +59,12 @@ def observe(call: Call, result: httpx.Response | Exception) -> Classification:
                 AttemptKind.UNKNOWN, retry=False, maybe_applied=True, final=False
             )
         if call.maybe_applied:
-            found = after_maybe_applied(
-                found,
-                status=result.status_code,
-                replayed=call.profile.replayed(result.headers),
-                server_replays=call.policy.server_replays or call.profile.replays_errors,
-            )
+            found = _after_maybe_applied(call, result, found)
         call.evidence = answer_evidence(result)
         if found.kind is AttemptKind.REDIRECT and "location" in result.headers:
             call.evidence += f" to {redact_location(result.headers['location'])}"
         elif call.maybe_applied and not found.final and found.kind in _REFUSALS:
-            call.evidence += (
-                " after an attempt that may have been applied (the server may be"
-                " refusing a duplicate)"
-            )
+            call.evidence += _DUPLICATE
         if unexplained:
             call.evidence += (
                 " (a stored success's replay under this profile) to a key others may"
@@ -121,6 +113,35 @@ def observe(call: Call, result: httpx.Response | Exception) -> Classification:
     hooks.attempt_end(event)
     if call_hooks is not None:
         call_hooks.attempt_end(event)
+    return found
+
+
+_DUPLICATE = " after an attempt that may have been applied (the server may be refusing a duplicate)"
+
+
+def _after_maybe_applied(
+    call: Call, response: httpx.Response, found: Classification
+) -> Classification:
+    return after_maybe_applied(
+        found,
+        status=response.status_code,
+        replayed=call.profile.replayed(response.headers),
+        server_replays=call.policy.server_replays or call.profile.replays_errors,
+    )
+
+
+def learnt_maybe_applied(
+    call: Call, response: httpx.Response, found: Classification
+) -> Classification:
+    """`found`, a final refusal the store would not record, judged again: the store
+    knows the operation may have been applied (an attempt of another caller's, noted
+    after this call read the row: its lease was taken over), which this call did not
+    know when it read the answer (`_guards.refusal_judged_blind`). After such an attempt
+    a refusal settles the operation only as `observe` would have judged it then."""
+    call.maybe_applied = True
+    found = _after_maybe_applied(call, response, found)
+    if not found.final:
+        call.evidence += _DUPLICATE
     return found
 
 

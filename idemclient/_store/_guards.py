@@ -8,7 +8,7 @@ backend names a state by hand where it guards a write, so the table and the guar
 cannot drift apart (tests/store/guards.py holds every backend to the table, state by
 state).
 
-Two conditions stand beside the table, both on the answer a failed operation keeps:
+Two conditions stand beside the table on the answer a failed operation keeps:
 it is reopened only where its status says it never reached the payment
 (`NEVER_APPLIED_STATUSES`); and a final success wins over it only where that answer is
 a refusal, not a 2xx (`gives_way`): a failed operation whose answer is a 2xx is a
@@ -17,6 +17,9 @@ refusal is unsettled too by a caller whose lease was taken over and whose attemp
 have been applied, where the refusal does not cover it (`learns_over`): one stored
 while the operation may have been applied never does; a look-up's, only the attempts
 sent before it.
+A third stands on what the caller knew: a refusal is not written over an operation
+that may have been applied by a caller that judged it without knowing so
+(`refusal_judged_blind`); that caller judges it again.
 
 "Every unfinished state" is written `finished_at IS NULL` in SQL: the stores write
 `finished_at` exactly when a row's state becomes final (and clear it only when a row is
@@ -42,6 +45,7 @@ __all__ = [
     "lands_in",
     "learns_over",
     "may_reopen",
+    "refusal_judged_blind",
     "sql_attempted",
     "sql_claimed",
     "sql_claimed_state",
@@ -114,14 +118,26 @@ def gives_way(record: OperationRecord) -> bool:
     return record.response is None or not 200 <= record.response.status_code < 300
 
 
-def final_answer_lands(record: OperationRecord, state: State) -> bool:
+def final_answer_lands(record: OperationRecord, state: State, *, knew: bool = True) -> bool:
     """Whether a final answer classified `state` may be written over `record` (the
-    guard `sql_final_answer` and `sql_found_applied` run, for the store in memory)."""
+    guard `sql_final_answer` and `sql_found_applied` run, for the store in memory).
+    `knew`: the caller judged its answer knowing the operation may have been applied
+    (see `refusal_judged_blind`)."""
     if state is State.SUCCEEDED:
         return record.state in SUCCEEDED_IN and (
             record.state is not State.FAILED or gives_way(record)
         )
-    return record.state in REFUSED_IN
+    return record.state in REFUSED_IN and not refusal_judged_blind(record, knew=knew)
+
+
+def refusal_judged_blind(record: OperationRecord, *, knew: bool) -> bool:
+    """Whether a refusal is written over `record` by a caller that judged it final
+    without knowing what the row knows: that the operation may have been applied (an
+    attempt another caller noted after this one read the row: its lease taken over).
+    After such an attempt a refusal may be an edge's, or the server's to a duplicate;
+    whether it still settles the operation is the caller's to judge again, with that
+    knowledge (`_classify.after_maybe_applied`): the write does not land."""
+    return record.maybe_applied and not knew
 
 
 def _sql_refusal_given_way() -> str:
@@ -130,11 +146,14 @@ def _sql_refusal_given_way() -> str:
 
 
 def sql_final_answer() -> str:
-    """Where a final answer lands (`Statements.finish`): `{p}`, a parameter after the
-    row's id, is the state it writes: a success lands over a refusal too."""
+    """Where a final answer lands (`Statements.finish`): the parameters after the
+    row's id are the state it writes, whether its caller knew the operation may have
+    been applied (`refusal_judged_blind`), and the state again: a success lands over a
+    refusal too."""
+    succeeded = f"{{p}} = '{State.SUCCEEDED.value}'"
     return (
-        f"({_sql_in(REFUSED_IN)} OR ({{p}} = '{State.SUCCEEDED.value}'"
-        f" AND {_sql_refusal_given_way()}))"
+        f"(({_sql_in(REFUSED_IN)} AND ({succeeded} OR maybe_applied = false OR {{p}}))"
+        f" OR ({succeeded} AND {_sql_refusal_given_way()}))"
     )
 
 

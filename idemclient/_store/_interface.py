@@ -158,7 +158,11 @@ class OperationStore(Protocol):
         operation's). A success is the one exception: it is written over a refusal
         stored first (a failed operation whose answer is not a 2xx), for the payment
         was made; never over a success, nor over a payment a look-up found declined
-        (failed, with the look-up's 2xx), which is the server's own word on it.
+        (failed, with the look-up's 2xx), which is the server's own word on it. Nor is
+        a refusal written over an operation that may have been applied by a caller
+        whose `progress` says it did not know that (another caller noted an attempt
+        after this one read the row): the caller gets the stored record back, marked
+        `lease_lost`, and judges its answer again knowing it.
 
         `response` is the final answer; an unsettled operation may keep one too (an
         answer read as a replay that no attempt of ours explains: the refusal it is,

@@ -102,7 +102,11 @@ class MemorySending(MemoryRows):
         answered = final or response is not None or drop_answer
         with self._open():
             stored = self._fetch(operation_id)
-            mine = final_answer_lands(stored, state) if final else stored.lease_owner == owner
+            mine = (
+                final_answer_lands(stored, state, knew=progress.maybe_applied)
+                if final
+                else stored.lease_owner == owner
+            )
             if not mine:
                 # Not written as asked: the stored record is the truth, and keeps what
                 # this caller learnt (its attempts may have been applied).

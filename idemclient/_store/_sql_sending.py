@@ -194,8 +194,9 @@ class SQLSending(SQLBase):
             operation_id,
         )
         # The guard names the owner, or the state a final answer writes (a success
-        # lands over a refusal too: see `Statements.finish`).
-        params += (state.value,) if final else (owner,)
+        # lands over a refusal too: see `Statements.finish`) and whether its caller
+        # knew the operation may have been applied (`_guards.refusal_judged_blind`).
+        params += (state.value, progress.maybe_applied, state.value) if final else (owner,)
         # Told from what the caller knew only while its lease holds (by a margin, for a
         # host whose clock is a little ahead): a final answer lands whoever holds the
         # lease, and over a row another caller took over meanwhile it is that row (its

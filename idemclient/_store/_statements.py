@@ -128,8 +128,10 @@ _ANSWER = (
     " response_size = {p}, "
 )
 # A final answer is recorded whoever holds the lease: the server answers the same
-# under this key to everyone; a success over a refusal stored first too (the last {p}
-# is the state written: the table's rule, `_guards`). Giving up only counts while the
+# under this key to everyone; a success over a refusal stored first too, and a refusal
+# not over an operation that may have been applied unless its caller knew that (the last
+# three {p}: the state written, what the caller knew, the state again: the table's rule
+# and the conditions beside it, `_guards`). Giving up only counts while the
 # caller owns it: the owner's lease is the guard (a sender's stop, or a look-up giving
 # its lease back with the state it found, which is no event of the table: the state is
 # the caller's).

@@ -437,24 +437,64 @@ class OperationStoreContract:
         assert lost.lease_owner == second
         # A final answer lands whoever holds the lease: over a row another caller took
         # over (its attempt lost, maybe applied) it tells that row, not what the caller
-        # knew before its lease lapsed.
+        # knew before its lease lapsed. (A success: a refusal judged without knowing the
+        # operation may have been applied is not written at all, see
+        # `test_a_refusal_judged_blind_is_not_written_over_a_maybe_applied_one`.)
         known = store.begin(
             make_intent("op-3", "key-3"), owner=first, now=NOW, lease_until=NOW + 1
         ).record
         store.claim("op-3", owner=second, now=NOW + 2, lease_until=NOW + 60)
         store.finish("op-3", owner=second, state=State.INDETERMINATE, progress=progress())
-        refused = brief(
+        paid = brief(
             "op-3",
             owner=first,
-            state=State.FAILED,
+            state=State.SUCCEEDED,
             progress=progress(now=NOW + 3, applied=False),
-            response=StoredResponse.of(400, (), b"{}"),
+            response=StoredResponse.of(201, (), b"{}"),
             known=known,
         )
         stored = store.get("op-3")
         assert stored is not None
-        assert (stored.state, stored.maybe_applied) == (State.FAILED, True)
-        assert (refused.state, refused.maybe_applied) == (stored.state, stored.maybe_applied)
+        assert (stored.state, stored.maybe_applied) == (State.SUCCEEDED, True)
+        assert (paid.state, paid.maybe_applied) == (stored.state, stored.maybe_applied)
+
+    def test_a_refusal_judged_blind_is_not_written_over_a_maybe_applied_one(
+        self, store: OperationStore
+    ) -> None:
+        # A caller paused past its lease read the row before the one that took over
+        # noted an attempt that may have been applied; its refusal (a 403 in front of
+        # the server), judged without knowing that, is not written: it is told the
+        # stored record, `lease_lost`, and judges again. Knowing it, it is written.
+        first, second = new_owner(), new_owner()
+        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
+        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+        assert store.record_attempt(
+            "op-1", owner=second, progress=progress(1, now=NOW + 3), lease_until=NOW + 60
+        )
+        refusal = StoredResponse.of(403, (), b'{"title": "Forbidden"}')
+        blind = store.finish(
+            "op-1",
+            owner=first,
+            state=State.FAILED,
+            progress=progress(1, applied=False, now=NOW + 4),
+            response=refusal,
+        )
+        assert (blind.state, blind.maybe_applied, blind.lease_lost) == (State.IN_FLIGHT, True, True)
+        stored = store.get("op-1")
+        assert stored is not None
+        assert (stored.state, stored.lease_owner, stored.response) == (
+            State.IN_FLIGHT,
+            second,
+            None,
+        )
+        knowing = store.finish(
+            "op-1",
+            owner=first,
+            state=State.FAILED,
+            progress=progress(1, applied=True, now=NOW + 5),
+            response=refusal,
+        )
+        assert (knowing.state, knowing.lease_lost) == (State.FAILED, False)
 
     def test_a_final_success_replaces_a_refusal_stored_first(self, store: OperationStore) -> None:
         # A caller paused past its lease; the one that took over was refused (stored

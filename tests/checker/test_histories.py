@@ -1071,6 +1071,28 @@ def test_ietf_a_paused_caller_s_late_pending_attempt_unsettles_a_stored_refusal(
         state.teardown()
 
 
+# Found by the deep run (ietf, seed 4062494472, its 841st history): the paused caller
+# read the row before the caller that took over noted its attempt, which the server paid
+# and whose answer was lost (maybe applied); then the paused caller's own request met a
+# 403 in front of the server. Judged as the first answer to a fresh operation, the 403
+# was stored as the final refusal over "maybe applied", and the caller told "failed" for
+# a payment made. A refusal judged without that knowledge does not land: the caller
+# judges it again as after an attempt that may have been applied (an edge's 403 never
+# settles it), is told indeterminate, and the end's resume finds the one payment made.
+def test_ietf_a_paused_caller_s_edge_refusal_after_a_takeover_s_lost_answer_is_not_failed() -> None:
+    state = PaymentsMachine.for_profile("ietf")()
+    state.start()
+    state.edge_refuses_a_held_key(which=0)
+    state.answer_lost(how="520", then="nothing")
+    full = frozenset({"begin", "claim", "register"})
+    op = state.issue_new(by="operation_id", disk_full=full, kill_at=None, way="client")
+    state.owner_paused_then_taken_over(op=op, pause_at=6, seconds=200.0, taker="issue again")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
 # -- clients built by default: no time probe (docs/reliability.md) ----------------------
 #
 # Without the probe, a process's first operation is recorded and sent before any answer

@@ -135,6 +135,35 @@ class GuardsDrawnFromTheTable(ABC):
         assert stored.response is not None
         assert stored.response.status_code == (given if allowed else status)
 
+    @pytest.mark.parametrize("answer", [State.SUCCEEDED, State.FAILED])
+    @pytest.mark.parametrize("knew", [False, True], ids=["judged-blind", "knowing"])
+    def test_a_refusal_judged_blind_does_not_land_over_an_operation_maybe_applied(
+        self, store: AdminStore, knew: bool, answer: State
+    ) -> None:
+        # The condition beside the table on a final refusal (`_guards.refusal_judged_blind`):
+        # written by a caller that did not know the operation may have been applied (the
+        # lease's holder noted an attempt after that caller read the row), it does not
+        # land: that caller judges it again. A success lands either way.
+        self.put(store, State.IN_FLIGHT, held_by=HOLDER)
+        assert store.record_attempt(
+            "op-1", owner=HOLDER, progress=quiet(maybe_applied=True), lease_until=NOW + 60
+        )
+        given = 201 if answer is State.SUCCEEDED else 403
+        record = store.finish(
+            "op-1",
+            owner=OTHER,
+            state=answer,
+            progress=quiet(maybe_applied=knew, now=NOW + 1),
+            response=StoredResponse.of(given, (), b"{}"),
+        )
+        lands = knew or answer is State.SUCCEEDED
+        assert record.lease_lost is not lands
+        assert record.state is (answer if lands else State.IN_FLIGHT)
+        stored = store.get("op-1")
+        assert stored is not None
+        assert (stored.state, stored.maybe_applied) == (record.state, True)
+        assert stored.lease_owner == (None if lands else HOLDER)
+
     @pytest.mark.parametrize(
         ("applied", "verdict", "event"),
         [
