@@ -97,13 +97,8 @@ class Settings:
         parsed only when a judgement needs the server's time."""
         times = self.server_times
         if times is not None:
-            headers = response.headers
-            times.heard(
-                self._frames.origin(request.url),
-                headers.get("date"),
-                self.clock.monotonic(),
-                headers.get("age"),
-            )
+            date, age = _date_and_age(response.headers)
+            times.heard(self._frames.origin(request.url), date, self.clock.monotonic(), age)
 
     def server_time(self, url: httpx.URL | Origin, *, stamped: float) -> ServerTime | None:
         """The server's time now, by the latest `Date` from `url`'s origin (or the
@@ -198,3 +193,23 @@ class Settings:
 
 #: How many (method, path) facts a `Settings` keeps at most.
 _RESOLVED_KEPT = 256
+
+
+def _date_and_age(headers: httpx.Headers) -> tuple[str | None, str | None]:
+    """The `Date` and `Age` of an answer, as `headers.get` reads each (repeats joined),
+    in one pass over the raw headers and without a `KeyError` for one that is missing
+    (most answers carry no `Age`)."""
+    date = age = None
+    for name, value in headers.raw:
+        lowered = name.lower()
+        if lowered == b"date":
+            date = value if date is None else date + b", " + value
+        elif lowered == b"age":
+            age = value if age is None else age + b", " + value
+    if date is None and age is None:
+        return None, None
+    encoding = headers.encoding
+    return (
+        None if date is None else date.decode(encoding),
+        None if age is None else age.decode(encoding),
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from email.utils import formatdate
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -368,3 +369,26 @@ def test_a_cached_answer_s_date_is_read_with_its_age() -> None:
     assert times.at(ORIGIN, 30.0) == server(NOW)
     times.heard(ORIGIN, stale, 40.0, "9" * 11)  # absurd: not read
     assert times.at(ORIGIN, 40.0) == server(NOW - HOUR)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [("Date", "Mon, 07 Dec 2026 22:00:00 GMT"), ("Content-Type", "application/json")],
+        [("date", "Mon, 07 Dec 2026 22:00:00 GMT"), ("AGE", "30")],
+        [("Age", "5"), ("Date", "a"), ("X-Other", "1"), ("date", "b"), ("age", "6")],
+        [("Date", b"Mon, 07 Dec 2026 22:00:00 GMT"), ("X-Note", "café".encode())],
+        [("Age", "7"), ("Server", b"\xe9t\xe9")],
+    ],
+)
+def test_an_answer_s_date_and_age_are_read_as_httpx_reads_them(
+    headers: list[tuple[str, object]],
+) -> None:
+    from idemclient._settings import _date_and_age
+
+    read = httpx.Response(200, headers=headers).headers  # type: ignore[arg-type]
+    expected = (read.get("date"), read.get("age"))
+    # afresh: what httpx decodes, worked out by the one pass, not found cached
+    fresh = httpx.Response(200, headers=headers).headers  # type: ignore[arg-type]
+    assert _date_and_age(fresh) == expected
