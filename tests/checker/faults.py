@@ -107,6 +107,16 @@ THEN = ("nothing", "network down", "503 retry-after 3600s", "429 retry-after 58s
 EDGE_STATUSES = (403, 404)
 
 
+#: The phrases of the statuses a gateway gives that `http.HTTPStatus` does not name (a
+#: CDN's 520 and 524).
+GATEWAY_PHRASES = {520: "Web Server Returned an Unknown Error", 524: "A Timeout Occurred"}
+
+
+def phrase(status: int) -> str:
+    """The reason phrase of `status`, a gateway's own too (`GATEWAY_PHRASES`)."""
+    return GATEWAY_PHRASES.get(status) or HTTPStatus(status).phrase
+
+
 def held_refusal_statuses(setup: Setup) -> tuple[int, ...]:
     """The refusals given to a key the server holds under `setup`'s profile: the edge's,
     and where the server does not answer a held key from it, any refusal."""
@@ -153,7 +163,7 @@ def problem(status: int, request: httpx.Request, detail: str) -> httpx.Response:
     """An answer of `status` with a problem+json body saying `detail`."""
     body = {
         "type": "https://idemclient.dev/problems/scripted",
-        "title": HTTPStatus(status).phrase,
+        "title": phrase(status),
         "status": status,
         "detail": detail,
     }
@@ -241,7 +251,7 @@ class Between:
                 "Server disconnected without sending a response.", request=request
             )
         status = int(how)
-        page = f"<html><body><h1>{status} {HTTPStatus(status).phrase}</h1></body></html>"
+        page = f"<html><body><h1>{status} {phrase(status)}</h1></body></html>"
         return httpx.Response(
             status, headers={"content-type": "text/html"}, content=page.encode(), request=request
         )
