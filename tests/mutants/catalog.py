@@ -259,6 +259,22 @@ MUTANTS: tuple[Mutant, ...] = (
             "::test_an_answer_lost_before_a_refusal_stored_meanwhile_is_never_told_failed",
         ),
     ),
+    Mutant(
+        "refusal-judged-blind-lands",
+        "lease takeover",
+        "a caller paused past its lease before its request left, whose request is refused"
+        " in front of the server after the caller that took over sent and lost its answer"
+        " (maybe applied), is told 'failed', and the store keeps it for a payment made",
+        "idemclient/_store/_guards.py",
+        '        f"(({_sql_in(REFUSED_IN)} AND ({succeeded} OR maybe_applied = false OR {{p}}))"',
+        '        f"(({_sql_in(REFUSED_IN)} AND ({succeeded} OR true OR {{p}}))"',
+        (
+            "tests/client/test_refusal_judged_blind.py::test_an_edge_refusal_after_a_takeover_s"
+            "_maybe_applied_attempt_is_never_told_failed",
+            HISTORIES + "::test_ietf_a_paused_caller_s_edge_refusal_after_a_takeover_s_lost_answer"
+            "_is_not_failed",
+        ),
+    ),
     # -- the hold -------------------------------------------------------------------------
     Mutant(
         "no-in-flight-hold",
