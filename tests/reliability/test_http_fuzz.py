@@ -100,6 +100,8 @@ _values = st.one_of(
 @example(headers=[(b"Expect", b"100-continue")])  # an interim 100 before the answer
 @example(headers=[(b"Transfer-Encoding", b"chunked")])  # with Content-Length: smuggling
 @example(headers=[(b"Content-Length", b"1")])  # two lengths that disagree
+# a length, then a lone LF that a lenient parser takes as the header section's end
+@example(headers=[(b"Content-Length", b"102"), (b"!", b"\n")])
 def test_any_header_bytes_get_a_protocol_answer(
     live: LiveServer, figures: Figures, headers: list[tuple[bytes, bytes]]
 ) -> None:

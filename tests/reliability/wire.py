@@ -74,15 +74,21 @@ def _dechunk(head: bytes, body: bytes) -> bytes:
 def raw_post(
     base_url: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> RawAnswer:
-    """A POST with exactly these header lines (plus Host, Content-Length, Connection).
+    """A POST with exactly these header lines (after Host, Content-Length, Connection).
 
     When the given headers ask for chunked transfer coding, the body is framed that
     way (Content-Length is still sent: the two disagree, as in request smuggling), so
     that the request is always complete and the server always owes an answer.
     """
+    # The length and the close first: a given value with a bare LF in it may end the
+    # header section early for a lenient parser (RFC 9112 lets a server take a lone LF
+    # as a line's end), and whatever it reads as the body then, our length and close
+    # are known, so the server owes an answer and ends the connection after it. Given
+    # last, a given `Content-Length: 102` before such a value left the server waiting
+    # for bytes that never come.
     lines = [b"POST " + path.encode() + b" HTTP/1.1", b"Host: psp"]
-    lines += [name + b": " + value for name, value in headers]
     lines += [b"Content-Length: " + str(len(body)).encode(), b"Connection: close"]
+    lines += [name + b": " + value for name, value in headers]
     chunked = any(
         name.strip(b" \t").lower() == b"transfer-encoding"
         and value.strip(b" \t").lower() == b"chunked"
