@@ -134,15 +134,25 @@ def learnt_maybe_applied(
     call: Call, response: httpx.Response, found: Classification
 ) -> Classification:
     """`found`, a final refusal the store would not record, judged again: the store
-    knows the operation may have been applied (an attempt of another caller's, noted
-    after this call read the row: its lease was taken over), which this call did not
-    know when it read the answer (`_guards.refusal_judged_blind`). After such an attempt
-    a refusal settles the operation only as `observe` would have judged it then."""
+    knows the operation may have been applied by an attempt of another caller's, noted
+    after this call read the row (its lease was taken over: `_guards.refusal_judged_blind`).
+    This call's request went out while it held the lease, before that attempt (or,
+    paused, beside it): its refusal says nothing of what the other attempt did (a refusal
+    the server gave without admitting the request binds nothing to the key, and the
+    other's request under it may have paid). It settles the operation only where the
+    server marks it as its stored answer for the key (a replay marker); else the call
+    stops with the operation maybe applied, for a look-up or a resume under its key."""
     call.maybe_applied = True
-    found = _after_maybe_applied(call, response, found)
-    if not found.final:
-        call.evidence += _DUPLICATE
-    return found
+    if call.profile.replayed(response.headers):
+        return found
+    call.evidence += _OLDER_THAN_ANOTHER
+    return Classification(found.kind, retry=False, maybe_applied=True, final=False)
+
+
+#: A refusal met by another caller's attempt (`learnt_maybe_applied`).
+_OLDER_THAN_ANOTHER = (
+    " to a request sent before another caller's attempt that may have been applied"
+)
 
 
 def _may_be_known(call: Call) -> bool:

@@ -19,7 +19,7 @@ from idemclient import IdemError, State
 from idemclient._server_time import DATE_RESOLUTION
 from idemclient._time import CLOCK_SKEW
 
-from .machine import DAY, KEY_TTL, PaymentsMachine
+from .machine import DAY, KEY_TTL, PaymentsMachine, Phase
 from .world import INTENT_WRITES, OUTCOME_WRITES
 
 NOTHING: frozenset[str] = frozenset()
@@ -1087,6 +1087,30 @@ def test_ietf_a_paused_caller_s_edge_refusal_after_a_takeover_s_lost_answer_is_n
     full = frozenset({"begin", "claim", "register"})
     op = state.issue_new(by="operation_id", disk_full=full, kill_at=None, way="client")
     state.owner_paused_then_taken_over(op=op, pause_at=6, seconds=200.0, taker="issue again")
+    try:
+        state.never_twice_and_agreeing()
+    finally:
+        state.teardown()
+
+
+# Found by the deep run (all profiles in turn, seed 687050822, the 3,228th
+# drf-idempotency-key history): the paused caller's request was refused (400) before the
+# server admitted it, and the caller paused before storing that; the caller that took
+# over sent under the same key, the server began the payment and crashed (its answer
+# lost: maybe applied), and the server then answered "in progress". The paused caller's
+# refusal, judged again knowing the operation may have been applied, was taken as the
+# stored answer of a server that replays errors, and written as "failed" for a payment
+# the recovered server made. That refusal answered a request sent before the other
+# caller's attempt: it says nothing of what that attempt did. It settles nothing unless
+# the server marks it as its stored answer for the key; the caller is told
+# indeterminate, and the end's resume finds the one payment.
+def test_drf_a_paused_caller_s_refusal_older_than_a_takeover_s_attempt_is_not_failed() -> None:
+    state = PaymentsMachine.for_profile("drf-idempotency-key")()
+    state.start()
+    state.server_fault(fault="400")
+    state.server_crashes_after(after=Phase.H1_DONE)
+    op = state.issue_new(by="operation_id", disk_full=frozenset(), kill_at=0, way="client")
+    state.owner_paused_then_taken_over(op=op, pause_at=7, seconds=200.0, taker="issue again")
     try:
         state.never_twice_and_agreeing()
     finally:
