@@ -41,7 +41,7 @@ from ._report import ExitCode, Report, ReportRow, check_report_path
 from ._resave import Held
 from ._rows import Batch, PayoutRow
 from ._run import make_run, run_sync
-from ._signals import Told, held, signal_of, stopping_on_signals, told_by_signals
+from ._signals import Told, held, signal_of, stopping_on_signals, told_by_signals, wait_until
 from ._staged import stage_batch
 
 __all__ = ["fail", "submit_file"]
@@ -423,10 +423,9 @@ def _run_interruptibly(
             outcome.append(exc)
         finally:
             finished.set()
-            told.wake.set()
 
     threading.Thread(target=work, name="idemclient-batch-run", daemon=True).start()
-    told.wake.wait()
+    wait_until(lambda: finished.is_set() or bool(told.signals))
     signum: int | None = told.signals[0] if told.signals else None
     if signum is not None:
         run.stop()
@@ -437,14 +436,7 @@ def _run_interruptibly(
         )
         deadline = time.monotonic() + _GRACE
         # Until the run ends, a second signal, or the grace is over.
-        while not finished.is_set() and len(told.signals) < 2:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            told.wake.clear()
-            if finished.is_set() or len(told.signals) >= 2:
-                break
-            told.wake.wait(left)
+        wait_until(lambda: finished.is_set() or len(told.signals) >= 2, deadline - time.monotonic())
     if outcome and (not run.stopping.is_set() or isinstance(outcome[0], Report | BatchInvalid)):
         result = outcome[0]
     else:

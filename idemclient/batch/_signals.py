@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 
-__all__ = ["Stop", "Told", "held", "signal_of", "stopping_on_signals", "told_by_signals"]
+__all__ = [
+    "Stop",
+    "Told",
+    "held",
+    "signal_of",
+    "stopping_on_signals",
+    "told_by_signals",
+    "wait_until",
+]
 
 #: Besides SIGINT, which Python raises as `KeyboardInterrupt` already.
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
@@ -82,16 +90,35 @@ def held() -> Iterator[None]:
 
 
 class Told:
-    """The signals received since the run started, in order; `wake` is set by each,
-    and by whoever else wants the main thread to look again (the run's end)."""
+    """The signals received since the run started, in order.
+
+    The handler only notes the signal: it takes no lock. It runs in the main thread
+    between two of its steps, wherever that thread was, inside a lock too (an
+    `Event.wait` holds its condition's lock between its own steps): a handler that set
+    an event would wait for that lock for ever, and the command would never end. The
+    main thread looks at what was noted in short waits of its own (`wait_until`)."""
 
     def __init__(self) -> None:
         self.signals: list[int] = []
-        self.wake = threading.Event()
 
     def __call__(self, signum: int, _frame: FrameType | None) -> None:
         self.signals.append(signum)
-        self.wake.set()
+
+
+#: How long the main thread waits before it looks again at the signals noted (seconds).
+_LOOK_AGAIN = 0.05
+
+
+def wait_until(ready: Callable[[], bool], timeout: float | None = None) -> None:
+    """In the main thread: wait until `ready()`, at most `timeout` seconds (None: no
+    limit), looking again every `_LOOK_AGAIN` seconds. A sleep holds no lock, so a
+    signal's handler that runs meanwhile never waits for one (see `Told`)."""
+    end = None if timeout is None else time.monotonic() + timeout
+    while not ready():
+        left = _LOOK_AGAIN if end is None else min(_LOOK_AGAIN, end - time.monotonic())
+        if left <= 0:
+            return
+        time.sleep(left)
 
 
 @contextlib.contextmanager
