@@ -33,8 +33,12 @@ HELD_LONG = 20.0
 
 #: `python -m idemclient` with Ctrl-C at its default, as a terminal's foreground job has
 #: it (a test run in the background ignores SIGINT, and its children inherit that).
+#: The command as a terminal's foreground job has it: SIGINT and SIGHUP as by default,
+#: whatever the tests were started with (a shell's background job ignores SIGINT, and
+#: `nohup` SIGHUP: both are inherited, and the command keeps them ignored, by design).
 _FOREGROUND = (
     "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    " signal.signal(signal.SIGHUP, signal.SIG_DFL);"
     " runpy.run_module('idemclient', run_name='__main__', alter_sys=True)"
 )
 
