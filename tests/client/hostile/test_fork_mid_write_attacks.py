@@ -203,6 +203,8 @@ TWO_FORKS = textwrap.dedent(
                 started = [t for t in threading.enumerate() if t.name == "second"]
                 if started and waits_for_logging(started[0]):
                     break
+                # A real, bounded wait: another thread's progress to a lock, which no
+                # clock of ours moves (the loop gives up after {bound} seconds).
                 time.sleep(0.005)
             else:
                 raise AssertionError("the second fork never went on")
