@@ -101,8 +101,9 @@ class Behind:
     def _overtaken_by(self, operation_id: str, words: str, kept: str) -> None:
         logger.error(
             "the answer to operation %r (%s) was given to the caller, but the store kept"
-            " another caller's final answer (%s), written first once its lease had lapsed"
-            " while the write waited: the store's answer is the operation's",
+            " another caller's final answer (%s), written first (by a caller paused past its"
+            " own lease, or once this one's had lapsed while the write waited): the store's"
+            " answer is the operation's",
             operation_id,
             words,
             kept,
@@ -134,7 +135,8 @@ class Behind:
         if overtaken:
             said.append(
                 "the answers to these operations were given to their callers, but the store"
-                " kept another caller's, written first once their leases had lapsed:"
+                " kept another caller's, written first (by a caller paused past its own lease,"
+                " or once the lease of the one told had lapsed while its write waited):"
                 f" {'; '.join(overtaken)}. The store's answer is the operation's: read it"
                 " (aoperation) before acting on the one told"
             )
