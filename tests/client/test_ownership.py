@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +37,9 @@ from idemclient.hooks import Hooks
 from idemclient.profiles import named
 from idemclient.store import SQLiteStore
 
+from .two_callers import BOUND, Background, paused_past_its_lease
+
 PAYMENT = {"amount": 1999, "currency": "EUR", "reference": "order-1042"}
-GATE_TIMEOUT = 10.0  # a bound on a test that went wrong, never a wait the test relies on
 
 
 @dataclass
@@ -75,7 +75,7 @@ class GatedPSP:
                 self.effects[key] += 1
         step.arrived.set()
         if step.gate is not None:
-            assert step.gate.wait(GATE_TIMEOUT), "the test never opened the gate"
+            assert step.gate.wait(BOUND), "the test never opened the gate"
         if step.error is not None:
             raise step.error("scripted", request=request)
         assert step.status is not None
@@ -96,40 +96,16 @@ def client(
     )
 
 
-class Background:
-    """Run one call in a thread; keep what it returned or raised."""
-
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self.result: object = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], object]) -> None:
-        try:
-            self.result = fn()
-        except BaseException as exc:
-            self.error = exc
-
-    def join(self) -> None:
-        self.thread.join(GATE_TIMEOUT)
-        assert not self.thread.is_alive(), "the background call never finished"
-
-
-def past_the_lease(clock: ManualClock) -> None:
-    policy = RetryPolicy()
-    clock.advance(policy.deadline + policy.attempt_timeout + 11)
-
-
 def test_a_lease_taken_over_keeps_maybe_applied_and_nobody_says_not_sent(tmp_path: Path) -> None:
     clock = ManualClock()
     slow = Step(apply=True, status=None, error=httpx.ReadTimeout, gate=threading.Event())
     refused = [Step(apply=False, status=None, error=httpx.ConnectError) for _ in range(8)]
     psp = GatedPSP(slow, *refused)
     with client(psp, tmp_path / "c.db", clock) as a, client(psp, tmp_path / "c.db", clock) as b:
-        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
-        assert slow.arrived.wait(GATE_TIMEOUT)
-        past_the_lease(clock)  # A's answer is slow; its lease lapses
+        # A's answer is slow; its lease lapses
+        owner_a = paused_past_its_lease(
+            lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"), slow.arrived, clock
+        )
         with pytest.raises(Indeterminate) as taken:  # B only ever failed to connect...
             b.post("/v1/payments", json=PAYMENT, operation_id="op")
         assert taken.value.outcome.maybe_applied  # ...but it took over a send in flight
@@ -162,9 +138,9 @@ def test_an_owner_paused_past_its_lease_returns_what_another_finished(
     late.gate = threading.Event()
     psp = GatedPSP(late, Step(apply=True, status=201))
     with client(psp, tmp_path / "c.db", clock) as a, client(psp, tmp_path / "c.db", clock) as b:
-        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
-        assert late.arrived.wait(GATE_TIMEOUT)
-        past_the_lease(clock)
+        owner_a = paused_past_its_lease(
+            lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"), late.arrived, clock
+        )
         finished = b.post("/v1/payments", json=PAYMENT, operation_id="op")
         late.gate.set()
         owner_a.join()
@@ -183,11 +159,11 @@ def test_a_caller_that_lost_its_lease_says_so(tmp_path: Path) -> None:
     b_first = Step(apply=True, status=201, gate=threading.Event())
     psp = GatedPSP(a_first, b_first)
     with client(psp, tmp_path / "c.db", clock) as a, client(psp, tmp_path / "c.db", clock) as b:
-        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
-        assert a_first.arrived.wait(GATE_TIMEOUT)
-        past_the_lease(clock)
+        owner_a = paused_past_its_lease(
+            lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"), a_first.arrived, clock
+        )
         owner_b = Background(lambda: b.post("/v1/payments", json=PAYMENT, operation_id="op"))
-        assert b_first.arrived.wait(GATE_TIMEOUT)
+        assert b_first.arrived.wait(BOUND)
         assert a_first.gate is not None
         assert b_first.gate is not None
         a_first.gate.set()  # A wants to retry, but B holds the lease now
@@ -309,9 +285,9 @@ def test_a_caller_whose_lease_was_taken_over_and_let_go_says_it_lost_it(tmp_path
         client(psp, path, clock) as a,
         client(psp, path, clock, policy=RetryPolicy(max_attempts=3)) as b,
     ):
-        owner_a = Background(lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"))
-        assert a_first.arrived.wait(GATE_TIMEOUT)
-        past_the_lease(clock)
+        owner_a = paused_past_its_lease(
+            lambda: a.post("/v1/payments", json=PAYMENT, operation_id="op"), a_first.arrived, clock
+        )
         with pytest.raises(Indeterminate) as by_b:
             b.post("/v1/payments", json=PAYMENT, operation_id="op")
         assert by_b.value.outcome.attempts == 3

@@ -359,7 +359,8 @@ def test_an_async_owner_paused_past_its_lease_is_told_what_another_finished(
     # caller's success: queued behind it, the answer told would be the refusal while the
     # store keeps the success. Past its lease, the write is awaited, and the stored
     # success is the answer.
-    from .test_ownership import Background, GatedPSP, Step, client, past_the_lease
+    from .test_ownership import GatedPSP, Step, client
+    from .two_callers import Background, past_the_lease
 
     clock = ManualClock()
     late = Step(apply=False, status=403, gate=threading.Event())

@@ -30,8 +30,8 @@ from idemclient.hooks import Hooks
 from idemclient.store import SQLiteStore
 from idemclient.testing import ReferenceServer
 
-from ..test_ownership import past_the_lease
 from ..test_write_behind import BOUND, PAYMENT, Counted, HeldStore, client_of, pay
+from ..two_callers import past_the_lease
 
 
 def test_an_async_client_in_another_event_loop_waits_for_the_queued_answer(
