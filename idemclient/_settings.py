@@ -22,7 +22,7 @@ from ._policy import RetryPolicy, retention_set
 from ._profile import Profile, Resolved
 from ._server_time import ServerTimes
 from ._store._interface import OperationStore
-from ._time import ServerTime
+from ._time import ServerTime, watched
 from .profiles import DEFAULT as DEFAULT_PROFILE
 
 __all__ = ["CALL_OPTIONS", "CallOptions", "Settings", "origin_of"]
@@ -116,8 +116,8 @@ class Settings:
         """A stamp made at `stamped` was made while this client watched its clock
         (a step back since would have been seen and kept: `clock_went_back`), so this
         clock alone judges it, as it always did. Before that, no client may have been
-        running, and the servers' `Date` is asked too."""
-        return stamped >= self.watched_since
+        running, and the servers' `Date` is asked too (`_time.watched`)."""
+        return watched(stamped, since=self.watched_since)
 
     def profile_at(self, url: httpx.URL) -> Profile:
         """The profile a request to `url` speaks: the chosen one, else its host's

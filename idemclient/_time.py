@@ -61,6 +61,7 @@ __all__ = [
     "over_by_server",
     "parse_date",
     "retained",
+    "watched",
     "went_back",
     "within_retention",
     "younger_than",
@@ -236,6 +237,18 @@ def went_back(server_since: float, server_at: float) -> bool:
     `server_since` (an upper bound) and is behind it by more than the two readings'
     whole seconds allow: it was set back in between."""
     return server_at + 2 * DATE_RESOLUTION < server_since
+
+
+def watched(stamped: float, *, since: float | None) -> bool:
+    """A stamp made at `stamped` was made while a client watched its clock for steps
+    back, from `since` (when it started: `StepWatch`; None, or never reached: it does
+    not watch). A step back since would have been seen and kept (`clock_went_back`), so
+    that clock alone judges the stamp, as it always did: the server's time is not asked
+    of it. A stamp made before, while no client may have been running to see a step,
+    is judged by the server's `Date` too (`age`, `held_until`, `over_by_server`). The
+    one rule for the client's calls (`Settings.watched`), a look-up's "none"
+    (`_reconcile.still_in_flight`) and the batch's records."""
+    return since is not None and stamped >= since
 
 
 # -- ages: a key's retention, how long an answer is believed --------------------------

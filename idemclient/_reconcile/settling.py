@@ -44,7 +44,7 @@ from .._store._base import (
 )
 from .._store._interface import SendingStore
 from .._store._owners import new_owner, release_owner
-from .._time import CLOCK_SKEW, lease_until, look_up_none_until, parse_date
+from .._time import CLOCK_SKEW, lease_until, look_up_none_until, parse_date, watched
 from .judgement import Verdict
 
 __all__ = [
@@ -173,11 +173,11 @@ def still_in_flight(
     clock too (this one may have been stepped forward since the send was stamped), and
     the time returned is when it is over by both, on this clock. `watched_since`: when
     the asking client started watching its clock; a send stamped since is judged by
-    this clock alone (see `Settings.watched`)."""
+    this clock alone (`_time.watched`)."""
     sent = last_sent(record, now=now)
     if sent is None:
         return None
-    if watched_since is not None and sent >= watched_since:
+    if watched(sent, since=watched_since):
         server_at = None
     # The server's time at that send, where the record keeps it (not for a send an
     # owner in flight may have made since, which no one stamped).

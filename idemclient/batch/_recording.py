@@ -214,7 +214,8 @@ class Recording(RunState):
         now = self.clock.time()
         # The look-up's answer says the server's time (its Date): both clocks judge a
         # record stamped before this client started watching its clock.
-        watched_since = settings_of(self.http).watched_since
+        settings = settings_of(self.http)
+        watched_since = settings.watched_since
         server_at = reconcile.answered_at(asked.response)
         running = (
             verdict.finding == "not_found"
@@ -231,7 +232,7 @@ class Recording(RunState):
         unfinished = running or (verdict.finding == "found" and verdict.state is None)
         server = (
             None
-            if server_at is None or record.created_at >= watched_since
+            if server_at is None or settings.watched(record.created_at)
             else ServerTime(server_at, server_at + DATE_RESOLUTION)
         )
         if unfinished and not past_retention(

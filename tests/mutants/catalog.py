@@ -351,6 +351,25 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "stamp-before-the-watch-trusted",
+        "retention margin",
+        "a stamp made before the client started watching its clock is judged as one made"
+        " while it watched: by this host's clock alone, the server's `Date` never asked; a"
+        " clock set back while no client ran makes a day-old payment look young to the"
+        " client, the batch and a look-up's 'none', and it is sent after its key is gone",
+        TIME,
+        "    return since is not None and stamped >= since",
+        "    return since is not None",
+        (
+            "tests/integration/test_server_clock.py::test_a_clock_set_back_while_no_client_"
+            "ran_is_seen_by_the_server_s_date[client]",
+            "tests/integration/test_server_clock.py::test_a_clock_set_back_while_no_client_"
+            "ran_is_seen_by_the_server_s_date[batch]",
+            "tests/client/hostile/test_server_stamp_attacks.py::test_a_wrong_date_at_the_send"
+            "_does_not_make_a_look_up_s_none_believed[gateway-504-behind]",
+        ),
+    ),
+    Mutant(
         "clock-step-allowance-doubled",
         "retention margin",
         "a clock that went back is noticed only past twice the allowed skew: a step of"
