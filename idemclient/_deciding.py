@@ -7,6 +7,8 @@ attempt's classified result against the policy, the profile and the retry budget
 
 from __future__ import annotations
 
+import math
+
 import httpx
 
 from ._call import Call
@@ -16,7 +18,7 @@ from ._hooks import RetryEvent
 from ._policy import Decision
 from ._policy import decide as decide_by_policy
 from ._retry_after import parse_retry_after
-from ._time import ahead, within_retention
+from ._time import ahead, retained
 
 __all__ = ["BUDGET_STOP", "decide", "gate", "past_retention"]
 
@@ -98,16 +100,23 @@ def past_retention(call: Call, *, now: float, at: float) -> Decision | None:
     (now, or after a wait this call would sleep), may reach a server that has
     forgotten its key by then; None if not."""
     retention = call.settings.retention(call.resolved)
-    # The older of its ages by this clock and by the server's: this clock may have
-    # been set back since it was recorded, which no record shows.
-    age = call.age(now)
-    age_sent = age + max(0.0, at - now)
-    # The host that recorded it may have been up to CLOCK_SKEW fast: its age may
-    # be that much more than it looks.
-    if within_retention(age_sent, retention):
+    # By every clock that can measure its age (this one may have been set back since
+    # it was recorded, which no record shows), with the hosts' skew, as of the send.
+    # A stamp ahead of this clock is `gate`'s to stop for, with its own reason.
+    server = call.server_time(call.created_at)
+    if retained(
+        call.created_at,
+        now=now,
+        retention=retention,
+        server=server,
+        server_stamped=call.server_created_at,
+        after=at - now,
+        ahead_by=math.inf,
+    ):
         return None
     call.reconcile_required = True
-    when = "" if at <= now else f", {max(0.0, age_sent):.0f}s once its wait ends"
+    age = call.age(now)
+    when = "" if at <= now else f", {max(0.0, age + at - now):.0f}s once its wait ends"
     local = now - call.created_at
     by = "" if age <= local else f" by the server's clock ({max(0.0, local):.0f}s by this host's)"
     return Decision(

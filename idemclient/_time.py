@@ -261,17 +261,28 @@ def retained(
     retention: float,
     server: ServerTime | None = None,
     server_stamped: float | None = None,
+    after: float = 0.0,
+    ahead_by: float = 0.0,
 ) -> bool:
     """Something stamped at `stamped` (on a host's clock; `server_stamped`: the
     server's time then, where it is kept) is still within a server's key `retention`
-    at `now`: its age by every clock that can measure it (`age`) is, with the clock
-    skew allowed (`within_retention`), and it is known. A stamp after `now` says a clock
-    went back since (this one), or stamped it ahead (another host's): the record may
-    be any age, so it is not known to be within anything."""
-    if stamped > now:
+    at `now`, and `after` seconds later (when a send that waits first would go: every
+    clock will have moved on by then): its age by every clock that can measure it
+    (`age`) is, with the clock skew allowed (`within_retention`), and it is known. A
+    stamp more than `ahead_by` after `now` says a clock went back since (this one), or
+    stamped it ahead (another host's): the record may be any age, so it is not known to
+    be within anything. The batch allows none; a client's call, which stops for a stamp
+    ahead of its clock by more than the skew with a reason of its own (`ahead`), allows
+    any here.
+
+    The one judgement of a key's retention: a call's before each send that may reach a
+    server that forgot the key (`_deciding.past_retention`), the batch's plan of its
+    records (`batch._plan.past_retention`)."""
+    if stamped > now + ahead_by:
         return False
     return within_retention(
-        age(stamped, now=now, server=server, server_stamped=server_stamped), retention
+        age(stamped, now=now, server=server, server_stamped=server_stamped) + max(0.0, after),
+        retention,
     )
 
 

@@ -106,6 +106,28 @@ def test_key_retention(shop: Shop, host: str, side: str) -> None:
     assert shop.applied() == 1
 
 
+def test_a_record_stamped_ahead_of_this_clock_within_the_skew_is_sent_again(
+    shop: Shop,
+) -> None:
+    # Another host of the store, its clock two minutes ahead of this one's (within
+    # CLOCK_SKEW, as the store's hosts may be), recorded the maybe-applied payment: its
+    # stamp, and the store's latest time, are ahead of this clock. Not a clock gone
+    # back: its age is judged as it looks, the key still held, and it is sent again
+    # under it (replayed), not looked up. (Beyond the skew: `test_clock_step_allowance`.)
+    shop.client_clock.offset = 120.0
+    _paid_then_timed_out(shop, "client")
+    record = shop.record()
+    shop.client_clock.offset = 0.0  # this host: the server's time
+    assert record.created_at > shop.client_clock.time()
+    assert record.updated_at - shop.client_clock.time() < CLOCK_SKEW
+    shop.wire.sent.clear()
+    again = shop.pay("client")
+    assert isinstance(again, Outcome), again
+    assert (again.state, again.replayed) == (State.SUCCEEDED, True)
+    assert _posts(shop) == 1
+    assert shop.applied() == 1
+
+
 # -- in-flight hold ----------------------------------------------------------------------
 
 

@@ -37,7 +37,6 @@ class Mutant:
 
 CLASSIFY = "idemclient/_classify.py"
 CALL = "idemclient/_call.py"
-DECIDING = "idemclient/_deciding.py"
 TELLING = "idemclient/_telling.py"
 TIME = "idemclient/_time.py"
 HISTORIES = "tests/checker/test_histories.py"
@@ -331,9 +330,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "retention margin",
         "the key retention is judged at the time of the call, not at the time the send"
         " would go after its wait (a hold, a server's not-before)",
-        DECIDING,
-        "    age_sent = age + max(0.0, at - now)",
-        "    age_sent = age",
+        TIME,
+        "        age(stamped, now=now, server=server, server_stamped=server_stamped)"
+        " + max(0.0, after),",
+        "        age(stamped, now=now, server=server, server_stamped=server_stamped),",
         ("tests/client/hostile/test_lease_skew_attacks.py",),
     ),
     Mutant(
