@@ -6,6 +6,7 @@ import pytest
 from idemclient import Client, ManualClock, RetryPolicy
 
 from .fakes import FakePSP
+from .two_callers import FirstCall, SharedOperation
 
 
 @pytest.fixture
@@ -39,3 +40,12 @@ def client(store_path: Path, clock: ManualClock, psp: FakePSP) -> Iterator[Clien
         policy=RetryPolicy(),
     ) as opened:
         yield opened
+
+
+@pytest.fixture(params=["sync", "async"])
+def first_caller(request: pytest.FixtureRequest) -> FirstCall:
+    """The first caller's call in a test of two callers (see two_callers.py): made by a
+    `Client`, then by an `AsyncClient`."""
+    if request.param == "sync":
+        return SharedOperation.paid_by_a_client
+    return SharedOperation.paid_by_an_async_client

@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from click.testing import CliRunner
 
 from idemclient import Indeterminate, ManualClock, State
 from idemclient.cli import main
-from idemclient.store import OperationRecord
 from idemclient.testing import ReferenceServer
 
 from .two_callers import FirstCall, GatedFront, SharedOperation, paused_past_its_lease
@@ -80,15 +78,17 @@ def refused_then_late(
     return told_a, told_b, operation, server
 
 
-def check(
-    told_a: Any, told_b: Any, record: OperationRecord | None, server: ReferenceServer
-) -> None:
+def late_success_wins(tmp_path: Path, first: FirstCall) -> tuple[SharedOperation, ReferenceServer]:
+    """A's own 2xx comes after B stored a refusal (`refused_then_late`): what each was
+    told, what the store keeps, what the server paid. The operation and the server."""
+    told_a, told_b, operation, server = refused_then_late(tmp_path, first)
     # B stored the refusal first: it was told so, and that cannot be taken back.
     assert (told_b.state, told_b.status_code) == (State.FAILED, 400)
     # A is told its own success: its own answer, not B's refusal from the store.
     assert (told_a.state, told_a.status_code) == (State.SUCCEEDED, 201)
     assert not told_a.from_store
     # The store keeps the success, with A's answer; nothing holds the lease.
+    record = operation.record()
     assert record is not None
     assert (record.state, record.lease_owner) == (State.SUCCEEDED, None)
     assert record.response is not None
@@ -96,15 +96,13 @@ def check(
     # The refusal stays in the record's evidence: another caller was told it.
     assert "another caller stored first, and was told: HTTP 400" in record.evidence
     assert len(server.ledger()) == 1  # paid once
+    return operation, server
 
 
 def test_a_paused_caller_s_own_late_success_wins_over_a_refusal_stored_meanwhile(
     tmp_path: Path,
 ) -> None:
-    told_a, told_b, operation, server = refused_then_late(
-        tmp_path, SharedOperation.paid_by_a_client
-    )
-    check(told_a, told_b, operation.record(), server)
+    operation, server = late_success_wins(tmp_path, SharedOperation.paid_by_a_client)
     # Every later read says succeeded: the client's, a resume's, and the operator's.
     with operation.client(server.transport, clock=ManualClock()) as c:
         seen = c.operation("op")
@@ -127,38 +125,21 @@ def test_an_async_paused_caller_s_own_late_success_wins_over_a_refusal_stored_me
 ) -> None:
     # The async client's final write may go behind the answer (`_behind`): past its
     # lease it is awaited, and it is this caller's success that lands.
-    told_a, told_b, operation, server = refused_then_late(
-        tmp_path, SharedOperation.paid_by_an_async_client
-    )
-    check(told_a, told_b, operation.record(), server)
+    late_success_wins(tmp_path, SharedOperation.paid_by_an_async_client)
 
 
-@pytest.mark.parametrize(
-    "first",
-    [SharedOperation.paid_by_a_client, SharedOperation.paid_by_an_async_client],
-    ids=["sync", "async"],
-)
 def test_a_paused_caller_s_own_late_attempt_unsettles_a_refusal_stored_meanwhile(
-    tmp_path: Path, first: FirstCall
+    tmp_path: Path, first_caller: FirstCall
 ) -> None:
     # A is paused before its request leaves; B takes over and stores a refusal; then
     # A's request reaches the server, which pays, and its answer is lost. A's attempt
     # may have been applied after the refusal was stored: A is told so (indeterminate,
     # never "failed"), the store no longer keeps the refusal as the operation's answer,
     # and a resume under the key settles it as the payment the server made, once.
-    told_a, told_b, operation, server = refused_then_late(tmp_path, first, late=True)
+    told_a, told_b, operation, server = refused_then_late(tmp_path, first_caller, late=True)
     assert (told_b.state, told_b.status_code) == (State.FAILED, 400)
     assert isinstance(told_a, Indeterminate), told_a
-    record = operation.record()
-    assert record is not None
-    assert (record.state, record.maybe_applied, record.finished_at) == (
-        State.INDETERMINATE,
-        True,
-        None,
-    )
+    record = operation.left_unsettled()
     assert "no longer settled" in record.evidence
     assert len(server.ledger()) == 1
-    with operation.client(server.transport) as c:
-        (resumed,) = c.resume()
-    assert (resumed.state, resumed.status_code) == (State.SUCCEEDED, 201)
-    assert len(server.ledger()) == 1  # the server replayed its payment: paid once
+    operation.resumed_as_one_payment(server)  # the server replayed its payment: paid once

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from idemclient import AsyncClient, Client, ManualClock, RetryPolicy
+from idemclient import AsyncClient, Client, ManualClock, RetryPolicy, State
 from idemclient.store import OperationRecord, SQLiteStore
 from idemclient.testing import ReferenceServer
 
@@ -190,6 +190,26 @@ class SharedOperation:
             return store.get(self.operation_id)
         finally:
             store.close()
+
+    def left_unsettled(self) -> OperationRecord:
+        """The operation as the store keeps it, which must be unsettled and maybe
+        applied: indeterminate, and not finished."""
+        record = self.record()
+        assert record is not None
+        assert (record.state, record.maybe_applied, record.finished_at) == (
+            State.INDETERMINATE,
+            True,
+            None,
+        )
+        return record
+
+    def resumed_as_one_payment(self, server: ReferenceServer) -> None:
+        """Resumed under its key, the operation is settled as the payment the server
+        made, which the server replays: its ledger holds one payment."""
+        with self.client(server.transport) as client:
+            (resumed,) = client.resume()
+        assert (resumed.state, resumed.status_code) == (State.SUCCEEDED, 201)
+        assert len(server.ledger()) == 1
 
 
 #: the first caller's call: `SharedOperation.paid_by_a_client`, or `paid_by_an_async_client`
