@@ -37,7 +37,9 @@ What the tests state, in short (docs/store.md says it at length):
   applied covers no other caller's attempt; a look-up's, those sent before it); an
   unsettled one only by the lease's holder. A caller whose write did not land as asked
   gets the stored record back, marked `lease_lost`. "Maybe applied" never goes back,
-  except by a look-up's verdict (`settle`).
+  except by a look-up's verdict (`settle`). Each rule of a final write by a caller
+  whose lease was taken over is checked for `finish` and for `finish_brief`, where a
+  backend offers it (`late_write`).
 - **Clock steps.** Times are the callers' (`now`); the store keeps the latest it saw
   (`advance_clock`), its records' included (an unfinished operation's latest send). A
   clock seen going back marks every unfinished operation (`clock_stepped`), so that its
@@ -53,7 +55,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
@@ -66,6 +68,7 @@ from ..store import (
     Claim,
     Intent,
     NotFound,
+    OperationRecord,
     OperationStore,
     Progress,
     ServerTime,
@@ -178,6 +181,78 @@ def moved(intent: Intent, path: str = "/v1/payouts") -> Intent:
     return dataclasses.replace(
         intent, url=str(url), fingerprint=fingerprint("POST", url, intent.body)
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Takeover:
+    """An operation a first caller began (lease for one second) and a second caller took
+    over once that lapsed (at NOW + 2, for a minute): the setup of every rule of a late
+    write (`taken_over`). `known` is the record as the first caller last saw it, from
+    `begin`: what a client hands its final write."""
+
+    operation_id: str
+    first: str
+    second: str
+    known: OperationRecord
+
+    def second_answers(self, store: OperationStore, state: State, status: int) -> None:
+        """The caller that took over stores an answer (`state`, HTTP `status`) at NOW + 3."""
+        store.finish(
+            self.operation_id,
+            owner=self.second,
+            state=state,
+            progress=progress(now=NOW + 3),
+            response=StoredResponse.of(status, (), b"{}"),
+        )
+
+    def first_stops_unsettled(
+        self, store: OperationStore, late_write: LateWrite, *, sent: float | None, now: float
+    ) -> OperationRecord:
+        """The first caller writes, at `now`, that it stopped unsettled, its attempt
+        sent at `sent` (None: it sent nothing): its write only merges, and it is told
+        the stored record. The operation as stored then."""
+        late = dataclasses.replace(progress(now=now), sent_at=sent)
+        assert late_write(self, state=State.INDETERMINATE, progress=late).lease_lost
+        stored = store.get(self.operation_id)
+        assert stored is not None
+        return stored
+
+
+#: an operation's (state, finished_at, maybe_applied) once a later send unsettled it
+UNSETTLED = (State.INDETERMINATE, None, True)
+
+
+def taken_over(
+    store: OperationStore, operation_id: str = "op-1", *, look_up: bool = False
+) -> Takeover:
+    """`operation_id` begun by one caller and taken over by another (`look_up`: by a
+    look-up) once the first one's lease lapsed."""
+    first, second = new_owner(), new_owner()
+    intent = make_intent(operation_id, f"key-{operation_id}")
+    known = store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1).record
+    store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60, look_up=look_up)
+    return Takeover(operation_id, first, second, known)
+
+
+class LateWrite(Protocol):
+    """The final write of the first caller of a `Takeover` (the fixture `late_write`),
+    told as a record."""
+
+    def __call__(
+        self,
+        taken: Takeover,
+        *,
+        state: State,
+        progress: Progress,
+        response: StoredResponse | None = None,
+    ) -> OperationRecord: ...
+
+
+def as_record(told: Any) -> OperationRecord:
+    """The record a final write told: `finish`'s; or, from `finish_brief`, the one it
+    makes when asked (`record()`) where the write landed as asked, else the row."""
+    record: OperationRecord = told.record() if callable(getattr(told, "record", None)) else told
+    return record
 
 
 class OperationStoreContract:
@@ -347,37 +422,64 @@ class OperationStoreContract:
         )
         assert found.record.key == "key-1"
 
-    def test_giving_up_only_counts_while_holding_the_lease(self, store: OperationStore) -> None:
-        first, second = new_owner(), new_owner()
-        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
-        record = store.finish("op-1", owner=first, state=State.NOT_SENT, progress=progress())
+    @pytest.fixture(params=["finish", "finish_brief"])
+    def late_write(self, request: pytest.FixtureRequest, store: Any) -> LateWrite:
+        """The final write of a caller whose lease was taken over (`Takeover.first`),
+        with the record it last knew: `finish`, or `finish_brief`, the write a client
+        ends a call with where the backend offers one (where it does not, a client asks
+        `finish`, and so does this). Every rule of a late write is checked by both."""
+        write = store.finish
+        if request.param == "finish_brief":
+            write = getattr(store, "finish_brief", store.finish)
+
+        def late(
+            taken: Takeover,
+            *,
+            state: State,
+            progress: Progress,
+            response: StoredResponse | None = None,
+        ) -> OperationRecord:
+            told = write(
+                taken.operation_id,
+                owner=taken.first,
+                state=state,
+                progress=progress,
+                response=response,
+                known=taken.known,
+            )
+            return as_record(told)
+
+        return late
+
+    def test_giving_up_only_counts_while_holding_the_lease(
+        self, store: OperationStore, late_write: LateWrite
+    ) -> None:
+        taken = taken_over(store)
+        record = late_write(taken, state=State.NOT_SENT, progress=progress())
+        assert record.lease_lost  # told so by the stored record
         assert record.state is State.IN_FLIGHT
-        assert record.lease_owner == second
-        assert not store.record_attempt("op-1", owner=first, progress=progress(), lease_until=NOW)
+        assert record.lease_owner == taken.second
+        assert not store.record_attempt(
+            "op-1", owner=taken.first, progress=progress(), lease_until=NOW
+        )
         assert store.record_attempt(
-            "op-1", owner=second, progress=progress(3), lease_until=NOW + 90
+            "op-1", owner=taken.second, progress=progress(3), lease_until=NOW + 90
         )
         after = store.get("op-1")
         assert after is not None
         assert (after.attempts, after.lease_expires) == (3, NOW + 90)
 
     def test_a_caller_that_lost_its_lease_is_told_so_even_once_the_taker_let_it_go(
-        self,
-        store: OperationStore,
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
         # The taker may still hold the lease, or have let it go (unsettled): either way the
         # first caller's write only merges, and the record it gets back says so.
-        first, second = new_owner(), new_owner()
-        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+        taken = taken_over(store)
         let_go = store.finish(
-            "op-1", owner=second, state=State.NOT_SENT, progress=progress(3, now=NOW + 3)
+            "op-1", owner=taken.second, state=State.NOT_SENT, progress=progress(3, now=NOW + 3)
         )
         assert (let_go.lease_owner, let_go.lease_lost) == (None, False)  # its own write
-        late = store.finish(
-            "op-1", owner=first, state=State.NOT_SENT, progress=progress(1, now=NOW + 4)
-        )
+        late = late_write(taken, state=State.NOT_SENT, progress=progress(1, now=NOW + 4))
         assert late.lease_lost
         assert late.lease_owner is None
         assert (late.state, late.maybe_applied) == (State.INDETERMINATE, True)
@@ -386,14 +488,10 @@ class OperationStoreContract:
         assert not stored.lease_lost  # not a column: only what a finish gives back
 
     def test_a_final_answer_is_recorded_whoever_holds_the_lease(
-        self, store: OperationStore
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
-        first, second = new_owner(), new_owner()
-        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
-        record = store.finish(
-            "op-1",
-            owner=first,
+        record = late_write(
+            taken_over(store),
             state=State.SUCCEEDED,
             progress=progress(),
             response=StoredResponse.of(201, (), b"{}"),
@@ -401,21 +499,40 @@ class OperationStoreContract:
         assert record.state is State.SUCCEEDED
         assert record.lease_owner is None
         assert record.finished_at == NOW
+        # Over a row the caller that took over let go meanwhile (its attempt lost, maybe
+        # applied) it lands all the same, and tells that row, not what the caller knew
+        # before its lease lapsed. (A success: a refusal judged without knowing the
+        # operation may have been applied is not written at all, see
+        # `test_a_refusal_judged_blind_is_not_written_over_a_maybe_applied_one`.)
+        let_go = taken_over(store, "op-2")
+        store.finish("op-2", owner=let_go.second, state=State.INDETERMINATE, progress=progress())
+        paid = late_write(
+            let_go,
+            state=State.SUCCEEDED,
+            progress=progress(now=NOW + 3, applied=False),
+            response=StoredResponse.of(201, (), b"{}"),
+        )
+        stored = store.get("op-2")
+        assert stored is not None
+        assert (stored.state, stored.maybe_applied) == (State.SUCCEEDED, True)
+        assert (paid.state, paid.maybe_applied) == (stored.state, stored.maybe_applied)
 
     def test_a_brief_finish_writes_and_tells_what_finish_would(self, store: OperationStore) -> None:
         # Optional: a backend may offer `finish_brief` beside `finish` (see
         # `OperationStore.finish`); the client asks it for a call's final answer. It
         # writes what `finish` writes; landed as asked, it tells the operation as an
         # outcome reads it and makes the record, the row, only when asked (`record()`);
-        # not landed, it answers the stored record, `lease_lost`, as `finish` does.
+        # not landed, it answers the stored record, `lease_lost`, as `finish` does (the
+        # rules of a write that did not land, or landed over a row another caller took
+        # over, are checked for both writes: `late_write`).
         brief = getattr(store, "finish_brief", None)
         if brief is None:
             return  # nothing more to hold a backend without it to
-        first, second = new_owner(), new_owner()
-        begun = store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 60)
+        owner = new_owner()
+        begun = store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
         told = brief(
             "op-1",
-            owner=first,
+            owner=owner,
             state=State.SUCCEEDED,
             progress=progress(2),
             response=StoredResponse.of(201, (), b"{}"),
@@ -425,56 +542,24 @@ class OperationStoreContract:
         assert stored is not None
         # The record, made when asked (`Finished.record()`); or the row itself, read back
         # by a backend for which that costs nothing more (`finish`'s record).
-        record = told.record() if callable(getattr(told, "record", None)) else told
-        assert record == stored
+        assert as_record(told) == stored
         assert (told.state, told.attempts, told.maybe_applied) == (State.SUCCEEDED, 2, True)
         assert (told.key, told.response, told.lease_lost) == (stored.key, stored.response, False)
-        # A caller whose lease was taken over is told so by the stored record.
-        store.begin(make_intent("op-2", "key-2"), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-2", owner=second, now=NOW + 2, lease_until=NOW + 60)
-        lost = brief("op-2", owner=first, state=State.INDETERMINATE, progress=progress())
-        assert lost.lease_lost
-        assert lost.lease_owner == second
-        # A final answer lands whoever holds the lease: over a row another caller took
-        # over (its attempt lost, maybe applied) it tells that row, not what the caller
-        # knew before its lease lapsed. (A success: a refusal judged without knowing the
-        # operation may have been applied is not written at all, see
-        # `test_a_refusal_judged_blind_is_not_written_over_a_maybe_applied_one`.)
-        known = store.begin(
-            make_intent("op-3", "key-3"), owner=first, now=NOW, lease_until=NOW + 1
-        ).record
-        store.claim("op-3", owner=second, now=NOW + 2, lease_until=NOW + 60)
-        store.finish("op-3", owner=second, state=State.INDETERMINATE, progress=progress())
-        paid = brief(
-            "op-3",
-            owner=first,
-            state=State.SUCCEEDED,
-            progress=progress(now=NOW + 3, applied=False),
-            response=StoredResponse.of(201, (), b"{}"),
-            known=known,
-        )
-        stored = store.get("op-3")
-        assert stored is not None
-        assert (stored.state, stored.maybe_applied) == (State.SUCCEEDED, True)
-        assert (paid.state, paid.maybe_applied) == (stored.state, stored.maybe_applied)
 
     def test_a_refusal_judged_blind_is_not_written_over_a_maybe_applied_one(
-        self, store: OperationStore
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
         # A caller paused past its lease read the row before the one that took over
         # noted an attempt that may have been applied; its refusal (a 403 in front of
         # the server), judged without knowing that, is not written: it is told the
         # stored record, `lease_lost`, and judges again. Knowing it, it is written.
-        first, second = new_owner(), new_owner()
-        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+        taken = taken_over(store)
         assert store.record_attempt(
-            "op-1", owner=second, progress=progress(1, now=NOW + 3), lease_until=NOW + 60
+            "op-1", owner=taken.second, progress=progress(1, now=NOW + 3), lease_until=NOW + 60
         )
         refusal = StoredResponse.of(403, (), b'{"title": "Forbidden"}')
-        blind = store.finish(
-            "op-1",
-            owner=first,
+        blind = late_write(
+            taken,
             state=State.FAILED,
             progress=progress(1, applied=False, now=NOW + 4),
             response=refusal,
@@ -484,36 +569,34 @@ class OperationStoreContract:
         assert stored is not None
         assert (stored.state, stored.lease_owner, stored.response) == (
             State.IN_FLIGHT,
-            second,
+            taken.second,
             None,
         )
-        knowing = store.finish(
-            "op-1",
-            owner=first,
+        knowing = late_write(
+            taken,
             state=State.FAILED,
             progress=progress(1, applied=True, now=NOW + 5),
             response=refusal,
         )
         assert (knowing.state, knowing.lease_lost) == (State.FAILED, False)
 
-    def test_a_final_success_replaces_a_refusal_stored_first(self, store: OperationStore) -> None:
+    def test_a_final_success_replaces_a_refusal_stored_first(
+        self, store: OperationStore, late_write: LateWrite
+    ) -> None:
         # A caller paused past its lease; the one that took over was refused (stored
         # failed); then the first one's own request is answered 2xx: the payment was
         # made, and the success is the operation's answer, written as the caller's own.
-        first, second = new_owner(), new_owner()
-        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60)
+        taken = taken_over(store)
         refused = store.finish(
             "op-1",
-            owner=second,
+            owner=taken.second,
             state=State.FAILED,
             progress=dataclasses.replace(progress(2, now=NOW + 3), evidence="HTTP 400 Bad Request"),
             response=StoredResponse.of(400, (), b'{"error": "bad request"}'),
         )
         assert (refused.state, refused.lease_lost) == (State.FAILED, False)
-        record = store.finish(
-            "op-1",
-            owner=first,
+        record = late_write(
+            taken,
             state=State.SUCCEEDED,
             progress=progress(1, applied=True, now=NOW + 4),
             response=StoredResponse.of(201, (), b'{"id": "pay_1"}'),
@@ -541,7 +624,7 @@ class OperationStoreContract:
         assert stored.attempts == 2
 
     def test_an_attempt_sent_after_a_refusal_stored_first_unsettles_it(
-        self, store: OperationStore
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
         # The caller whose lease was taken over stops unsettled, its own attempt maybe
         # applied. The refusal the caller that took over stored was stored while the
@@ -550,58 +633,32 @@ class OperationStoreContract:
         # at or after it, or before (its answer read as lost before, written after). A
         # caller that sent nothing leaves it as it is.
         for sent, unsettled in ((NOW + 4, True), (NOW + 3, True), (NOW + 1, True), (None, False)):
-            operation_id = f"op-sent-{'none' if sent is None else f'{sent - NOW:.0f}'}"
-            first, second = new_owner(), new_owner()
-            intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
-            store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
-            store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60)
-            store.finish(
-                operation_id,
-                owner=second,
-                state=State.FAILED,
-                progress=progress(now=NOW + 3),
-                response=StoredResponse.of(400, (), b"{}"),
-            )
-            late = dataclasses.replace(progress(now=NOW + 5), sent_at=sent)
-            record = store.finish(
-                operation_id, owner=first, state=State.INDETERMINATE, progress=late
-            )
-            assert record.lease_lost
-            stored = store.get(operation_id)
-            assert stored is not None
+            taken = taken_over(store, f"op-sent-{'none' if sent is None else f'{sent - NOW:.0f}'}")
+            taken.second_answers(store, State.FAILED, 400)
+            stored = taken.first_stops_unsettled(store, late_write, sent=sent, now=NOW + 5)
             if unsettled:
-                assert (stored.state, stored.finished_at, stored.maybe_applied) == (
-                    State.INDETERMINATE,
-                    None,
-                    True,
-                ), sent
+                assert (stored.state, stored.finished_at, stored.maybe_applied) == UNSETTLED, sent
                 assert "no longer settled" in stored.evidence
             else:
                 assert (stored.state, stored.finished_at) == (State.FAILED, NOW + 3), sent
 
     def test_a_look_up_s_refusal_settles_the_attempts_sent_before_it(
-        self, store: OperationStore
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
         # A look-up that found nothing, the refusal the operation keeps its answer (which
         # clears "maybe applied"), covers the attempts sent before it was stored: a caller
         # whose lease was taken over and whose attempt was sent before leaves it failed;
         # one sent at or after it, which it could not know of, unsettles it.
         for sent, unsettled in ((NOW + 6, True), (NOW + 5, True), (NOW + 1, False)):
-            operation_id = f"op-looked-up-{sent - NOW:.0f}"
-            first, second, third = new_owner(), new_owner(), new_owner()
-            intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
-            store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
-            store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60)
-            store.finish(  # read a refusal no attempt explains: kept, unsettled
-                operation_id,
-                owner=second,
-                state=State.INDETERMINATE,
-                progress=progress(now=NOW + 3),
-                response=StoredResponse.of(400, (), b"{}"),
+            taken = taken_over(store, f"op-looked-up-{sent - NOW:.0f}")
+            # read a refusal no attempt explains: kept, unsettled
+            taken.second_answers(store, State.INDETERMINATE, 400)
+            third = new_owner()
+            store.claim(
+                taken.operation_id, owner=third, now=NOW + 4, lease_until=NOW + 60, look_up=True
             )
-            store.claim(operation_id, owner=third, now=NOW + 4, lease_until=NOW + 60, look_up=True)
             found = store.settle(
-                operation_id,
+                taken.operation_id,
                 owner=third,
                 applied=False,
                 evidence="found nothing: the refusal is its answer",
@@ -609,24 +666,14 @@ class OperationStoreContract:
                 state=State.FAILED,
             )
             assert (found.state, found.maybe_applied) == (State.FAILED, False)
-            late = dataclasses.replace(progress(now=NOW + 7), sent_at=sent)
-            record = store.finish(
-                operation_id, owner=first, state=State.INDETERMINATE, progress=late
-            )
-            assert record.lease_lost
-            stored = store.get(operation_id)
-            assert stored is not None
+            stored = taken.first_stops_unsettled(store, late_write, sent=sent, now=NOW + 7)
             if unsettled:
-                assert (stored.state, stored.finished_at, stored.maybe_applied) == (
-                    State.INDETERMINATE,
-                    None,
-                    True,
-                ), sent
+                assert (stored.state, stored.finished_at, stored.maybe_applied) == UNSETTLED, sent
             else:
                 assert (stored.state, stored.finished_at) == (State.FAILED, NOW + 5), sent
 
     def test_a_final_answer_never_replaces_a_success_nor_a_refusal_a_second_refusal(
-        self, store: OperationStore
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
         for first_answer, late_answer in (
             ((State.SUCCEEDED, 201), (State.SUCCEEDED, 200)),
@@ -634,20 +681,10 @@ class OperationStoreContract:
             ((State.FAILED, 400), (State.FAILED, 402)),
         ):
             operation_id = f"op-{first_answer[1]}-{late_answer[1]}-{late_answer[0].value}"
-            first, second = new_owner(), new_owner()
-            intent = make_intent(operation_id=operation_id, key=f"key-{operation_id}")
-            store.begin(intent, owner=first, now=NOW, lease_until=NOW + 1)
-            store.claim(operation_id, owner=second, now=NOW + 2, lease_until=NOW + 60)
-            store.finish(
-                operation_id,
-                owner=second,
-                state=first_answer[0],
-                progress=progress(now=NOW + 3),
-                response=StoredResponse.of(first_answer[1], (), b"{}"),
-            )
-            late = store.finish(
-                operation_id,
-                owner=first,
+            taken = taken_over(store, operation_id)
+            taken.second_answers(store, *first_answer)
+            late = late_write(
+                taken,
                 state=late_answer[0],
                 progress=progress(now=NOW + 4),
                 response=StoredResponse.of(late_answer[1], (), b"{}"),
@@ -661,27 +698,24 @@ class OperationStoreContract:
             assert (stored.state, stored.finished_at) == (first_answer[0], NOW + 3)
 
     def test_a_final_success_never_replaces_a_payment_a_look_up_found_declined(
-        self, store: OperationStore
+        self, store: OperationStore, late_write: LateWrite
     ) -> None:
         # Failed by a look-up that found the payment and its status, declined: the
         # server's own later word on the payment, which a 2xx to the request that made
         # it (accepted, then declined) does not undo.
-        first, second = new_owner(), new_owner()
-        store.begin(make_intent(), owner=first, now=NOW, lease_until=NOW + 1)
-        store.claim("op-1", owner=second, now=NOW + 2, lease_until=NOW + 60, look_up=True)
+        taken = taken_over(store, look_up=True)
         declined = StoredResponse.of(200, (), b'{"data": [{"status": "declined"}]}')
         store.settle(
             "op-1",
-            owner=second,
+            owner=taken.second,
             applied=True,
             evidence="found, declined",
             now=NOW + 3,
             response=declined,
             state=State.FAILED,
         )
-        late = store.finish(
-            "op-1",
-            owner=first,
+        late = late_write(
+            taken,
             state=State.SUCCEEDED,
             progress=progress(applied=True, now=NOW + 4),
             response=StoredResponse.of(201, (), b"{}"),
