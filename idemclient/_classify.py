@@ -3,6 +3,7 @@
 | observed                                      | kind            | retry | maybe applied | final |
 |-----------------------------------------------|-----------------|-------|---------------|-------|
 | 2xx except 202                                | SUCCEEDED       | no    | yes           | yes   |
+| the profile's "declined" in a 2xx's body      | REJECTED        | no    | no            | yes   |
 | 202 Accepted                                  | ACCEPTED        | yes   | yes           | no    |
 | 3xx                                           | REDIRECT        | no    | yes           | no    |
 | 409 Conflict                                  | IN_PROGRESS     | yes   | yes           | no    |
@@ -30,7 +31,8 @@ here is the resource" (EXISTING), a replay of the stored success under another s
 those that matches none of them is an ordinary refusal there (a GoCardless 409 that is
 not its creation conflict), not the generic row.
 
-Only a 2xx is a success and only a 4xx is a refusal: those are *final*, stored as the
+Only a 2xx is a success and only a 4xx is a refusal (or a 2xx whose body says the
+payment was declined, where the profile's provider declines so): those are *final*, stored as the
 operation's answer. "Already done, here it is" is neither: it names a resource made
 under the key, which may have been declined, or still be running; what it came to is
 read from the resource (`Client` fetches it), never from the name alone. Everything
@@ -159,8 +161,11 @@ def classify_response(
     status = response.status_code
     kind: AttemptKind | None = None
     from_profile = False
-    if profile is not None and not 200 <= status < 300:
-        kind, from_profile = _profile_kind(profile, status, response.headers, codes)
+    if profile is not None:
+        if not 200 <= status < 300:
+            kind, from_profile = _profile_kind(profile, status, response.headers, codes)
+        elif profile.declined and _declined(profile, response, codes):
+            return _BY_KIND[AttemptKind.REJECTED]  # declined in a success's body
     if kind is not None:
         pass
     elif status == 202:
@@ -292,6 +297,12 @@ def _profile_kind(
         # that gives them no such meaning reads them as ordinary refusals.
         return AttemptKind.REJECTED, False
     return None, False
+
+
+def _declined(profile: Profile, response: httpx.Response, codes: frozenset[str]) -> bool:
+    """A 2xx whose body says the payment was declined, in the profile's words."""
+    status, headers = response.status_code, response.headers
+    return any(m.matches(status, headers, codes) for m in profile.declined)
 
 
 def _hints(profile: Profile | None, follow_server_hints: bool) -> tuple[str, ...]:

@@ -311,6 +311,10 @@ class Profile:
     existing: Existing | None = None
     #: "sign this first" (Wise's strong customer authentication): state `challenged`
     challenge: Match | None = None
+    #: a payment declined in a success's body (Adyen's `resultCode` `Refused`,
+    #: Checkout.com's `status` `Declined`): a 2xx with one of these codes at
+    #: `code_paths` is a final refusal, `failed`, never a success
+    declined: tuple[Match, ...] = ()
     #: answers the server does not keep under the key, so that the same key sent again
     #: runs the request again (Checkout.com keeps only 2xx): never retried
     unstored: frozenset[int] = frozenset()
@@ -366,9 +370,15 @@ class Profile:
                     f"Profile: host {host!r} must be a host name in lower case, without"
                     " scheme, port or path; '*' may only start it (a merchant's prefix)"
                 )
+        for match in self.declined:
+            if not match.codes or not all(200 <= s < 300 and s != 202 for s in match.statuses):
+                raise ValueError(
+                    "Profile: a declined answer is a 2xx other than 202 with error codes"
+                    " (every 2xx would otherwise be a refusal)"
+                )
         # Read on every answer: worked out once, here.
         patterns = self._patterns()
-        needs = {s for m in patterns if m.codes for s in m.statuses}
+        needs = {s for m in (*patterns, *self.declined) if m.codes for s in m.statuses}
         if self.existing is not None:
             needs |= self.existing.match.statuses  # its body names the resource
         object.__setattr__(self, "needs_codes", frozenset(needs))

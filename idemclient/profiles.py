@@ -148,7 +148,10 @@ adyen = Profile(
     ),
     mismatch=(),
     hints=(),
-    code_paths=("errorCode",),
+    # docs.adyen.com/development-resources/refusal-reasons: a refused authorisation
+    # answers 200, its `resultCode` Refused, Error or Cancelled.
+    declined=(Match(_statuses(200, 201), codes=frozenset({"refused", "error", "cancelled"})),),
+    code_paths=("errorCode", "resultCode"),
     # The Adyen Python library's settings (test hosts, and each live one with the
     # company's prefix where Adyen gives one) and docs.adyen.com/development-resources/
     # live-endpoints: every API takes the key on POST (api-idempotency).
@@ -273,6 +276,10 @@ checkout = Profile(
     in_progress=(Match(_statuses(409)),),
     mismatch=(),
     unstored=_statuses(500, 502, 504),
+    # checkout.com/docs/resources/codes/http-response-codes: a declined card answers
+    # a 2xx, its `status` Declined (`approved` false, `response_code` 2xxxx-4xxxx).
+    declined=(Match(_statuses(200, 201), codes=frozenset({"declined"})),),
+    code_paths=("status",),
     # checkout.com/docs/developer-resources/api/api-endpoints (each merchant's own base
     # URL, its prefix from the client id) and checkout-sdk-python's Environment.
     hosts=(
