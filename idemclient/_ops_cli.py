@@ -459,8 +459,14 @@ def reconcile_command(
     if missing is not None:
         _fail(missing)
     with _open(store) as opened:
-        known = opened.get(operation_id)
-    profile = (known.profile if known is not None else None) or DEFAULT.name
+        try:
+            known = opened.get(operation_id) or opened.get_by_key(operation_id)
+        except StoreError as exc:
+            _fail(str(exc))
+    if known is None:  # a mistyped id: said so, before any look-up is chosen or sent
+        _fail(f"no operation {operation_id!r} in {store}")
+    operation_id = known.operation_id  # given by its key, as `ops show` takes it
+    profile = known.profile or DEFAULT.name
     if profile not in BUILTIN:
         # Its server's in_flight_for (how long a "not found" is too early to believe),
         # its look-up and its statuses are the application's: judged by the default's,
@@ -478,8 +484,7 @@ def reconcile_command(
         )
     except (StoreError, ImportError) as exc:
         _fail(str(exc))
-    if known is not None:
-        lookup = _lookup_for(known, lookup, BUILTIN[profile])
+    lookup = _lookup_for(known, lookup, BUILTIN[profile])
     with client:
         try:
             outcome = client.reconcile(

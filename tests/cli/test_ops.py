@@ -237,6 +237,40 @@ def test_reconcile_without_a_look_up_says_the_option_not_the_python_keyword(
     assert live.server.ledger() == before  # nothing was sent
 
 
+def test_reconcile_of_a_mistyped_id_says_there_is_no_such_operation(
+    store_with_history: Path, live: LiveServer
+) -> None:
+    # An operator under pressure mistypes the id: the command must say so, not send the
+    # operator after a --lookup (or Python's lookup=) that would not have helped.
+    before = live.server.ledger()
+    code, _, err = run(
+        "ops", "reconcile", "order-3", "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1",
+    )  # fmt: skip
+    assert code == 2
+    assert "no operation 'order-3'" in err, err
+    assert "lookup" not in err
+    assert live.server.ledger() == before  # nothing was sent
+    with SQLiteStore(store_with_history) as store:
+        assert store.get("order-3") is None  # nothing was recorded either
+
+
+def test_reconcile_takes_the_key_as_show_does(store_with_history: Path, live: LiveServer) -> None:
+    # `ops show` finds an operation by its key as well: an operator who pastes the key
+    # it shows into `ops reconcile` settles that operation, with its own look-up.
+    with SQLiteStore(store_with_history) as store:
+        record = store.get("order-2")
+    assert record is not None
+    code, out, err = run(
+        "ops", "reconcile", record.key, "--store", str(store_with_history),
+        "--url", live.url, "--token", "shop-1",
+        "--lookup", "/v1/payments?idempotency_key={key}",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "order-2  succeeded" in out
+    assert len(live.server.ledger()) == 2  # nothing was sent again
+
+
 def test_reconcile_that_cannot_tell_exits_3(store_with_history: Path, live: LiveServer) -> None:
     live.server.answer(500, path="/v1/payments")
     code, _, err = run(
