@@ -101,7 +101,8 @@ def resource_id(content: bytes | None) -> str | None:
 
 #: Where an error body says why, in the dialects payment APIs speak: problem+json
 #: (`detail`, `title`), Stripe's and others' `error.message`, DRF's `detail`, PayPal's
-#: `message` and its `details[].description`, `errors[].message`.
+#: `message` and its `details[].description`, `errors[].message`; a decline answered in
+#: a 2xx: Adyen's `refusalReason`, Checkout.com's `response_summary`.
 _WHY = (
     ("detail",),
     ("message",),
@@ -113,6 +114,8 @@ _WHY = (
     ("details", 0, "issue"),
     ("error_description",),
     ("title",),
+    ("refusalReason",),
+    ("response_summary",),
 )
 #: A refusal's reason is cut to this many characters in the report.
 MAX_REFUSAL = 300

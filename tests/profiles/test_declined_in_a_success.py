@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from idemclient import AsyncClient, Client, Indeterminate, ManualClock, State, profiles
+from idemclient.batch import read_batch, submit
 from idemclient.errors import OperationFailed
 from idemclient.profiles import Match
 
@@ -154,3 +155,37 @@ async def test_the_async_client_tells_a_decline_in_a_2xx_failed(tmp_path: Path) 
         with pytest.raises(OperationFailed):
             outcome.raise_for_status()
     assert len(server.posts) == 1
+
+
+@pytest.mark.parametrize(
+    ("profile", "status", "body", "why"),
+    [
+        pytest.param("adyen", 200, _ADYEN_REFUSED, "Not enough balance", id="adyen"),
+        pytest.param("checkout", 201, _CHECKOUT_DECLINED, "Insufficient Funds", id="checkout"),
+    ],
+)
+def test_a_batch_row_declined_in_a_2xx_is_failed_with_the_reason(
+    make: Callable[..., Client],
+    tmp_path: Path,
+    profile: str,
+    status: int,
+    body: dict[str, object],
+    why: str,
+) -> None:
+    sample = tmp_path / "payroll.csv"
+    sample.write_text(
+        "ref,employee_id,name,account,amount,currency,value_date\n"
+        "2026-11-E1000,E1000,Ada Lovelace,GB51TEST31234094394852,357001,GBP,2026-11-30\n"
+        "2026-11-E1001,E1001,Grace Hopper,GB93TEST20192164782032,580584,GBP,2026-11-30\n",
+        encoding="utf-8",
+    )
+    server = Scripted(httpx.Response(201, json={"id": "pay_1"}), httpx.Response(status, json=body))
+    client = make(server, profile)
+    report = submit(read_batch(sample), client, concurrency=1, lookup=None)
+    assert len(server.posts) == 2
+    states = {row.ref: (row.state, row.reason) for row in report.rows}
+    assert states["2026-11-E1000"][0] == "succeeded"
+    state, reason = states["2026-11-E1001"]
+    assert state == "failed"
+    assert why in (reason or "")
+    assert report.exit_code == 4
