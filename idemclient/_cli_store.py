@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._seam import POSTGRES_SCHEMES
+from ._seam import POSTGRES_SCHEMES, store_absent
 
 __all__ = ["STORE_HELP", "StoreLocation", "describe_missing"]
 
@@ -45,9 +45,8 @@ class StoreLocation(_ParamType):
 def describe_missing(store: Path | str) -> str | None:
     """Why there is no store at `store` to read, or None when there may be one.
 
-    A SQLite file that does not exist would be created empty; a URL is checked by
-    connecting to it.
+    A SQLite file that does not exist would be created empty, and so would the tables
+    of a PostgreSQL database that holds none (a URL to the wrong database): a command
+    that reads a store says so instead, and creates nothing there.
     """
-    if isinstance(store, Path) and not store.exists():
-        return f"no store at {store}"
-    return None
+    return store_absent(store)

@@ -21,7 +21,8 @@ behind it:
   `profile_for`, `read_existing`), and its store opened where it was deferred
   (`opened`);
 - the store: a client's store as the whole interface the batch needs (`as_admin`),
-  one opened from a path or URL (`open_store`, `POSTGRES_SCHEMES`), this process as
+  one opened from a path or URL (`open_store`, `POSTGRES_SCHEMES`), or found absent
+  there without creating one (`store_absent`), this process as
   a lease's owner (`of_this_process`), the statuses of a request never applied
   (`NEVER_APPLIED_STATUSES`);
 - settling by a look-up (`reconcile`, the module, so that what it calls is looked up
@@ -72,7 +73,7 @@ from ._redaction import looks_secret, origin_of, redact_url, shown_url
 from ._resume import read_existing
 from ._server_time import DATE_RESOLUTION, parse_date, went_back
 from ._store import NEVER_APPLIED_STATUSES, as_admin
-from ._store._open import open_store
+from ._store._open import open_store, store_absent
 from ._store._owners import of_this_process
 from ._time import retained, younger_than
 
@@ -124,6 +125,7 @@ __all__ = [
     "settings_of",
     "settle",
     "shown_url",
+    "store_absent",
     "went_back",
     "younger_than",
 ]

@@ -10,7 +10,7 @@ from .._db import is_postgres_url, postgres_missing
 from ._interface import AdminStore, OperationStore
 from ._sqlite import SQLiteStore
 
-__all__ = ["open_store"]
+__all__ = ["open_store", "store_absent"]
 
 S = TypeVar("S", bound=OperationStore)
 
@@ -58,3 +58,25 @@ def open_store(
             raise postgres_missing("a PostgreSQL store", exc) from exc
         return PostgresStore(spec, secret_headers=secret_headers, persist_headers=persist_headers)
     return SQLiteStore(spec, secret_headers=secret_headers, persist_headers=persist_headers)
+
+
+def store_absent(spec: str | os.PathLike[str]) -> str | None:
+    """Why there is no store at `spec` to read, or None when there may be one: a SQLite
+    file that does not exist, or a PostgreSQL database that holds no store (opening
+    either would create one). Looked at without writing anything."""
+    if is_postgres_url(spec):
+        assert isinstance(spec, str)
+        try:
+            from .._db.postgres import display
+            from ._postgres import holds_no_store
+        except ImportError:
+            return None  # opening it says psycopg is missing
+        if holds_no_store(spec):
+            return (
+                f"no store at {display(spec)}: that database holds no idemclient store"
+                " (is it the right one?)"
+            )
+        return None
+    if not os.path.exists(spec):
+        return f"no store at {os.fspath(spec)}"
+    return None

@@ -31,14 +31,16 @@ import threading
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any, ClassVar
 
+import psycopg
 from psycopg.rows import tuple_row
 
 from .._db.dialect import POSTGRES
-from .._db.pg_schema import StoreIdentity, open_schema
+from .._db.pg_schema import StoreIdentity, open_schema, read_identity
 from .._db.postgres import (
     COMMIT_OFF,
     Conn,
     check_joinable,
+    connect_args,
     display,
     durable_level,
     open_then_pool,
@@ -46,7 +48,7 @@ from .._db.postgres import (
     quoted,
     with_lock_timeout,
 )
-from .._errors import StoreUnavailable
+from .._errors import StoreError, StoreUnavailable
 from .._forks import afresh_in_child
 from .._outcome import State
 from ._base import Durability, Intent
@@ -69,6 +71,18 @@ def _chunks(items: Iterable[Intent], size: int) -> Iterator[list[Intent]]:
     iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
+
+
+def holds_no_store(url: str, *, schema: str = DEFAULT_SCHEMA) -> bool:
+    """True when the database at `url` is reachable and holds no store in `schema`,
+    found by reading only: a command that reads a store must not create one in a
+    database it was pointed at by mistake. False when it holds one, or when that cannot
+    be told here (the store's own opening then says why)."""
+    try:
+        with psycopg.connect(url, **connect_args(url, 10.0)) as conn:
+            return read_identity(conn, schema, where=display(url), layout=STORE) is None
+    except (psycopg.Error, StoreError, ValueError):
+        return False
 
 
 class PostgresStore(SQLStore):

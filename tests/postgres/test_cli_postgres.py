@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 from click.testing import CliRunner
 
 from idemclient import State
@@ -59,3 +60,43 @@ def test_ops_names_an_unreachable_postgresql_store(pg_url: str) -> None:
     assert result.exit_code == 2
     assert "no_such_database" in result.stderr
     assert "does not exist" in result.stderr
+
+
+def _schemas(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%'"
+            " AND nspname NOT IN ('information_schema', 'public')"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_ops_on_a_database_that_holds_no_store_says_so_and_creates_none(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # The operator points --store at the wrong database (the application's own, another
+    # environment's): like a SQLite file that is not there, it holds no store. Reading
+    # it must neither answer "0 operations", "resumed 0" as if all were well, nor write
+    # idemclient's schema into it.
+    runner = CliRunner()
+    env = {"IDEMCLIENT_TOKEN": "t", "IDEMCLIENT_URL": "http://127.0.0.1:9"}
+    for args in (
+        ["ops", "list"],
+        ["ops", "show", "op-1"],
+        ["ops", "resume"],
+        ["ops", "reconcile", "op-1"],
+        ["ops", "purge", "--yes", "--older-than", "0"],
+    ):
+        result = runner.invoke(main, [*args, "--store", pg_url], env=env)
+        assert result.exit_code == 2, (args, result.output)
+        assert "no store at" in result.stderr, (args, result.stderr)
+    file = tmp_path / "payroll.csv"
+    file.write_text(
+        "ref,employee_id,name,account,amount,currency,value_date\n"
+        "R-1,E1,Ada,GB1,100,GBP,2026-11-30\n"
+    )
+    dry = runner.invoke(
+        main, ["batch", "submit", "--dry-run", "--store", pg_url, str(file)], env=env
+    )
+    assert dry.exit_code == 0, dry.output
+    assert _schemas(pg_url) == []  # nothing was created in it
