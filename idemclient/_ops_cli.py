@@ -569,8 +569,10 @@ def purge_command(
             if chosen and not yes:
                 _confirm_purge(store, len(chosen))
             purged = opened.purge(chosen)
-        except (ValueError, KeyError) as exc:
-            _fail(str(exc).strip("'\""))
+        except KeyError as exc:  # its message as written, not str(): a repr, quoted
+            _fail(f"{exc.args[0]}; nothing was purged")
+        except ValueError as exc:
+            _fail(str(exc))
     click.echo(f"purged {purged} finished operation(s)")
 
 

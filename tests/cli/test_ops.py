@@ -189,6 +189,18 @@ def test_purge_deletes_finished_only(store_with_history: Path) -> None:
     assert [line.split()[0] for line in out.splitlines()] == ["order-2"]
 
 
+def test_purge_of_a_mistyped_id_names_it_and_purges_nothing(store_with_history: Path) -> None:
+    # Twice in a row, or with a typo among good ids: the message names the id and the
+    # store whole (its quotes balanced), says nothing was purged, and purges nothing.
+    store = str(store_with_history)
+    code, out, err = run("ops", "purge", "--yes", "--store", store, "order-1", "order-9")
+    assert code == 2
+    assert out == ""
+    assert f"no operation 'order-9' in '{store}'; nothing was purged" in err, err
+    code, out, _ = run("ops", "list", "--store", store)
+    assert [line.split()[0] for line in out.splitlines()] == ["order-1", "order-2"]
+
+
 def test_purge_by_age(store_with_history: Path) -> None:
     code, out, _ = run("ops", "purge", "--store", str(store_with_history), "--older-than", "0")
     assert code == 0
