@@ -10,7 +10,9 @@ The interface is in two parts, both `typing.Protocol`s (see docs/store.md):
   (begin, record an attempt, finish, get, find, claim, settle, the list of unfinished
   operations, and the store's clock), with the rules of leases and clock steps;
 - `AdminStore`, everything: the client's part and what the batch command and the
-  operator's commands need beside it.
+  operator's commands need beside it;
+- `BriefFinish`, optional: a brief form of `finish`, which a client asks only of a
+  store that declares it.
 
 `Store` is the name the whole interface had before it was split: deprecated, kept as
 `AdminStore`. A backend proves itself with `idemclient.testing.store_contract`. The
@@ -25,6 +27,7 @@ from ._store import (
     AdminStore,
     Begin,
     BodyEncryption,
+    BriefFinish,
     Claim,
     Durability,
     Intent,
@@ -47,6 +50,7 @@ __all__ = [
     "AdminStore",
     "Begin",
     "BodyEncryption",
+    "BriefFinish",
     "Claim",
     "Durability",
     "Intent",

@@ -111,6 +111,7 @@ MODULES = {
         "AdminStore",
         "Begin",
         "BodyEncryption",
+        "BriefFinish",
         "Claim",
         "Durability",
         "Intent",

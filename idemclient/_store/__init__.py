@@ -26,6 +26,7 @@ from ._cipher import BodyEncryption
 from ._interface import (
     AdminStore,
     BatchStore,
+    BriefFinish,
     OperationStore,
     OperatorStore,
     SendingStore,
@@ -46,6 +47,7 @@ __all__ = [
     "BatchStore",
     "Begin",
     "BodyEncryption",
+    "BriefFinish",
     "Claim",
     "Durability",
     "Intent",

@@ -9,8 +9,8 @@ implement both; `idemclient.testing.store_contract` is the suite a backend passe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar, Protocol, cast
 
 from .._outcome import State
 from .._server_time import ServerTime
@@ -19,6 +19,7 @@ from ._base import Begin, Finished, Intent, NotFound, OperationRecord, Progress,
 __all__ = [
     "AdminStore",
     "BatchStore",
+    "BriefFinish",
     "FinalWrite",
     "OperationStore",
     "OperatorStore",
@@ -174,8 +175,9 @@ class OperationStore(Protocol):
         `known` is the record as the caller last saw it (from `begin` or `claim`): when
         the write lands, the store may answer from it instead of reading the row back.
 
-        A backend may offer a brief form of this write beside it, `finish_brief` (see
-        `FinalWrite`), which tells a write that landed without building the record.
+        A backend may offer a brief form of this write beside it, `finish_brief`, which
+        tells a write that landed without building the record, and declare it
+        (`BriefFinish`: optional; a client asks `finish` of a store that does not).
         """
         ...
 
@@ -416,13 +418,7 @@ def as_admin(store: OperationStore, *, needed_by: str) -> AdminStore:
 
 class FinalWrite(Protocol):
     """The write that ends a call (`final_write`): `OperationStore.finish`, or a store's
-    brief form of it, `finish_brief`, which a backend may offer beside it (optional: the
-    client asks `finish` of a store without one).
-
-    `finish_brief` takes `finish`'s arguments and writes the same; a write that landed
-    as asked it tells by a `Finished` (where the operation stands, as an outcome reads
-    it), which builds the record only when asked (`Finished.record()`); one that did
-    not, by the stored record, as `finish` does."""
+    declared brief form of it (`BriefFinish.finish_brief`)."""
 
     def __call__(
         self,
@@ -436,24 +432,46 @@ class FinalWrite(Protocol):
     ) -> Finished | OperationRecord: ...
 
 
-#: per store class: the `finish` it had when judged, and whether its `finish_brief` is
-#: the brief form of that `finish`
-_BRIEF: dict[type, tuple[object, bool]] = {}
+class BriefFinish(Protocol):
+    """The optional part of `OperationStore`: a brief form of `finish`, which a client
+    asks for a call's final answer (where no `on_store` hook times the store's calls)
+    instead of `finish`, only where the store declares it.
+
+    `finish_brief` takes `finish`'s arguments and writes the same; a write that landed
+    as asked it tells by a `Finished` (where the operation stands, as an outcome reads
+    it), which builds the record only when asked (`Finished.record()`); one that did
+    not, by the stored record, as `finish` does.
+
+    `finish_brief_of` is the declaration: the `finish` that `finish_brief` is the brief
+    form of, named in the class that defines them (`finish_brief_of = finish`, after
+    both). It holds only while that is the `finish` the store has: a subclass that
+    overrides `finish` (to watch or change it) and does not declare again, or a
+    `finish` replaced on the class or on the store itself, is asked by that `finish`,
+    never passed by for the brief form it inherited. A store that does not declare is
+    asked `finish`, whatever else it has."""
+
+    finish_brief_of: ClassVar[Callable[..., OperationRecord]]
+
+    def finish_brief(
+        self,
+        operation_id: str,
+        *,
+        owner: str,
+        state: State,
+        progress: Progress,
+        response: StoredResponse | None = None,
+        known: OperationRecord | None = None,
+    ) -> Finished | OperationRecord: ...
 
 
 def final_write(store: OperationStore) -> FinalWrite:
-    """`store.finish_brief` where the store has one that stands for its `finish` (it
-    names it, `finish_brief_of`: a subclass that overrides `finish`, to watch or change
-    it, is asked by that `finish`), else `store.finish`. Judged again whenever the
-    class's `finish` is another than when last judged (patched in place: a test's
-    fault, a user's wrapper)."""
-    kind = type(store)
-    current = getattr(kind, "finish", None)
-    judged = _BRIEF.get(kind)
-    if judged is None or judged[0] is not current:
-        # A name the class lacks is looked up once: a miss raises, and costs, inside.
-        of: Any = getattr(kind, "finish_brief_of", None)
-        judged = _BRIEF[kind] = (current, of is not None and current is of)
-    if judged[1]:
-        return cast(FinalWrite, store.finish_brief)  # type: ignore[attr-defined]
-    return store.finish
+    """The write a client asks for a call's final answer: `store.finish_brief` where the
+    store declares it the brief form of the `finish` it has (`BriefFinish`), else
+    `store.finish`. Asked at each call, of the store as it is then."""
+    finish = store.finish
+    # The declaration is the class's (a `ClassVar`); the `finish` is the store's own,
+    # wherever it came from: a function the declaration does not name is asked.
+    declared = getattr(type(store), "finish_brief_of", None)
+    if declared is not None and getattr(finish, "__func__", None) is declared:
+        return cast(BriefFinish, store).finish_brief
+    return finish

@@ -235,8 +235,8 @@ class SQLSending(SQLBase):
                 self._merge(conn, operation_id, progress)
             return dataclasses.replace(self._fetch(conn, operation_id), lease_lost=True)
 
-    #: the `finish` whose brief form `finish_brief` is (see `_interface.final_write`): a
-    #: subclass that overrides `finish` is asked by its own.
+    #: declared: `finish_brief` is the brief form of this `finish` (`BriefFinish`); a
+    #: subclass that overrides `finish`, and does not declare again, is asked by its own
     finish_brief_of = finish
 
     def _merge(self, conn: Connection, operation_id: str, progress: Progress) -> None:

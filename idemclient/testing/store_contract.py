@@ -39,7 +39,7 @@ What the tests state, in short (docs/store.md says it at length):
   gets the stored record back, marked `lease_lost`. "Maybe applied" never goes back,
   except by a look-up's verdict (`settle`). Each rule of a final write by a caller
   whose lease was taken over is checked for `finish` and for `finish_brief`, where a
-  backend offers it (`late_write`).
+  backend declares it (`late_write`).
 - **Clock steps.** Times are the callers' (`now`); the store keeps the latest it saw
   (`advance_clock`), its records' included (an unfinished operation's latest send). A
   clock seen going back marks every unfinished operation (`clock_stepped`), so that its
@@ -248,6 +248,14 @@ class LateWrite(Protocol):
     ) -> OperationRecord: ...
 
 
+def declared_brief(store: Any) -> Any:
+    """`store.finish_brief`, where the backend declares it the brief form of its
+    `finish` (`finish_brief_of = finish`: `idemclient.store.BriefFinish`); else None."""
+    if getattr(type(store), "finish_brief_of", None) is None:
+        return None
+    return store.finish_brief
+
+
 def as_record(told: Any) -> OperationRecord:
     """The record a final write told: `finish`'s; or, from `finish_brief`, the one it
     makes when asked (`record()`) where the write landed as asked, else the row."""
@@ -426,11 +434,12 @@ class OperationStoreContract:
     def late_write(self, request: pytest.FixtureRequest, store: Any) -> LateWrite:
         """The final write of a caller whose lease was taken over (`Takeover.first`),
         with the record it last knew: `finish`, or `finish_brief`, the write a client
-        ends a call with where the backend offers one (where it does not, a client asks
-        `finish`, and so does this). Every rule of a late write is checked by both."""
+        ends a call with where the backend declares one (`declared_brief`; where it
+        does not, a client asks `finish`, and so does this). Every rule of a late write
+        is checked by both."""
         write = store.finish
         if request.param == "finish_brief":
-            write = getattr(store, "finish_brief", store.finish)
+            write = declared_brief(store) or store.finish
 
         def late(
             taken: Takeover,
@@ -518,16 +527,17 @@ class OperationStoreContract:
         assert (paid.state, paid.maybe_applied) == (stored.state, stored.maybe_applied)
 
     def test_a_brief_finish_writes_and_tells_what_finish_would(self, store: OperationStore) -> None:
-        # Optional: a backend may offer `finish_brief` beside `finish` (see
-        # `OperationStore.finish`); the client asks it for a call's final answer. It
-        # writes what `finish` writes; landed as asked, it tells the operation as an
-        # outcome reads it and makes the record, the row, only when asked (`record()`);
-        # not landed, it answers the stored record, `lease_lost`, as `finish` does (the
-        # rules of a write that did not land, or landed over a row another caller took
-        # over, are checked for both writes: `late_write`).
-        brief = getattr(store, "finish_brief", None)
+        # Optional (`idemclient.store.BriefFinish`): a backend may offer `finish_brief`
+        # beside `finish`, and declare it the brief form of its `finish`
+        # (`finish_brief_of = finish`); the client then asks it for a call's final
+        # answer. It writes what `finish` writes; landed as asked, it tells the
+        # operation as an outcome reads it and makes the record, the row, only when
+        # asked (`record()`); not landed, it answers the stored record, `lease_lost`, as
+        # `finish` does (the rules of a write that did not land, or landed over a row
+        # another caller took over, are checked for both writes: `late_write`).
+        brief = declared_brief(store)
         if brief is None:
-            return  # nothing more to hold a backend without it to
+            return  # nothing more to hold a backend that declares none to
         owner = new_owner()
         begun = store.begin(make_intent(), owner=owner, now=NOW, lease_until=NOW + 60)
         told = brief(
