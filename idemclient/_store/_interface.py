@@ -451,17 +451,8 @@ class BriefFinish(Protocol):
     asked `finish`, whatever else it has."""
 
     finish_brief_of: ClassVar[Callable[..., OperationRecord]]
-
-    def finish_brief(
-        self,
-        operation_id: str,
-        *,
-        owner: str,
-        state: State,
-        progress: Progress,
-        response: StoredResponse | None = None,
-        known: OperationRecord | None = None,
-    ) -> Finished | OperationRecord: ...
+    #: the brief form of `finish`: its arguments, and what it tells (`FinalWrite`)
+    finish_brief: FinalWrite
 
 
 def final_write(store: OperationStore) -> FinalWrite:

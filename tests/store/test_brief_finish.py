@@ -45,8 +45,17 @@ def _paid(store: Any, way: str, operation_id: str = "op-1") -> Outcome:
     return asyncio.run(go())
 
 
-class Declared(MemoryStore):
-    """A third party's store that offers a brief form of its `finish`, and says so."""
+def _paid_once(store: Any, way: str) -> None:
+    """One payment through `way`: told succeeded, and stored so."""
+    assert _paid(store, way).state is State.SUCCEEDED
+    record = store.get("op-1")
+    assert record is not None
+    assert record.state is State.SUCCEEDED
+
+
+class Noting(MemoryStore):
+    """A third party's store with a brief form of its `finish` that it does not
+    declare; each write notes its name."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -60,23 +69,11 @@ class Declared(MemoryStore):
         self.asked.append("finish_brief")
         return super().finish(operation_id, **kwargs)
 
-    finish_brief_of = finish
 
+class Declared(Noting):
+    """The same store, declaring its brief form."""
 
-class Undeclared(MemoryStore):
-    """A store with a `finish_brief` it does not declare as its `finish`'s brief form."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked: list[str] = []
-
-    def finish(self, operation_id: str, **kwargs: Any) -> OperationRecord:
-        self.asked.append("finish")
-        return super().finish(operation_id, **kwargs)
-
-    def finish_brief(self, operation_id: str, **kwargs: Any) -> Finished | OperationRecord:
-        self.asked.append("finish_brief")
-        return super().finish(operation_id, **kwargs)
+    finish_brief_of = Noting.finish
 
 
 class WatchedDeclared(Declared):
@@ -116,17 +113,14 @@ class RedeclaredSQLite(SQLiteStore):
 @pytest.mark.parametrize("way", WAYS)
 def test_a_store_that_declares_its_brief_finish_is_asked_by_it(way: str) -> None:
     store = Declared()
-    assert _paid(store, way).state is State.SUCCEEDED
+    _paid_once(store, way)
     assert store.asked == ["finish_brief"]
-    record = store.get("op-1")
-    assert record is not None
-    assert record.state is State.SUCCEEDED
 
 
 @pytest.mark.parametrize("way", WAYS)
 def test_a_brief_finish_the_store_does_not_declare_is_never_asked(way: str) -> None:
-    store = Undeclared()
-    assert _paid(store, way).state is State.SUCCEEDED
+    store = Noting()
+    _paid_once(store, way)
     assert store.asked == ["finish"]
 
 
@@ -137,11 +131,11 @@ def test_a_subclass_overriding_finish_without_declaring_gets_its_own_finish(
     # Neither a third party's declaring store nor the SQLite store lends its brief
     # form to a subclass whose `finish` is another: the subclass's own is asked.
     memory = WatchedDeclared()
-    assert _paid(memory, way).state is State.SUCCEEDED
+    _paid_once(memory, way)
     assert memory.asked == ["watched", "finish"]
     with WatchedSQLite(tmp_path / "watched.db") as sqlite:
         sqlite.asked = []
-        assert _paid(sqlite, way).state is State.SUCCEEDED
+        _paid_once(sqlite, way)
         assert sqlite.asked == ["watched"]
 
 
@@ -151,11 +145,8 @@ def test_a_subclass_that_declares_again_is_asked_by_its_own_brief_finish(
 ) -> None:
     with RedeclaredSQLite(tmp_path / "again.db") as store:
         store.asked = []
-        assert _paid(store, way).state is State.SUCCEEDED
+        _paid_once(store, way)
         assert store.asked == ["finish_brief"]
-        record = store.get("op-1")
-        assert record is not None
-        assert record.state is State.SUCCEEDED
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -171,8 +162,5 @@ def test_a_finish_replaced_on_the_store_itself_is_asked(tmp_path: Path, way: str
             return finish(operation_id, **kwargs)
 
         store.finish = watched  # type: ignore[method-assign]
-        assert _paid(store, way).state is State.SUCCEEDED
+        _paid_once(store, way)
         assert asked == ["op-1"]
-        record = store.get("op-1")
-        assert record is not None
-        assert record.state is State.SUCCEEDED
