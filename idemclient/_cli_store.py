@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,12 @@ from ._seam import POSTGRES_SCHEMES, store_absent
 __all__ = ["STORE_HELP", "StoreLocation", "describe_missing"]
 
 STORE_HELP = "The store of operations: a SQLite file, or a postgresql:// URL."
+
+#: libpq's keyword/value connection string (`host=db port=5432 dbname=payroll`): a
+#: PostgreSQL store given so, taken for a file's name, would be a new empty SQLite store.
+_KEYWORD_FORM = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode)\s*=", re.ASCII
+)
 
 
 if TYPE_CHECKING:
@@ -36,6 +43,14 @@ class StoreLocation(_ParamType):
         text = str(value)
         if text.startswith(POSTGRES_SCHEMES):
             return text
+        if _KEYWORD_FORM.match(text):
+            self.fail(
+                "a PostgreSQL connection string in keyword form is not read: give it as a"
+                " postgresql:// URL (postgresql://user@host:5432/dbname); a SQLite file"
+                " whose name begins so is given with its folder (./...)",
+                param,
+                ctx,
+            )
         path = Path(text)
         if path.is_dir():
             self.fail(f"{text!r} is a directory, not a store file", param, ctx)

@@ -222,6 +222,37 @@ def test_a_missing_or_foreign_store_is_a_clear_error(tmp_path: Path) -> None:
     assert foreign.read_text() == "my notes\n" * 20
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        "host=db.internal port=5432 dbname=payroll user=ops",
+        "dbname=payroll",
+        "postgresql://ops@127.0.0.1:9/payroll",  # the URL form: tried as PostgreSQL
+    ],
+)
+def test_a_postgresql_keyword_string_is_refused_not_made_a_sqlite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    # libpq's other form of a connection string, as DATABASE_URL often holds it: taken
+    # as a SQLite file's name, it made a new empty store beside the real one, and the
+    # batch ran on it without the rows the shared store knows.
+    monkeypatch.chdir(tmp_path)
+    file = tmp_path / "payroll.csv"
+    file.write_text(
+        "ref,employee_id,name,account,amount,currency,value_date\n"
+        "R-1,E1,Ada,GB1,100,GBP,2026-11-30\n"
+    )
+    env = {"IDEMCLIENT_TOKEN": "t", "IDEMCLIENT_URL": "http://127.0.0.1:9"}
+    for args in (["ops", "list"], ["batch", "submit", str(file)]):
+        result = CliRunner().invoke(main, [*args, "--store", given], env=env)
+        assert result.exit_code == 2, result.output
+        if given.startswith("postgresql://"):
+            assert "127.0.0.1:9/payroll" in result.stderr  # tried, and named
+        else:
+            assert "postgresql://" in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["payroll.csv"]  # no file made
+
+
 def test_reconcile_settles_by_lookup(store_with_history: Path, live: LiveServer) -> None:
     code, out, err = run(
         "ops", "reconcile", "order-2", "--store", str(store_with_history),
