@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 import httpx
@@ -28,6 +26,7 @@ from ._cli_options import (
 )
 from ._cli_store import STORE_HELP, StoreLocation, describe_missing
 from ._errors import OutcomeError, StoreError
+from ._ops_lines import fields, line_width, listed, record_json
 from ._seam import open_store
 from .hooks import Hooks
 from .profiles import BUILTIN, DEFAULT, Profile
@@ -42,34 +41,6 @@ _STORE = click.option(
     type=StoreLocation(),
     help=STORE_HELP,
 )
-
-
-def _record_json(record: OperationRecord) -> dict[str, Any]:
-    response = record.response
-    return {
-        "operation_id": record.operation_id,
-        "key": record.key,
-        "state": record.state.value,
-        "reference": record.reference,
-        "method": record.method,
-        "url": record.url,
-        "attempts": record.attempts,
-        "maybe_applied": record.maybe_applied,
-        "evidence": record.evidence,
-        "not_before": record.not_before,
-        "lease_owner": record.lease_owner,
-        "lease_expires": record.lease_expires,
-        "lease_look_up": record.lease_look_up,
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-        "finished_at": record.finished_at,
-        "clock_stepped": record.clock_stepped,
-        "sent_at": record.sent_at,
-        "server_created_at": record.server_created_at,
-        "server_sent_at": record.server_sent_at,
-        "replay_unexplained": record.replay_unexplained,
-        "status": None if response is None else response.status_code,
-    }
 
 
 def _echo_json(document: object) -> None:
@@ -92,12 +63,6 @@ def _open(store: Path | str) -> contextlib.closing[AdminStore]:
 
 
 _fail = _cli_errors.fail
-
-
-def _when(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "-"
-    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 @ops.command("list")
@@ -137,72 +102,46 @@ def list_command(
 
     A line is the operation's id (what `ops show` takes), its state, attempts, when it
     was last updated and its evidence, cut to fit the terminal (120 columns outside
-    one); `ops show` tells the rest. With --json: one JSON object, {"operations":
-    [...], "counts": {state: n}}.
+    one); `ops show` tells the rest. A list cut at --limit says so. With --json: one
+    JSON object, {"operations": [...], "counts": {state: n}, "truncated": bool}.
     """
     prefixes = {} if batch_ref is None else {"id_prefix": "batch/", "reference_prefix": batch_ref}
+    fetch = limit + 1  # one more than listed: a list cut at --limit says so
     with _open(store) as opened:
         try:
-            if unfinished and not prefixes:
-                records = opened.unfinished(limit=limit)
+            if unfinished and not prefixes and not states:
+                records = opened.unfinished(limit=fetch)
             else:
-                chosen = [State(s) for s in states] if states else None
-                if unfinished:
-                    chosen = [s for s in State if not s.finished]
-                records = opened.operations(states=chosen, limit=limit, **prefixes)
+                chosen = [State(s) for s in states] if states else list(State)
+                if unfinished:  # within the states asked for, if any
+                    chosen = [s for s in chosen if not s.finished]
+                records = (
+                    opened.operations(states=chosen, limit=fetch, **prefixes) if chosen else []
+                )
             counts = opened.counts(**prefixes)
         except StoreError as exc:  # an encrypted store, say: named, never garbage
             _fail(str(exc))
+    truncated = len(records) > limit
+    records = records[:limit]
     if as_json:
         _echo_json(
             {
-                "operations": [_record_json(record) for record in records],
+                "operations": [record_json(record) for record in records],
                 "counts": {state.value: n for state, n in counts.items()},
+                "truncated": truncated,
             }
         )
         return
-    width = _width()
+    width = line_width()
     for record in records:
-        click.echo(_listed(record, width))
+        click.echo(listed(record, width))
+    if truncated:
+        click.echo(
+            f"the first {limit} listed, more not listed: raise --limit, or narrow the list"
+            " (--state, --unfinished, --batch)",
+            err=True,
+        )
     click.echo(", ".join(f"{state.words} {n}" for state, n in counts.items()), err=True)
-
-
-#: A line of `ops list` outside a terminal is at most this wide.
-LIST_WIDTH = 120
-
-
-def _width() -> int:
-    """The width lines are cut to: the terminal's, or `LIST_WIDTH` outside one."""
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size((LIST_WIDTH, 24)).columns
-    return LIST_WIDTH
-
-
-def _listed(record: OperationRecord, width: int) -> str:
-    """One operation on one line of at most `width` columns: its id whole (it is what
-    `ops show` takes; a line with an id longer than that is only as long as it needs),
-    then the evidence, cut."""
-    state = f"{record.state.value:<13}"
-    held = (
-        f"  [being looked up until {_when(record.lease_expires)}]"
-        if record.lease_look_up and record.lease_owner
-        else ""
-    )
-    reference = record.reference or ""
-    shown = "" if not reference or reference in record.operation_id else f"  ref={reference}"
-    head = (
-        f"{record.operation_id}  {state} {record.attempts:>2} attempt(s)"
-        f"  {_when(record.updated_at)}{shown}{held}"
-    )
-    evidence = " ".join(record.evidence.split())
-    room = width - len(head) - 2
-    if evidence and room >= 10:
-        if len(evidence) > room:
-            evidence = evidence[: room - 1] + "…"
-        tail = f"  {evidence}"
-    else:
-        tail = ""
-    return head.replace(state, styled_state(record.state, 13), 1) + tail
 
 
 @ops.command("show")
@@ -219,7 +158,7 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
     if record is None:
         _fail(f"no operation {operation_id!r} in {store}")
     if as_json:
-        document = _record_json(record)
+        document = record_json(record)
         document["body"] = record.body.decode("utf-8", "replace")
         document["response"] = None  # no final answer stored: null, never a missing key
         if record.response is not None:
@@ -234,76 +173,12 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
             }
         _echo_json(document)
         return
-    fields = _fields(record)
-    width = max(len(name) for name, _ in fields)  # every label right-aligned, the longest too
-    for name, value in fields:
+    shown = fields(record)
+    width = max(len(name) for name, _ in shown)  # every label right-aligned, the longest too
+    for name, value in shown:
         if name == "state":
             value = styled_state(record.state)
         click.echo(f"{name:>{width}}: {value}")
-
-
-def _lease(record: OperationRecord) -> str:
-    """Who holds the operation, until when, and for what (a look-up sends nothing)."""
-    if not record.lease_owner:
-        return "-"
-    held = f"{record.lease_owner} until {_when(record.lease_expires)}"
-    if record.lease_look_up:
-        held += " (looking it up on the server: nothing is sent under this lease)"
-    return held
-
-
-def _fields(record: OperationRecord) -> list[tuple[str, object]]:
-    rows: list[tuple[str, object]] = [
-        ("operation", record.operation_id),
-        ("key", record.key),
-        ("state", record.state.value),
-        ("reference", record.reference or "-"),
-        ("request", f"{record.method} {record.url}"),
-        ("body", record.body.decode("utf-8", "replace")[:500]),
-        ("attempts", record.attempts),
-        ("maybe applied", record.maybe_applied),
-        ("evidence", record.evidence or "-"),
-        ("not before", _when(record.not_before)),
-        ("lease", _lease(record)),
-        ("created", _when(record.created_at)),
-        ("updated", _when(record.updated_at)),
-        ("finished", _when(record.finished_at)),
-        ("last sent", _when(record.sent_at)),
-        ("created (server)", _when(record.server_created_at)),
-        ("last sent (server)", _when(record.server_sent_at)),
-    ]
-    if record.clock_stepped is not None:
-        rows.append(
-            (
-                "age unknown",
-                f"a clock went back {record.clock_stepped:.0f}s while it was unfinished:"
-                " it is looked up, never sent again on its age",
-            )
-        )
-    if record.replay_unexplained:
-        rows.append(
-            (
-                "replay unexplained",
-                "an answer its profile reads as a replay came with no attempt of ours"
-                " before it: another sender's payment, or the application's refusal;"
-                + (
-                    " a look-up found no payment, so it was the refusal (the status and"
-                    " response below): never applied, never sent again"
-                    if record.state is State.FAILED and not record.maybe_applied
-                    else " only a look-up settles it"
-                ),
-            )
-        )
-    if record.response is not None:
-        body = record.response.body.decode("utf-8", "replace")[:500]
-        if record.response.body_omitted:
-            body = (
-                f"not kept: {record.response.body_size} bytes, sha256"
-                f" {record.response.body_sha256} (over the store's max_stored_body, or"
-                " reaped); re-issued, the operation says so, never an empty body"
-            )
-        rows += [("status", record.response.status_code), ("response", body)]
-    return rows
 
 
 @ops.command("resume")

@@ -470,6 +470,37 @@ def test_list_as_json(store_with_history: Path) -> None:
     assert document["counts"]["indeterminate"] == 1
 
 
+def test_a_list_cut_at_its_limit_says_so(store_with_history: Path) -> None:
+    # `ops list --unfinished --json | jq ...` to settle each: past --limit (100 by
+    # default) the rest were left out without a word, and the counts below are per
+    # state of the whole store, not of the list.
+    store = str(store_with_history)
+    code, out, _ = run("ops", "list", "--store", store, "--json", "--limit", "1")
+    assert code == 0
+    document = json.loads(out)
+    assert [op["operation_id"] for op in document["operations"]] == ["order-1"]
+    assert document["truncated"] is True
+    code, out, _ = run("ops", "list", "--store", store, "--json", "--limit", "2")
+    assert json.loads(out)["truncated"] is False
+    code, out, err = run("ops", "list", "--store", store, "--limit", "1")
+    assert [line.split()[0] for line in out.splitlines()] == ["order-1"]
+    assert "more not listed" in err
+    assert "--limit" in err
+    code, out, err = run("ops", "list", "--store", store)
+    assert "more not listed" not in err
+
+
+def test_list_unfinished_in_a_state_lists_only_that_state(store_with_history: Path) -> None:
+    # --unfinished with --state pending: order-2 is indeterminate, so none is listed.
+    store = str(store_with_history)
+    _, out, _ = run("ops", "list", "--store", store, "--unfinished", "--state", "pending")
+    assert out == ""
+    _, out, _ = run("ops", "list", "--store", store, "--unfinished", "--state", "indeterminate")
+    assert [line.split()[0] for line in out.splitlines()] == ["order-2"]
+    _, out, _ = run("ops", "list", "--store", store, "--unfinished", "--state", "succeeded")
+    assert out == ""
+
+
 def test_show_as_json(store_with_history: Path) -> None:
     code, out, _ = run("ops", "show", "--store", str(store_with_history), "order-1", "--json")
     assert code == 0
