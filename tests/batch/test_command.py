@@ -687,3 +687,25 @@ def test_no_server_clock_sends_a_row_a_server_with_a_wrong_date_would_hold(
         sent = submit_file(live, work, "--no-lookup", "--no-server-clock")
         assert sent.returncode == 0, sent.stdout + sent.stderr
         exactly_once(live, ["2026-11-E1000"])
+
+
+def test_a_row_found_not_final_two_days_old_by_the_server_s_clock_is_not_sent_again(
+    live: LiveServer, work: Path
+) -> None:
+    # The row's payout was created at the server, whose worker then died: pending there,
+    # maybe applied here. Two days pass by the server's clock, and it forgets the key;
+    # this host's clock says minutes (set back while nothing ran, as far as the store
+    # can tell). Looked up, the payout is found not final: sent again under its key it
+    # would be a second payout (the key is gone), so it is left unsettled, not sent.
+    (work / "one.csv").write_text(payroll(1))
+    live.server.crash("H1_DONE", path="/v1/payouts")  # created, then the worker died
+    first = submit_file(live, work, name="one.csv")
+    assert first.returncode == 3, first.stderr
+    live.server.advance(2 * DAY)
+    live.server.reap()
+    again = submit_file(live, work, name="one.csv", report=work / "r.csv")
+    assert again.returncode == 3, again.stderr
+    (line,) = read_report(work / "r.csv")
+    assert line["state"] == "indeterminate"
+    assert "not final yet" in line["reason"]
+    assert len(ledger_by_reference(live)["2026-11-E1000"]) == 1  # never sent again

@@ -470,6 +470,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "batch-found-not-final-aged-by-this-hosts-clock",
+        "batch look-up planning",
+        "a row found on the server not final, recorded before the client watched its"
+        " clock, is aged by this host's clock alone though the look-up's `Date` told the"
+        " server's: two days old by the server's clock, minutes by a clock set back, it is"
+        " sent under a key the server has forgotten (stopped only by the client's own"
+        " judgement of its age), not left unsettled as found",
+        "idemclient/batch/_recording.py",
+        "            if server_at is None or settings.watched(record.created_at)",
+        "            if server_at is None or True",
+        (
+            "tests/batch/test_command.py::test_a_row_found_not_final_two_days_old_by_the_"
+            "server_s_clock_is_not_sent_again",
+        ),
+    ),
+    Mutant(
         "kept-answer-young-by-this-hosts-clock",
         "batch look-up planning",
         'a kept "nothing found" is judged young by this host\'s clock from its stamp,'
