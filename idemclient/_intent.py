@@ -136,9 +136,15 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
             f" {resolved.key.where}, and this request's body has none: put it there"
             " (idemclient's Client does, from key= or a new one)",
         )
-    operation_id = (options.operation_id if options else None) or key
-    if not operation_id or len(operation_id) > 1024:
-        raise InvalidKey(operation_id, "an operation id must be 1..1024 characters")
+    operation_id = options.operation_id if options else None
+    if operation_id is None:
+        operation_id = key
+    elif not isinstance(operation_id, str) or not operation_id:
+        # An empty id is not an id left out: issued again, it would be paid again under
+        # a new key. Bytes would be another id than the same text.
+        raise InvalidKey(operation_id, _OPERATION_ID)
+    if len(operation_id) > 1024:
+        raise InvalidKey(operation_id, _OPERATION_ID)
     # Stored and fingerprinted without credentials: no user or password, no value of a
     # secret-looking query parameter (see `_redaction`).
     url = redact_url(request.url)
@@ -156,6 +162,8 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
         profile=resolved.profile.name,
     )
 
+
+_OPERATION_ID = "an operation id (operation_id=, or the key) must be a string of 1..1024 characters"
 
 #: `Intent(...)` without a call per field (see `_frozen`): one per operation.
 _new_intent = fast_constructor(Intent)

@@ -117,6 +117,20 @@ def test_an_invalid_key_header_is_refused_too(client: Client, psp: FakePSP) -> N
     assert psp.requests == []
 
 
+@pytest.mark.parametrize("operation_id", ["", "x" * 1025, b"order-1042", 1042])
+def test_an_invalid_operation_id_fails_before_anything_is_recorded_or_sent(
+    client: Client, psp: FakePSP, operation_id: object
+) -> None:
+    # An empty id (a field missing from the caller's row) was read as no id at all:
+    # every call made a new key, so issuing "it" again paid again. Bytes were stored as
+    # another id than the same text; a number failed deep inside without naming it.
+    for _ in range(2):
+        with pytest.raises(InvalidKey, match="operation_id"):
+            client.post("/v1/payments", json=PAYMENT, operation_id=operation_id)  # type: ignore[arg-type]
+    assert psp.requests == []
+    assert client.store.operations() == []
+
+
 def test_key_and_identity_together_are_refused(client: Client) -> None:
     with pytest.raises(ValueError, match="key= or identity="):
         client.post("/v1/payments", json=PAYMENT, key="k", identity="i")
