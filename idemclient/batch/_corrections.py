@@ -106,17 +106,20 @@ def _never_applied_unsent(record: OperationRecord) -> bool:
 
 
 def refused(record: OperationRecord, profile: Profile) -> bool:
-    """A final 4xx refusal of the request itself, of which nothing was applied."""
+    """A final 4xx refusal of the request itself, of which nothing was applied; or a
+    payment the profile's server declined in a 2xx (Adyen's `resultCode` `Refused`)."""
     response = record.response
     if record.state is not State.FAILED or record.maybe_applied or record.replay_unexplained:
         return False
-    if response is None or not 400 <= response.status_code < 500:
+    if response is None:
         return False
     status = response.status_code
-    if status in _NOT_A_REFUSAL:
-        return False
     headers = httpx.Headers(list(response.headers))
     codes = codes_in(response.body, profile.code_paths)
+    if 200 <= status < 300:
+        return any(match.matches(status, headers, codes) for match in profile.declined)
+    if not 400 <= status < 500 or status in _NOT_A_REFUSAL:
+        return False
     keyed = (*profile.mismatch, *profile.in_progress, *profile.throttled)
     return not any(match.matches(status, headers, codes) for match in keyed)
 

@@ -162,13 +162,7 @@ def test_a_batch_row_declined_in_a_2xx_is_failed_with_the_reason(
     body: dict[str, object],
     why: str,
 ) -> None:
-    sample = tmp_path / "payroll.csv"
-    sample.write_text(
-        "ref,employee_id,name,account,amount,currency,value_date\n"
-        "2026-11-E1000,E1000,Ada Lovelace,GB51TEST31234094394852,357001,GBP,2026-11-30\n"
-        "2026-11-E1001,E1001,Grace Hopper,GB93TEST20192164782032,580584,GBP,2026-11-30\n",
-        encoding="utf-8",
-    )
+    sample = _payroll(tmp_path, "GB93TEST20192164782032")
     server = Scripted(httpx.Response(201, json={"id": "pay_1"}), httpx.Response(status, json=body))
     client = make(server, profile)
     report = submit(read_batch(sample), client, concurrency=1, lookup=None)
@@ -179,3 +173,23 @@ def test_a_batch_row_declined_in_a_2xx_is_failed_with_the_reason(
     assert state == "failed"
     assert why in (reason or "")
     assert report.exit_code == 4
+    # The operator corrects the declined row's account and runs the file again: nothing
+    # of the declined payout was applied, so the correction is sent (under a key of its
+    # own: the server keeps the decline under the first), as after a 402.
+    corrected = _payroll(tmp_path, "GB93TEST20192164782099")
+    again = submit(read_batch(corrected), client, concurrency=1, lookup=None)
+    assert len(server.posts) == 3
+    header = profiles.named(profile).key.header or ""
+    assert server.posts[2].headers[header] != server.posts[1].headers[header]
+    assert {row.ref: row.state for row in again.rows}["2026-11-E1001"] == "succeeded"
+
+
+def _payroll(tmp_path: Path, account: str) -> Path:
+    sample = tmp_path / "payroll.csv"
+    sample.write_text(
+        "ref,employee_id,name,account,amount,currency,value_date\n"
+        "2026-11-E1000,E1000,Ada Lovelace,GB51TEST31234094394852,357001,GBP,2026-11-30\n"
+        f"2026-11-E1001,E1001,Grace Hopper,{account},580584,GBP,2026-11-30\n",
+        encoding="utf-8",
+    )
+    return sample
