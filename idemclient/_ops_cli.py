@@ -220,7 +220,10 @@ def resume_command(
     if missing is not None:
         _fail(missing)
     outcomes = []
+    left = limit  # --limit counts the operations resumed, of every profile together
     for name in [profile_name] if profile_name else _profiles_unfinished(store):
+        if left == 0:
+            break
         try:
             client = Client(
                 store=store,
@@ -235,8 +238,23 @@ def resume_command(
             _fail(str(exc))
         with client:
             try:
-                mine = {r.operation_id for r in client.store.unfinished() if _under(r, name)}
-                outcomes += [o for o in client.resume(limit=limit) if o.operation_id in mine]
+                unfinished = client.store.unfinished()
+                mine = {r.operation_id for r in unfinished if _under(r, name)}
+                reach = None
+                if left is not None:
+                    # The resume takes the oldest unfinished operations of any profile,
+                    # refusing (sending nothing of) another profile's: it reaches as far
+                    # as this profile's `left` oldest.
+                    ours = [n for n, r in enumerate(unfinished) if r.operation_id in mine][:left]
+                    mine = {unfinished[n].operation_id for n in ours}
+                    reach = ours[-1] + 1 if ours else 0
+                resumed = (
+                    [o for o in client.resume(limit=reach) if o.operation_id in mine]
+                    if reach != 0
+                    else []
+                )
+                outcomes += resumed
+                left = None if left is None else left - len(resumed)
             except StoreError as exc:
                 _fail(str(exc))
     for outcome in outcomes:

@@ -169,6 +169,44 @@ def test_resume_finishes_unfinished_operations(store_with_history: Path, live: L
         assert store.counts()[State.SUCCEEDED] == 2
 
 
+def test_resume_of_one_profile_with_a_limit_resumes_that_profile_s_operations(
+    tmp_path: Path, live: LiveServer
+) -> None:
+    # The oldest unfinished operation was sent under stripe; `--profile generic --limit
+    # 1` took the oldest one of any profile, left it (not generic), resumed nothing and
+    # exited 0, "every one settled", with a generic operation still unsettled.
+    path = tmp_path / "ops.db"
+    for profile, operation_id in (("stripe", "s-op"), ("generic", "g-op")):
+        with Client(
+            store=path,
+            base_url=live.url,
+            headers={"Authorization": "Bearer shop-1"},
+            profile=profile,
+        ) as client:
+            live.server.drop(path="/v1/payments", times=8)
+            with pytest.raises(Indeterminate):
+                client.post(
+                    "/v1/payments",
+                    json={**PAYMENT, "reference": operation_id},
+                    operation_id=operation_id,
+                )
+    store = str(path)
+    code, out, err = run(
+        "ops", "resume", "--store", store, "--token", "shop-1", "--profile", "generic",
+        "--limit", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert [line.split()[:2] for line in out.splitlines()] == [["g-op", "succeeded"]]
+    with SQLiteStore(path) as opened:
+        untouched = opened.get("s-op")
+    assert untouched is not None
+    assert untouched.state is State.INDETERMINATE  # not sent: another profile's
+    code, out, err = run("ops", "resume", "--store", store, "--token", "shop-1", "--limit", "1")
+    assert code == 0, err
+    assert [line.split()[:2] for line in out.splitlines()] == [["s-op", "succeeded"]]
+    assert len(live.server.ledger()) == 2  # each paid once
+
+
 def test_resume_with_the_server_still_failing_exits_3(
     store_with_history: Path, live: LiveServer
 ) -> None:
