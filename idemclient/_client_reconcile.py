@@ -88,7 +88,7 @@ def reconcile(
                 url,
                 answer,
                 judgement,
-                _reconcile.by_reference_alone(lookup),
+                lookup,
                 profile,
             ),
         )
@@ -159,7 +159,7 @@ def _judged(
     url: str,
     response: httpx.Response | BaseException,
     judgement: Callable[[httpx.Response], _reconcile.Verdict],
-    by_reference: bool,
+    lookup: str,
     profile: Profile,
 ) -> Outcome:
     store, clock = settings.store, settings.clock
@@ -169,6 +169,7 @@ def _judged(
             taken.before, f"GET {shown_url(url)} failed: {type(response).__name__}"
         ) from response
     verdict = judgement(response)
+    reference = taken.before.reference
     return _reconcile.apply(
         store,
         clock,
@@ -177,7 +178,12 @@ def _judged(
         where=f"GET {shown_url(url)}",
         response=response,
         in_flight_for=profile.in_flight_for,
-        by_reference=by_reference,
+        by_reference=_reconcile.by_reference_alone(lookup),
+        # A server finds a payment by a reference it was sent: by one the request never
+        # carried, it finds none whether the payment was made or not.
+        uncarried=reference
+        if reference and "{reference}" in lookup and not _reconcile.carried(reference, taken.before)
+        else None,
         watched_since=settings.watched_since,
     )
 

@@ -45,7 +45,15 @@ from .settling import (
     too_early,
     unsettled,
 )
-from .templates import Unquotable, by_reference_alone, fill, lookup_url, quoting_of, search_string
+from .templates import (
+    Unquotable,
+    by_reference_alone,
+    carried,
+    fill,
+    lookup_url,
+    quoting_of,
+    search_string,
+)
 
 __all__ = [
     "DEFAULT_RULES",
@@ -59,6 +67,7 @@ __all__ = [
     "answered_at",
     "apply",
     "by_reference_alone",
+    "carried",
     "default_found",
     "fill",
     "judge",

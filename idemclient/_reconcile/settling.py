@@ -211,6 +211,7 @@ def apply(
     in_flight_for: float,
     asked_at: float | None = None,
     by_reference: bool = False,
+    uncarried: str | None = None,
     watched_since: float | None = None,
 ) -> Outcome:
     """Record what the look-up `where` (e.g. ``GET /v1/payments?reference=R``) found,
@@ -219,7 +220,9 @@ def apply(
     after it was sent (`Profile.in_flight_for`). `asked_at`: when the look-up was asked
     (default: when `taken` was leased, just before it). `by_reference`: the look-up
     asks by the end-to-end reference alone (`by_reference_alone`), so its "none" holds
-    after the server has forgotten the key (see `refused`)."""
+    after the server has forgotten the key (see `refused`). `uncarried`: the reference
+    the look-up asks by, where the request never carried it (`templates.carried`): its
+    "none" settles nothing."""
     try:
         return _apply(
             store,
@@ -231,6 +234,7 @@ def apply(
             in_flight_for=in_flight_for,
             asked_at=taken.at if asked_at is None else asked_at,
             by_reference=by_reference,
+            uncarried=uncarried,
             watched_since=watched_since,
         )
     finally:
@@ -248,10 +252,21 @@ def _apply(
     in_flight_for: float,
     asked_at: float | None,
     by_reference: bool,
+    uncarried: str | None,
     watched_since: float | None,
 ) -> Outcome:
     before = taken.before
     evidence = f"settled by look-up: {where}: {verdict.why}"
+    if verdict.finding == "not_found" and uncarried is not None:
+        release(store, clock, taken)
+        raise unsettled(
+            before,
+            f"{where}: {verdict.why}; but the request was never sent with the reference"
+            f" {uncarried!r} (not in its URL, headers or body), so the server finds nothing"
+            " by it, made or not: look it up by what the request carried (lookup= with"
+            " {key}, or the reference its body names), and pass reference= as the body"
+            " names it",
+        )
     if verdict.finding == "not_found":
         now = clock.time()
         until = still_in_flight(

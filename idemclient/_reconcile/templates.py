@@ -9,15 +9,24 @@ no network.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-from urllib.parse import quote
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote_plus
 
 import httpx
 
 if TYPE_CHECKING:
     from .._store._base import OperationRecord
 
-__all__ = ["Unquotable", "by_reference_alone", "fill", "lookup_url", "quoting_of", "search_string"]
+__all__ = [
+    "Unquotable",
+    "by_reference_alone",
+    "carried",
+    "fill",
+    "lookup_url",
+    "quoting_of",
+    "search_string",
+]
 
 
 class Unquotable(ValueError):
@@ -101,3 +110,42 @@ def by_reference_alone(template: str) -> bool:
     past the key retention; one that asks by `{key}` too may find nothing because the
     key is forgotten."""
     return "{reference}" in template and "{key}" not in template
+
+
+def carried(reference: str, record: OperationRecord) -> bool:
+    """Whether the request `record` was sent as carries `reference` anywhere a server
+    could have kept it from: its URL, a header's stored value, or its body (its bytes,
+    a JSON string in it, a form's value). A server finds a payment by a reference it was
+    sent; by one the request never carried (`reference=` naming the order's id while the
+    body names its number) it finds none, whether the payment was made or not."""
+    if reference in unquote_plus(record.url):
+        return True
+    if any(reference in value for _, value in record.headers):
+        return True
+    body = record.body
+    if not body:
+        return False
+    text = body.decode("utf-8", "replace")
+    if reference in text or reference in unquote_plus(text):
+        return True
+    try:  # a JSON string escaped (a non-ASCII character as \\u....)
+        document = json.loads(text)
+    except ValueError:
+        return False
+    return any(reference in value for value in _strings(document))
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a JSON document (its names too), at any depth."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            found.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found

@@ -426,7 +426,12 @@ def _sent_ago(path: Path, live: LiveServer, seconds: float) -> None:
         ) as client,
         pytest.raises(Indeterminate),
     ):
-        client.post("/v1/payments", json=PAYMENT, operation_id="order-5", reference="inv-5")
+        client.post(
+            "/v1/payments",
+            json={**PAYMENT, "reference": "inv-5"},
+            operation_id="order-5",
+            reference="inv-5",
+        )
 
 
 def _reconcile_5(path: Path, live: LiveServer, *more: str) -> tuple[int, str, str]:
