@@ -470,6 +470,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "none-by-an-uncarried-reference-believed",
+        "look-up judgement",
+        "a look-up's none by a reference= the request never carried settles the operation"
+        " not_sent: issued again once the server has forgotten its key, it is paid twice",
+        "idemclient/_reconcile/settling.py",
+        '    if verdict.finding == "not_found" and uncarried is not None:',
+        '    if verdict.finding == "not_found" and uncarried is None and False:',
+        (
+            "tests/client/test_reference_not_in_body.py::"
+            "test_a_reference_the_request_never_carried_does_not_settle_it",
+        ),
+    ),
+    Mutant(
         "batch-found-not-final-aged-by-this-hosts-clock",
         "batch look-up planning",
         "a row found on the server not final, recorded before the client watched its"
