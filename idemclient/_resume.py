@@ -59,6 +59,25 @@ def _moved(settings: Settings, record: OperationRecord, origin: str | None) -> O
     return store.move(record.operation_id, origin=origin, now=settings.clock.time())
 
 
+def _check_own_origin(client: httpx.Client | httpx.AsyncClient, record: OperationRecord) -> None:
+    """Not sent (a ValueError) where the client has a `base_url` of another origin than
+    the operation's: its credentials (headers, auth) are that origin's, and a store that
+    two clients share (two providers, a sandbox and production) holds operations of
+    both; sent with this client's, the other origin would be given its secret. Moved
+    with `origin=` it goes to this one; a client of its own origin resumes it as it is."""
+    base = client.base_url
+    if not base.host:
+        return  # a client of absolute URLs: each operation went where its caller sent it
+    bound, own = origin_of(record.url), origin_of(base)
+    if bound != own:
+        raise ValueError(
+            f"operation {record.operation_id!r} is bound to {bound}; this client's"
+            f" base_url is {own}, whose credentials it carries, so it is not sent to"
+            f" {bound} with them. Resume it with a client of {bound}, or move it here"
+            f" with resume(origin={own!r})"
+        )
+
+
 def _check_origin(origin: str | None) -> None:
     if origin is not None:
         parsed = httpx.URL(origin)
@@ -121,6 +140,8 @@ def resumed(
     outcomes = []
     for stored in records:
         try:
+            if origin is None:
+                _check_own_origin(client, stored)
             record = yield Blocking(_moved, (settings, stored, origin))
             sent = yield from send_registered(client, record)
             sent = yield from read_existing(settings, sent, httpx.URL(record.url))
@@ -139,10 +160,12 @@ def resume(
     """Finish the unfinished operations of a wrapped client's store, oldest first.
 
     Each is sent again with its original key, method, URL and body, to the origin
-    (scheme, host, port) it was first sent to, whatever the client's `base_url`; the
-    live client supplies credentials (which are never stored). Returns one `Outcome`
-    per operation, including those that are still not sent or indeterminate, and those
-    another process is sending right now (state `in_flight`).
+    (scheme, host, port) it was first sent to; the live client supplies credentials
+    (which are never stored). A client with a `base_url` resumes only the operations of
+    its own origin: one bound to another (a second provider's sharing the store, a
+    sandbox's) is not sent there with this client's credentials, and its outcome says
+    so. Returns one `Outcome` per operation, including those that are still not sent or
+    indeterminate, and those another process is sending right now (state `in_flight`).
 
     `origin` (``"https://api.psp.example"``) moves every unfinished operation bound to
     another origin there first, durably, and sends it there: the one way to move an

@@ -410,9 +410,17 @@ def test_re_issuing_against_another_origin_sends_nothing_and_names_both(
         assert PRODUCTION in message
         assert "origin=" in message
     assert wire.sent == [SANDBOX, SANDBOX]
-    # Resuming sends it where it was first sent, whatever the client's base_url.
+    # Resumed by a client of another base_url, it is not sent: that client's
+    # credentials are production's, never given to the sandbox.
     with client(path, clock, wire, base_url=PRODUCTION) as production:
-        [resumed] = production.resume()
+        [left] = production.resume()
+    assert left.state is State.INDETERMINATE
+    assert "bound to" in (left.evidence or "")
+    assert "origin=" in (left.evidence or "")
+    assert wire.sent == [SANDBOX, SANDBOX]
+    # Resuming sends it where it was first sent, by a client of that origin.
+    with client(path, clock, wire, base_url=SANDBOX) as sandbox:
+        [resumed] = sandbox.resume()
     assert resumed.state is State.SUCCEEDED
     assert wire.sent == [SANDBOX] * 3
     # Only the caller's requests: no time probe by default (`time_probe=True` asks each

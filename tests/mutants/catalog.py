@@ -483,6 +483,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "resume-gives-one-origin-s-credentials-to-another",
+        "resume",
+        "a client's resume() sends another origin's unfinished operation (a second"
+        " provider's sharing the store) there with this client's headers and auth: that"
+        " host is given this client's secret",
+        "idemclient/_resume.py",
+        "                _check_own_origin(client, stored)",
+        "                pass",
+        (
+            "tests/client/test_resume_credentials.py::"
+            "test_resume_never_sends_one_origin_s_secret_to_another",
+        ),
+    ),
+    Mutant(
         "batch-found-not-final-aged-by-this-hosts-clock",
         "batch look-up planning",
         "a row found on the server not final, recorded before the client watched its"
