@@ -5,7 +5,7 @@ and closed; and the types of the request options they take from httpx. What thei
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 from httpx._client import USE_CLIENT_DEFAULT, UseClientDefault
 from httpx._types import (
@@ -64,6 +64,14 @@ class ClientBase(Generic[HttpxClient]):
         try:
             if http is not None and httpx_options:
                 raise TypeError("pass either http= or httpx options, not both")
+            if http is not None and not isinstance(http, cast(type, factory)):
+                # A sync client under an async one (or the other way) fails only at the
+                # first call, deep inside httpx: said here, naming both.
+                raise TypeError(
+                    f"http= must be an {factory.__module__}.{factory.__qualname__} for"
+                    f" {type(self).__name__}, not {type(http).__module__}."
+                    f"{type(http).__qualname__}"
+                )
             client = http if http is not None else factory(**httpx_options)
             wrap_with(client, settings)
         except BaseException:

@@ -145,6 +145,14 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
         raise InvalidKey(operation_id, _OPERATION_ID)
     if len(operation_id) > 1024:
         raise InvalidKey(operation_id, _OPERATION_ID)
+    reference = options.reference if options else None
+    if reference is not None and not isinstance(reference, str):
+        # Stored as it came (a number as text, bytes as a blob), a look-up by it would
+        # ask for another value than the one the request carries.
+        raise TypeError(
+            f"reference= must be a string (the end-to-end reference a look-up asks for),"
+            f" not {type(reference).__name__}; nothing was recorded or sent"
+        )
     # Stored and fingerprinted without credentials: no user or password, no value of a
     # secret-looking query parameter (see `_redaction`).
     url = redact_url(request.url)
@@ -158,7 +166,7 @@ def intent_for(request: httpx.Request, body: bytes, resolved: Resolved | None = 
         headers=tuple(headers),
         body=body,
         fingerprint=fingerprint(method, url, body, **body_type(headers, lowercase=True)),
-        reference=options.reference if options else None,
+        reference=reference,
         profile=resolved.profile.name,
     )
 

@@ -131,6 +131,35 @@ def test_an_invalid_operation_id_fails_before_anything_is_recorded_or_sent(
     assert client.store.operations() == []
 
 
+@pytest.mark.parametrize("reference", [1042, b"order-1042"])
+def test_a_reference_that_is_no_string_fails_before_anything_is_recorded_or_sent(
+    client: Client, psp: FakePSP, reference: object
+) -> None:
+    # Stored as it came (a number as text, bytes as a blob), a look-up by it would ask
+    # for another value than the one the request carries.
+    with pytest.raises(TypeError, match=r"reference= must be a string"):
+        client.post("/v1/payments", json=PAYMENT, reference=reference)  # type: ignore[arg-type]
+    assert psp.requests == []
+    assert client.store.operations() == []
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "expected"),
+    [
+        (idemclient.AsyncClient, httpx.Client, "httpx.AsyncClient for AsyncClient"),
+        (idemclient.Client, httpx.AsyncClient, "httpx.Client for Client"),
+    ],
+)
+def test_an_http_client_of_the_other_kind_is_refused_at_once(
+    tmp_path: Path, ours: type, theirs: type, expected: str
+) -> None:
+    # Accepted, it failed only at the first call, deep inside httpx.
+    given = theirs()
+    with pytest.raises(TypeError, match=expected):
+        ours(store=tmp_path / "s.db", http=given)
+    assert not given.is_closed  # the caller's, left as it was
+
+
 def test_key_and_identity_together_are_refused(client: Client) -> None:
     with pytest.raises(ValueError, match="key= or identity="):
         client.post("/v1/payments", json=PAYMENT, key="k", identity="i")
