@@ -190,6 +190,13 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
     show_envvar=True,
     help="Bearer token (never written to the store).",
 )
+@click.option(
+    "--url",
+    default=None,
+    help="Resume only the operations sent to this origin (the PSP's base URL), whose"
+    " credential --token is. Needed when the store holds operations of more than one"
+    " origin: one token is never sent to another origin's host.",
+)
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Resume at most this many.")
 @click.option(
     "--profile",
@@ -205,6 +212,7 @@ def show_command(store: Path | str, operation_id: str, as_json: bool) -> None:
 def resume_command(
     store: Path | str,
     token: str,
+    url: str | None,
     limit: int | None,
     profile_name: str | None,
     server_clock: bool,
@@ -219,6 +227,16 @@ def resume_command(
     missing = describe_missing(store)
     if missing is not None:
         _fail(missing)
+    if url is None:
+        origins = _origins_unfinished(store, profile_name)
+        if len(origins) > 1:
+            # One token is one origin's credential: sent with each operation to its own
+            # origin, it would reach every other origin's host too.
+            _fail(
+                f"the store's unfinished operations were sent to {len(origins)} origins"
+                f" ({', '.join(origins)}), and --token is one credential: pass --url with"
+                " the origin it is for, once per origin. Nothing was sent"
+            )
     outcomes = []
     left = limit  # --limit counts the operations resumed, of every profile together
     for name in [profile_name] if profile_name else _profiles_unfinished(store):
@@ -227,6 +245,7 @@ def resume_command(
         try:
             client = Client(
                 store=store,
+                base_url=url or "",
                 headers={"Authorization": f"Bearer {token}"},
                 hooks=_verbose_hooks() if verbose else None,
                 profile=name,
@@ -274,6 +293,24 @@ def _verbose_hooks() -> Hooks:
 
 def _under(record: OperationRecord, profile: str) -> bool:
     return (record.profile or DEFAULT.name) == profile
+
+
+def _origins_unfinished(store: Path | str, profile: str | None) -> list[str]:
+    """The origins (scheme, host, port) the store's unfinished operations were sent to,
+    of `profile`'s if given."""
+    with _open(store) as opened:
+        found = {
+            _origin(record.url)
+            for record in opened.unfinished()
+            if profile is None or _under(record, profile)
+        }
+    return sorted(found)
+
+
+def _origin(url: str) -> str:
+    parsed = httpx.URL(url)
+    port = "" if parsed.port is None else f":{parsed.port}"
+    return f"{parsed.scheme}://{parsed.host}{port}"
 
 
 def _profiles_unfinished(store: Path | str) -> list[str]:

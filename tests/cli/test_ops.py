@@ -21,6 +21,7 @@ from idemclient import (
     Client,
     Indeterminate,
     ManualClock,
+    NotSent,
     ReconcileRequired,
     RetryPolicy,
     State,
@@ -167,6 +168,46 @@ def test_resume_finishes_unfinished_operations(store_with_history: Path, live: L
     assert len(live.server.ledger()) == 2
     with SQLiteStore(store_with_history) as store:
         assert store.counts()[State.SUCCEEDED] == 2
+
+
+def test_resume_of_a_store_of_two_origins_sends_one_token_to_one_origin_only(
+    store_with_history: Path, live: LiveServer
+) -> None:
+    # A second provider's unfinished payment in the same store: one --token is one
+    # origin's credential, never sent to the other's host.
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with (
+        Client(
+            store=store_with_history,
+            base_url="https://wallets.psp.test",
+            transport=httpx.MockTransport(down),
+            policy=RetryPolicy(max_attempts=1),
+        ) as wallets,
+        pytest.raises(NotSent),
+    ):
+        wallets.post("/v1/payments", json=PAYMENT, operation_id="wallet-1")
+    paid = len(live.server.ledger())
+    code, _, err = run("ops", "resume", "--store", str(store_with_history), "--token", "shop-1")
+    assert code == 2
+    assert "2 origins" in err
+    assert "https://wallets.psp.test" in err
+    assert "--url" in err
+    assert len(live.server.ledger()) == paid  # nothing sent
+    code, out, err = run(
+        "ops", "resume", "--store", str(store_with_history), "--token", "shop-1",
+        "--url", live.url,
+    )  # fmt: skip
+    assert code == 3, err  # the other origin's is left as it was
+    assert "order-2  succeeded" in out
+    assert "wallet-1" in out
+    assert "bound to https://wallets.psp.test" in out
+    assert len(live.server.ledger()) == 2  # as a resume of this store leaves it
+    with SQLiteStore(store_with_history) as store:
+        left = store.get("wallet-1")
+    assert left is not None
+    assert left.state is State.NOT_SENT
 
 
 def test_resume_of_one_profile_with_a_limit_resumes_that_profile_s_operations(
